@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* Entry and return probes for every traced function. Each probe carries its function id as the
+ * BPF cookie and writes one 16-byte event into the ring buffer. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "event.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Set by the loader before the programs are loaded. */
+const volatile __u32 target_tgid = 0;
+/* The consumer is woken only once this much data waits; otherwise it polls on a timer, so a hit
+ * costs no wake-up. */
+const volatile __u64 wakeup_bytes = 1 << 20;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	/* Resized by the loader (--buffer-size). */
+	__uint(max_entries, 16 << 20);
+} events SEC(".maps");
+
+/* Events that found the ring buffer full. */
+__u64 lost_events = 0;
+
+static __always_inline int record(void *ctx, __u32 kind)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct event *e;
+
+	/* The link's pid filter decides where breakpoints go, but another tracer's probe on the same
+	 * file runs our program too: check the process ourselves. */
+	if ((pid_tgid >> 32) != target_tgid)
+		return 0;
+
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		__sync_fetch_and_add(&lost_events, 1);
+		return 0;
+	}
+	e->timestamp_ns = now;
+	e->tid = (__u32)pid_tgid;
+	e->function = (__u32)bpf_get_attach_cookie(ctx) | kind;
+
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	else
+		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+SEC("uprobe.multi")
+int function_entry(struct pt_regs *ctx)
+{
+	return record(ctx, 0);
+}
+
+SEC("uretprobe.multi")
+int function_exit(struct pt_regs *ctx)
+{
+	return record(ctx, EVENT_EXIT);
+}

@@ -1,0 +1,1 @@
+//! The `utrace.data` file: format, writer and reader.

@@ -1,0 +1,1 @@
+//! ELF symbols, PLT stubs, file offsets and demangled names of the traced files.

@@ -1,0 +1,10 @@
+//! utrace: an eBPF user-space function tracer. The library holds every part; `main.rs` only
+//! parses arguments and dispatches. See DESIGN.md for how the parts fit.
+
+pub mod data;
+pub mod elf;
+pub mod event;
+pub mod plan;
+pub mod record;
+pub mod replay;
+pub mod report;

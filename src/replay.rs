@@ -1,0 +1,1 @@
+//! Events → finished calls: one call stack per thread.

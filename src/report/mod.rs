@@ -1,0 +1,1 @@
+//! Reports: each consumes the finished calls of the replayer.
