@@ -6,10 +6,12 @@
 
 mod error;
 pub mod format;
+mod writer;
 
 use serde::{Deserialize, Serialize};
 
 pub use error::DataError;
+pub use writer::DataWriter;
 
 /// What was recorded, where and when.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
