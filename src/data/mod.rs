@@ -6,11 +6,13 @@
 
 mod error;
 pub mod format;
+mod reader;
 mod writer;
 
 use serde::{Deserialize, Serialize};
 
 pub use error::DataError;
+pub use reader::DataReader;
 pub use writer::DataWriter;
 
 /// What was recorded, where and when.
