@@ -9,6 +9,9 @@ pub mod format;
 mod reader;
 mod writer;
 
+#[cfg(test)]
+mod tests;
+
 use serde::{Deserialize, Serialize};
 
 pub use error::DataError;
