@@ -608,3 +608,18 @@ fn table_too_large_to_write() {
     let error = DataWriter::create(&path, &metadata(), &huge).err().unwrap();
     assert!(matches!(error, DataError::TooLarge { .. }), "{error}");
 }
+
+#[test]
+fn write_error_names_the_file() {
+    // /dev/full takes the open and fails every write with ENOSPC.
+    let path = Path::new("/dev/full");
+    if !path.exists() {
+        eprintln!("skipped: no /dev/full");
+        return;
+    }
+    let error = DataWriter::create(path, &metadata(), &table(3))
+        .err()
+        .unwrap();
+    assert!(matches!(error, DataError::Io { .. }), "{error}");
+    assert!(error.to_string().starts_with("/dev/full: "), "{error}");
+}
