@@ -1,1 +1,54 @@
 //! The `utrace.data` file: format, writer and reader.
+//!
+//! A recording is one file: a header, then self-describing chunks (metadata, the function table,
+//! blocks of events, statistics). Each chunk is complete on its own, so a file cut short by a
+//! crash reads up to its last whole chunk. The byte layout lives in [`format`] alone.
+
+mod error;
+pub mod format;
+mod reader;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+pub use error::DataError;
+pub use reader::DataReader;
+pub use writer::DataWriter;
+
+/// What was recorded, where and when.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Metadata {
+    /// The traced command and its arguments (for `-p`, the process's command line).
+    pub command: Vec<String>,
+    pub pid: u32,
+    /// CLOCK_MONOTONIC at the start, in nanoseconds: the clock of event timestamps.
+    pub start_monotonic_ns: u64,
+    /// CLOCK_REALTIME at the start, in nanoseconds since the Unix epoch.
+    pub start_realtime_ns: u64,
+    pub hostname: String,
+    /// Kernel release (`uname -r`).
+    pub kernel: String,
+    /// The version of utrace that recorded the file.
+    pub utrace_version: String,
+}
+
+impl Metadata {
+    /// The command as a shell would take it: arguments joined by spaces, quoted where needed.
+    pub fn command_line(&self) -> String {
+        shell_words::join(&self.command)
+    }
+}
+
+/// How the recording went, written last when it ended cleanly.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct Statistics {
+    /// Events written to the file.
+    pub events: u64,
+    /// Events the ring buffer had no room for.
+    pub lost_events: u64,
+    /// From the start of recording to its end.
+    pub duration_ns: u64,
+}

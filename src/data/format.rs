@@ -1,0 +1,274 @@
+//! The byte layout of `utrace.data`. This is the only code that knows it; the writer and the
+//! reader go through the functions here.
+//!
+//! ```text
+//! file header, 16 bytes:  magic [u8; 8] = "UTRACE\0D" | version: u32 | reserved: u32 (0)
+//! then chunks, each:      kind: u32 | length: u32 | checksum: u32 | reserved: u32 (0) | payload
+//! ```
+//!
+//! Every integer is little-endian. `length` counts the payload bytes; `checksum` is the CRC-32
+//! (IEEE, as `crc32fast` computes it) of the payload. Chunks follow each other with no padding.
+//!
+//! | kind | chunk          | payload                                                          |
+//! |------|----------------|------------------------------------------------------------------|
+//! | 1    | metadata       | bincode 2 (standard configuration) of [`Metadata`]               |
+//! | 2    | function table | bincode 2 (standard configuration) of [`FunctionTable`]          |
+//! | 3    | events         | [`Event`]s as they are in memory (16 bytes each, little-endian) |
+//! | 4    | statistics     | bincode 2 (standard configuration) of [`Statistics`]             |
+//!
+//! Order: metadata, function table, any number of events chunks, statistics when the recording
+//! ended cleanly. Readers skip chunks of kinds they do not know, and ignore bytes that follow a
+//! bincode value inside its payload, so later versions can add chunks and append fields.
+//!
+//! A payload is at most [`MAX_CHUNK_LEN`] bytes (64 MiB): readers refuse longer ones without
+//! allocating them. The function table is the only chunk that comes near that: 100,000 functions
+//! with 200-byte names take about 23 MB. Writers put at most [`EVENTS_PER_CHUNK`] events (1 MiB)
+//! in one chunk.
+//!
+//! [`Metadata`]: super::Metadata
+//! [`Statistics`]: super::Statistics
+//! [`FunctionTable`]: crate::plan::FunctionTable
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::event::Event;
+
+/// The first 8 bytes of every `utrace.data` file.
+pub const MAGIC: [u8; 8] = *b"UTRACE\0D";
+/// The format version this code writes and reads.
+pub const VERSION: u32 = 1;
+/// Size of the file header: magic, version, reserved.
+pub const FILE_HEADER_LEN: usize = 16;
+/// Size of a chunk header: kind, length, checksum, reserved.
+pub const CHUNK_HEADER_LEN: usize = 16;
+// An events payload is `Event`s as they are in memory: a change to `Event` changes the format and
+// needs a new `VERSION` (and this line changed with it).
+const _: () = assert!(Event::SIZE == 16 && std::mem::align_of::<Event>() == 8);
+
+/// The longest payload a chunk may have (64 MiB).
+pub const MAX_CHUNK_LEN: u32 = 64 << 20;
+/// The most events a writer puts in one chunk (1 MiB of payload).
+pub const EVENTS_PER_CHUNK: usize = 64 * 1024;
+
+/// What a chunk holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkKind {
+    Metadata,
+    FunctionTable,
+    Events,
+    Statistics,
+    /// A kind this version does not know: skipped.
+    Unknown(u32),
+}
+
+impl ChunkKind {
+    pub fn from_code(code: u32) -> ChunkKind {
+        match code {
+            1 => ChunkKind::Metadata,
+            2 => ChunkKind::FunctionTable,
+            3 => ChunkKind::Events,
+            4 => ChunkKind::Statistics,
+            other => ChunkKind::Unknown(other),
+        }
+    }
+
+    pub fn code(self) -> u32 {
+        match self {
+            ChunkKind::Metadata => 1,
+            ChunkKind::FunctionTable => 2,
+            ChunkKind::Events => 3,
+            ChunkKind::Statistics => 4,
+            ChunkKind::Unknown(code) => code,
+        }
+    }
+
+    /// How messages name the chunk.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChunkKind::Metadata => "metadata",
+            ChunkKind::FunctionTable => "function table",
+            ChunkKind::Events => "events",
+            ChunkKind::Statistics => "statistics",
+            ChunkKind::Unknown(_) => "unknown",
+        }
+    }
+}
+
+/// The file header for this version.
+pub fn file_header() -> [u8; FILE_HEADER_LEN] {
+    let mut bytes = [0u8; FILE_HEADER_LEN];
+    bytes[..8].copy_from_slice(&MAGIC);
+    bytes[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    bytes
+}
+
+/// The format version a file header declares, or `None` when the magic is not ours.
+pub fn file_header_version(bytes: &[u8; FILE_HEADER_LEN]) -> Option<u32> {
+    if bytes[..8] != MAGIC {
+        return None;
+    }
+    Some(le_u32(bytes, 8))
+}
+
+/// Whether `bytes`, shorter than a file header, could be the start of one.
+pub fn is_magic_prefix(bytes: &[u8]) -> bool {
+    let n = bytes.len().min(MAGIC.len());
+    bytes[..n] == MAGIC[..n]
+}
+
+/// The header in front of each chunk's payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkHeader {
+    pub kind: ChunkKind,
+    /// Payload bytes.
+    pub length: u32,
+    /// [`checksum`] of the payload.
+    pub checksum: u32,
+}
+
+impl ChunkHeader {
+    /// The header for `payload`. Callers check the length against [`MAX_CHUNK_LEN`] first.
+    pub fn for_payload(kind: ChunkKind, payload: &[u8]) -> ChunkHeader {
+        ChunkHeader {
+            kind,
+            length: u32::try_from(payload.len()).unwrap_or(u32::MAX),
+            checksum: checksum(payload),
+        }
+    }
+
+    pub fn encode(&self) -> [u8; CHUNK_HEADER_LEN] {
+        let mut bytes = [0u8; CHUNK_HEADER_LEN];
+        bytes[0..4].copy_from_slice(&self.kind.code().to_le_bytes());
+        bytes[4..8].copy_from_slice(&self.length.to_le_bytes());
+        bytes[8..12].copy_from_slice(&self.checksum.to_le_bytes());
+        bytes
+    }
+
+    /// Reads a header; the reserved field is ignored.
+    pub fn decode(bytes: &[u8; CHUNK_HEADER_LEN]) -> ChunkHeader {
+        ChunkHeader {
+            kind: ChunkKind::from_code(le_u32(bytes, 0)),
+            length: le_u32(bytes, 4),
+            checksum: le_u32(bytes, 8),
+        }
+    }
+}
+
+/// The checksum stored in a chunk header.
+pub fn checksum(payload: &[u8]) -> u32 {
+    crc32fast::hash(payload)
+}
+
+fn le_u32(bytes: &[u8], at: usize) -> u32 {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(word)
+}
+
+fn bincode_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<{ MAX_CHUNK_LEN as usize }>()
+}
+
+/// The payload of a metadata, function table or statistics chunk.
+pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::error::EncodeError> {
+    bincode::serde::encode_to_vec(value, bincode_config())
+}
+
+/// Decodes a metadata, function table or statistics payload. Bytes after the value are ignored
+/// (room for fields a later version appends). Claimed lengths inside the payload are bounded by
+/// [`MAX_CHUNK_LEN`], so a hostile payload cannot make it allocate more than that.
+pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, bincode::error::DecodeError> {
+    bincode::serde::decode_from_slice(payload, bincode_config()).map(|(value, _)| value)
+}
+
+/// The on-disk bytes of an events payload: `events` themselves on little-endian hosts (no copy),
+/// converted into `scratch` on big-endian ones.
+pub fn events_payload<'a>(events: &'a [Event], scratch: &'a mut Vec<u8>) -> &'a [u8] {
+    if cfg!(target_endian = "little") {
+        // SAFETY: `Event` is `repr(C)` with only integer fields and no padding (asserted in
+        // event.rs), so every byte of the slice is initialized; the byte slice borrows `events`
+        // and covers exactly `size_of_val(events)` bytes.
+        unsafe { plain::as_bytes(events) }
+    } else {
+        scratch.clear();
+        for event in events {
+            scratch.extend_from_slice(&event.timestamp_ns.to_le_bytes());
+            scratch.extend_from_slice(&event.tid.to_le_bytes());
+            scratch.extend_from_slice(&event.function.to_le_bytes());
+        }
+        scratch
+    }
+}
+
+/// `events` as bytes to read an events payload into; call [`events_from_disk`] on them after.
+pub fn events_as_mut_bytes(events: &mut [Event]) -> &mut [u8] {
+    // SAFETY: `Event` implements `Plain`: every bit pattern is a valid `Event`, so any bytes
+    // written through the slice leave valid events behind. The slice borrows `events` mutably and
+    // covers exactly its bytes.
+    unsafe { plain::as_mut_bytes(events) }
+}
+
+/// Turns events read as on-disk bytes into host order (nothing to do on little-endian hosts).
+pub fn events_from_disk(events: &mut [Event]) {
+    if cfg!(target_endian = "big") {
+        for event in events {
+            event.timestamp_ns = u64::from_le(event.timestamp_ns);
+            event.tid = u32::from_le(event.tid);
+            event.function = u32::from_le(event.function);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_header_round_trip() {
+        let header = file_header();
+        assert_eq!(&header[..8], b"UTRACE\0D");
+        assert_eq!(file_header_version(&header), Some(VERSION));
+        let mut other = header;
+        other[0] = b'X';
+        assert_eq!(file_header_version(&other), None);
+        assert!(is_magic_prefix(b"UTR"));
+        assert!(is_magic_prefix(b""));
+        assert!(!is_magic_prefix(b"UTX"));
+    }
+
+    #[test]
+    fn chunk_header_layout_is_little_endian() {
+        let header = ChunkHeader {
+            kind: ChunkKind::Events,
+            length: 0x0102_0304,
+            checksum: 0xa0b0_c0d0,
+        };
+        let bytes = header.encode();
+        assert_eq!(
+            bytes,
+            [3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0, 0]
+        );
+        assert_eq!(ChunkHeader::decode(&bytes), header);
+        let unknown = ChunkHeader::decode(&[99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 7, 7, 7]);
+        assert_eq!(unknown.kind, ChunkKind::Unknown(99));
+    }
+
+    #[test]
+    fn event_bytes_on_disk() {
+        let events = [Event::exit(0x1122_3344_5566_7788, 0x99aa_bbcc, 5)];
+        let mut scratch = Vec::new();
+        let bytes = events_payload(&events, &mut scratch).to_vec();
+        assert_eq!(
+            bytes,
+            [
+                0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0xcc, 0xbb, 0xaa, 0x99, 5, 0, 0,
+                0x80
+            ]
+        );
+        let mut back = [Event::default()];
+        events_as_mut_bytes(&mut back).copy_from_slice(&bytes);
+        events_from_disk(&mut back);
+        assert_eq!(back, events);
+    }
+}

@@ -1,0 +1,625 @@
+//! Writer and reader together: round trips, files cut at every byte, and damaged or hostile files.
+
+use std::path::{Path, PathBuf};
+
+use tempfile::TempDir;
+
+use super::format::{self, ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
+use super::*;
+use crate::event::Event;
+use crate::plan::{FunctionKind, FunctionTable, TracedFunction};
+
+fn metadata() -> Metadata {
+    Metadata {
+        command: vec!["./sort".into(), "-n".into(), "big file.txt".into()],
+        pid: 4242,
+        start_monotonic_ns: 1_000_000_000,
+        start_realtime_ns: 1_700_000_000_000_000_000,
+        hostname: "bench".into(),
+        kernel: "6.8.0-utrace".into(),
+        utrace_version: "0.1.0".into(),
+    }
+}
+
+fn table(count: usize) -> FunctionTable {
+    FunctionTable {
+        modules: vec!["/usr/bin/sort".into(), "/lib/libc.so.6".into()],
+        functions: (0..count)
+            .map(|i| TracedFunction {
+                name: format!("function_{i}"),
+                module: (i % 2) as u32,
+                offset: 0x1000 + 16 * i as u64,
+                size: 16,
+                kind: if i % 3 == 0 {
+                    FunctionKind::Plt
+                } else {
+                    FunctionKind::Function
+                },
+            })
+            .collect(),
+    }
+}
+
+/// `count` events, different for each `seed`, alternating entries and exits.
+fn events(seed: u64, count: usize) -> Vec<Event> {
+    (0..count)
+        .map(|i| {
+            let t = seed * 1_000_000 + i as u64 * 37;
+            let tid = 100 + (seed as u32 % 4);
+            let function = (i as u32 / 2) % 5;
+            if i % 2 == 0 {
+                Event::entry(t, tid, function)
+            } else {
+                Event::exit(t, tid, function)
+            }
+        })
+        .collect()
+}
+
+/// A deterministic xorshift generator for damaged and random files.
+struct Xorshift(u64);
+
+impl Xorshift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// What a reader got out of a file.
+#[derive(Debug)]
+struct Recording {
+    metadata: Metadata,
+    functions: FunctionTable,
+    blocks: Vec<Vec<Event>>,
+    statistics: Option<Statistics>,
+    cut_short: bool,
+}
+
+fn read_all(path: &Path) -> Result<Recording, DataError> {
+    let mut reader = DataReader::open(path)?;
+    let mut blocks = Vec::new();
+    while let Some(block) = reader.next_events()? {
+        blocks.push(block.to_vec());
+    }
+    // Fused after the end.
+    assert!(reader.next_events()?.is_none());
+    Ok(Recording {
+        metadata: reader.metadata().clone(),
+        functions: reader.functions().clone(),
+        blocks,
+        statistics: reader.statistics().cloned(),
+        cut_short: reader.cut_short(),
+    })
+}
+
+/// Like [`read_all`], but gives the events read before an error too.
+fn read_until_error(path: &Path) -> (Vec<Event>, Result<(), DataError>) {
+    let mut reader = match DataReader::open(path) {
+        Ok(reader) => reader,
+        Err(error) => return (Vec::new(), Err(error)),
+    };
+    let mut events = Vec::new();
+    loop {
+        match reader.next_events() {
+            Ok(Some(block)) => events.extend_from_slice(block),
+            Ok(None) => return (events, Ok(())),
+            Err(error) => {
+                assert!(reader.next_events().unwrap().is_none());
+                return (events, Err(error));
+            }
+        }
+    }
+}
+
+/// A small recording: metadata, a table of 3 functions, blocks of 3, 5 and 2 events, statistics.
+/// Returns the file's bytes, its events, and the file length after each whole chunk that ends a
+/// step (table, each block, statistics).
+struct Small {
+    bytes: Vec<u8>,
+    blocks: Vec<Vec<Event>>,
+    table_end: usize,
+    block_ends: Vec<usize>,
+}
+
+fn small_recording(dir: &TempDir) -> Small {
+    let path = dir.path().join("small.data");
+    let blocks = vec![events(1, 3), events(2, 5), events(3, 2)];
+    let mut writer = DataWriter::create(&path, &metadata(), &table(3)).unwrap();
+    let table_end = writer.bytes_written() as usize;
+    let mut block_ends = Vec::new();
+    for block in &blocks {
+        writer.write_events(block).unwrap();
+        block_ends.push(writer.bytes_written() as usize);
+    }
+    writer
+        .finish(&Statistics {
+            events: 10,
+            lost_events: 1,
+            duration_ns: 99,
+        })
+        .unwrap();
+    Small {
+        bytes: std::fs::read(&path).unwrap(),
+        blocks,
+        table_end,
+        block_ends,
+    }
+}
+
+fn write_file(dir: &TempDir, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// A chunk as the format lays it out, for files the writer would not make.
+fn chunk(kind: ChunkKind, payload: &[u8]) -> Vec<u8> {
+    let mut bytes = ChunkHeader::for_payload(kind, payload).encode().to_vec();
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+#[test]
+fn round_trip() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("utrace.data");
+    let written = [
+        events(1, 1),
+        events(2, 1000),
+        events(3, 70_000),
+        events(4, 2),
+    ];
+    let statistics = Statistics {
+        events: 71_003,
+        lost_events: 17,
+        duration_ns: 123_456_789,
+    };
+    let mut writer = DataWriter::create(&path, &metadata(), &table(1000)).unwrap();
+    assert_eq!(writer.events_written(), 0);
+    let table_end = writer.bytes_written();
+    for block in &written {
+        writer.write_events(block).unwrap();
+    }
+    writer.write_events(&[]).unwrap();
+    assert_eq!(writer.events_written(), 71_003);
+    // Events cost their 16 bytes plus a 16-byte header per chunk of up to 65,536.
+    assert_eq!(
+        writer.bytes_written() - table_end,
+        71_003 * Event::SIZE as u64 + 5 * CHUNK_HEADER_LEN as u64
+    );
+    writer.finish(&statistics).unwrap();
+
+    let read = read_all(&path).unwrap();
+    assert_eq!(read.metadata, metadata());
+    assert_eq!(read.functions, table(1000));
+    assert_eq!(read.statistics, Some(statistics));
+    assert!(!read.cut_short);
+    // The 70,000-event block is split at 65,536 events; no empty blocks.
+    let sizes: Vec<usize> = read.blocks.iter().map(Vec::len).collect();
+    assert_eq!(
+        sizes,
+        [1, 1000, format::EVENTS_PER_CHUNK, 70_000 - 65_536, 2]
+    );
+    assert_eq!(read.blocks.concat(), written.concat());
+}
+
+#[test]
+fn writer_counts_bytes_as_they_land_in_the_file() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("utrace.data");
+    let mut writer = DataWriter::create(&path, &metadata(), &table(10)).unwrap();
+    let on_disk = || std::fs::metadata(&path).unwrap().len();
+    // Flushed to the OS at each step, without waiting for finish or drop.
+    assert_eq!(writer.bytes_written(), on_disk());
+    let before = writer.bytes_written();
+    writer.write_events(&events(1, 100)).unwrap();
+    assert_eq!(writer.bytes_written(), on_disk());
+    assert_eq!(
+        writer.bytes_written() - before,
+        (CHUNK_HEADER_LEN + 100 * Event::SIZE) as u64
+    );
+    // Readable as it stands, as after a kill -9: all events, cut short.
+    let read = read_all(&path).unwrap();
+    assert_eq!(read.blocks, [events(1, 100)]);
+    assert!(read.cut_short);
+    assert_eq!(read.statistics, None);
+    writer.finish(&Statistics::default()).unwrap();
+    assert!(!read_all(&path).unwrap().cut_short);
+}
+
+#[test]
+fn dropped_writer_leaves_a_cut_short_file() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("utrace.data");
+    let mut writer = DataWriter::create(&path, &metadata(), &table(2)).unwrap();
+    writer.write_events(&events(1, 10)).unwrap();
+    drop(writer);
+    let read = read_all(&path).unwrap();
+    assert_eq!(read.blocks, [events(1, 10)]);
+    assert!(read.cut_short);
+    assert_eq!(read.statistics, None);
+}
+
+#[test]
+fn no_events_at_all() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("utrace.data");
+    let writer = DataWriter::create(&path, &metadata(), &FunctionTable::default()).unwrap();
+    writer.finish(&Statistics::default()).unwrap();
+    let read = read_all(&path).unwrap();
+    assert!(read.blocks.is_empty());
+    assert_eq!(read.functions, FunctionTable::default());
+    assert_eq!(read.statistics, Some(Statistics::default()));
+    assert!(!read.cut_short);
+}
+
+#[test]
+fn cut_at_every_byte() {
+    let dir = TempDir::new().unwrap();
+    let small = small_recording(&dir);
+    let path = dir.path().join("cut.data");
+    for len in 0..=small.bytes.len() {
+        std::fs::write(&path, &small.bytes[..len]).unwrap();
+        match read_all(&path) {
+            Err(DataError::Empty { .. }) => assert_eq!(len, 0),
+            Err(DataError::NoFunctionTable { .. }) => {
+                assert!(len > 0 && len < small.table_end, "cut at {len}")
+            }
+            Err(error) => panic!("cut at {len}: {error}"),
+            Ok(read) => {
+                assert!(len >= small.table_end, "cut at {len}");
+                assert_eq!(read.metadata, metadata());
+                assert_eq!(read.functions, table(3));
+                // Exactly the blocks whose chunks are whole, nothing else.
+                let whole = small.block_ends.iter().filter(|&&end| end <= len).count();
+                assert_eq!(read.blocks, small.blocks[..whole], "cut at {len}");
+                let complete = len == small.bytes.len();
+                assert_eq!(read.cut_short, !complete, "cut at {len}");
+                assert_eq!(read.statistics.is_some(), complete, "cut at {len}");
+            }
+        }
+    }
+}
+
+#[test]
+fn empty_file() {
+    let dir = TempDir::new().unwrap();
+    let path = write_file(&dir, "empty.data", b"");
+    let error = DataReader::open(&path).err().unwrap();
+    assert!(matches!(error, DataError::Empty { .. }));
+    assert_eq!(
+        error.to_string(),
+        format!("{}: empty file: nothing was recorded", path.display())
+    );
+}
+
+#[test]
+fn missing_file() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("absent.data");
+    let error = DataReader::open(&path).err().unwrap();
+    assert!(matches!(error, DataError::Io { .. }));
+    assert!(error
+        .to_string()
+        .starts_with(&format!("{}: ", path.display())));
+}
+
+#[test]
+fn wrong_magic() {
+    let dir = TempDir::new().unwrap();
+    let mut bytes = small_recording(&dir).bytes;
+    bytes[0] = b'X';
+    let path = write_file(&dir, "magic.data", &bytes);
+    let error = DataReader::open(&path).err().unwrap();
+    assert_eq!(
+        error.to_string(),
+        format!("{}: not a utrace.data file", path.display())
+    );
+    // A short file that is not the start of a header either.
+    let path = write_file(&dir, "short.data", b"ELF");
+    assert!(matches!(
+        DataReader::open(&path),
+        Err(DataError::NotUtrace { .. })
+    ));
+}
+
+#[test]
+fn wrong_version() {
+    let dir = TempDir::new().unwrap();
+    let mut bytes = small_recording(&dir).bytes;
+    bytes[8..12].copy_from_slice(&7u32.to_le_bytes());
+    let path = write_file(&dir, "version.data", &bytes);
+    let error = DataReader::open(&path).err().unwrap();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{}: format version 7, this utrace reads {}",
+            path.display(),
+            format::VERSION
+        )
+    );
+}
+
+#[test]
+fn random_bytes() {
+    let dir = TempDir::new().unwrap();
+    for seed in 1..=8u64 {
+        let mut rng = Xorshift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let len = 1 + rng.below(4096);
+        let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let path = write_file(&dir, "random.data", &bytes);
+        assert!(
+            matches!(DataReader::open(&path), Err(DataError::NotUtrace { .. })),
+            "seed {seed}"
+        );
+    }
+}
+
+#[test]
+fn random_bytes_after_a_valid_header() {
+    let dir = TempDir::new().unwrap();
+    for seed in 1..=32u64 {
+        let mut rng = Xorshift(seed.wrapping_mul(0x2545_f491_4f6c_dd1d));
+        let mut bytes = format::file_header().to_vec();
+        let len = rng.below(4096);
+        bytes.extend((0..len).map(|_| rng.next() as u8));
+        let path = write_file(&dir, "random.data", &bytes);
+        // Any error will do; a panic or an opened file would not.
+        assert!(DataReader::open(&path).is_err(), "seed {seed}");
+    }
+}
+
+#[test]
+fn damaged_bytes_never_panic_nor_invent_events() {
+    let dir = TempDir::new().unwrap();
+    let small = small_recording(&dir);
+    let written = small.blocks.concat();
+    for seed in 1..=300u64 {
+        let mut rng = Xorshift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut bytes = small.bytes.clone();
+        for _ in 0..1 + rng.below(4) {
+            let at = rng.below(bytes.len());
+            bytes[at] ^= 1 << rng.below(8);
+        }
+        let path = write_file(&dir, "damaged.data", &bytes);
+        let (events, _) = read_until_error(&path);
+        // The checksums see to it that only written events come out. (A flipped bit in a length
+        // or kind field can lose events, never make some up.)
+        assert!(events.len() <= written.len(), "seed {seed}");
+        for event in &events {
+            assert!(written.contains(event), "seed {seed}: {event:?}");
+        }
+    }
+}
+
+#[test]
+fn absurd_chunk_length() {
+    let dir = TempDir::new().unwrap();
+    let small = small_recording(&dir);
+
+    // On the metadata chunk: open fails.
+    let mut bytes = small.bytes.clone();
+    bytes[FILE_HEADER_LEN + 4..FILE_HEADER_LEN + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+    let path = write_file(&dir, "absurd.data", &bytes);
+    let error = DataReader::open(&path).err().unwrap();
+    assert!(
+        matches!(error, DataError::Corrupt { offset: 16, .. }),
+        "{error}"
+    );
+    assert!(error
+        .to_string()
+        .starts_with(&format!("{}: corrupt chunk at byte 16 (", path.display())));
+
+    // On the second events chunk: the first block reads, then the error.
+    let at = small.block_ends[0];
+    let mut bytes = small.bytes.clone();
+    bytes[at + 4..at + 8].copy_from_slice(&(format::MAX_CHUNK_LEN + 16).to_le_bytes());
+    let path = write_file(&dir, "absurd.data", &bytes);
+    let (events, result) = read_until_error(&path);
+    assert_eq!(events, small.blocks[0]);
+    let error = result.err().unwrap();
+    assert!(
+        matches!(error, DataError::Corrupt { offset, .. } if offset == at as u64),
+        "{error}"
+    );
+}
+
+#[test]
+fn events_length_not_a_multiple_of_an_event() {
+    let dir = TempDir::new().unwrap();
+    let small = small_recording(&dir);
+    let at = small.table_end;
+    let mut bytes = small.bytes.clone();
+    bytes[at + 4..at + 8].copy_from_slice(&47u32.to_le_bytes());
+    let path = write_file(&dir, "odd.data", &bytes);
+    let (events, result) = read_until_error(&path);
+    assert!(events.is_empty());
+    assert!(matches!(result, Err(DataError::Corrupt { .. })));
+}
+
+#[test]
+fn flipped_payload_byte() {
+    let dir = TempDir::new().unwrap();
+    let small = small_recording(&dir);
+
+    // In the second events block.
+    let at = small.block_ends[0];
+    let mut bytes = small.bytes.clone();
+    bytes[at + CHUNK_HEADER_LEN + 5] ^= 0x40;
+    let path = write_file(&dir, "flipped.data", &bytes);
+    let (events, result) = read_until_error(&path);
+    assert_eq!(events, small.blocks[0]);
+    let error = result.err().unwrap();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{}: corrupt chunk at byte {at} (checksum mismatch)",
+            path.display()
+        )
+    );
+
+    // In the metadata.
+    let mut bytes = small.bytes.clone();
+    bytes[FILE_HEADER_LEN + CHUNK_HEADER_LEN + 3] ^= 1;
+    let path = write_file(&dir, "flipped.data", &bytes);
+    assert!(matches!(
+        DataReader::open(&path),
+        Err(DataError::Checksum { offset: 16, .. })
+    ));
+
+    // In the statistics: the events are all there, then the error.
+    let mut bytes = small.bytes.clone();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    let path = write_file(&dir, "flipped.data", &bytes);
+    let (events, result) = read_until_error(&path);
+    assert_eq!(events, small.blocks.concat());
+    assert!(matches!(result, Err(DataError::Checksum { .. })));
+}
+
+#[test]
+fn unknown_chunks_are_skipped() {
+    let dir = TempDir::new().unwrap();
+    let small = small_recording(&dir);
+    let unknown = chunk(ChunkKind::Unknown(99), b"from a later utrace");
+    let empty_unknown = chunk(ChunkKind::Unknown(0), b"");
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&small.bytes[..FILE_HEADER_LEN]);
+    bytes.extend_from_slice(&unknown);
+    bytes.extend_from_slice(&small.bytes[FILE_HEADER_LEN..small.table_end]);
+    bytes.extend_from_slice(&empty_unknown);
+    bytes.extend_from_slice(&small.bytes[small.table_end..small.block_ends[0]]);
+    bytes.extend_from_slice(&unknown);
+    bytes.extend_from_slice(&small.bytes[small.block_ends[0]..]);
+    let path = write_file(&dir, "unknown.data", &bytes);
+    let read = read_all(&path).unwrap();
+    assert_eq!(read.blocks, small.blocks);
+    assert!(read.statistics.is_some());
+    assert!(!read.cut_short);
+
+    // An unknown chunk cut short at the end.
+    let mut bytes = small.bytes[..small.block_ends[0]].to_vec();
+    bytes.extend_from_slice(&unknown[..unknown.len() - 3]);
+    let path = write_file(&dir, "unknown.data", &bytes);
+    let read = read_all(&path).unwrap();
+    assert_eq!(read.blocks, small.blocks[..1]);
+    assert!(read.cut_short);
+}
+
+#[test]
+fn chunks_out_of_order() {
+    let dir = TempDir::new().unwrap();
+    let small = small_recording(&dir);
+    let metadata_payload = format::encode(&metadata()).unwrap();
+    let events_chunk = &small.bytes[small.table_end..small.block_ends[0]];
+
+    // Events before the function table.
+    let mut bytes = small.bytes[..FILE_HEADER_LEN].to_vec();
+    bytes.extend_from_slice(&chunk(ChunkKind::Metadata, &metadata_payload));
+    bytes.extend_from_slice(events_chunk);
+    let path = write_file(&dir, "order.data", &bytes);
+    assert!(matches!(
+        DataReader::open(&path),
+        Err(DataError::Corrupt { .. })
+    ));
+
+    // A second metadata chunk among the events.
+    let mut bytes = small.bytes[..small.block_ends[0]].to_vec();
+    bytes.extend_from_slice(&chunk(ChunkKind::Metadata, &metadata_payload));
+    let path = write_file(&dir, "order.data", &bytes);
+    let (events, result) = read_until_error(&path);
+    assert_eq!(events, small.blocks[0]);
+    assert!(matches!(result, Err(DataError::Corrupt { .. })));
+}
+
+#[test]
+fn undecodable_table() {
+    let dir = TempDir::new().unwrap();
+    let small = small_recording(&dir);
+    let metadata_end =
+        FILE_HEADER_LEN + CHUNK_HEADER_LEN + format::encode(&metadata()).unwrap().len();
+    let mut bytes = small.bytes[..metadata_end].to_vec();
+    // A valid chunk whose payload claims a billion functions.
+    let mut payload = vec![2u8, 0, 0]; // two empty module names... then the count:
+    payload.push(252);
+    payload.extend_from_slice(&1_000_000_000u32.to_le_bytes());
+    bytes.extend_from_slice(&chunk(ChunkKind::FunctionTable, &payload));
+    let path = write_file(&dir, "table.data", &bytes);
+    let error = DataReader::open(&path).err().unwrap();
+    assert!(matches!(error, DataError::Corrupt { .. }), "{error}");
+}
+
+#[test]
+fn ends_right_after_the_table() {
+    // A file that ends right after its table: no events, cut short, no error.
+    let dir = TempDir::new().unwrap();
+    let small = small_recording(&dir);
+    let path = write_file(&dir, "table_only.data", &small.bytes[..small.table_end]);
+    let read = read_all(&path).unwrap();
+    assert!(read.blocks.is_empty());
+    assert!(read.cut_short);
+}
+
+#[test]
+fn event_buffer_is_reused() {
+    // Largest block first: every later block lands in the same allocation.
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("utrace.data");
+    let mut writer = DataWriter::create(&path, &metadata(), &table(5)).unwrap();
+    writer.write_events(&events(1, 5000)).unwrap();
+    for seed in 2..10 {
+        writer
+            .write_events(&events(seed, 100 * seed as usize))
+            .unwrap();
+    }
+    writer.finish(&Statistics::default()).unwrap();
+
+    let mut reader = DataReader::open(&path).unwrap();
+    let first = reader.next_events().unwrap().unwrap().as_ptr();
+    let mut blocks = 1;
+    while let Some(block) = reader.next_events().unwrap() {
+        assert_eq!(block.as_ptr(), first);
+        blocks += 1;
+    }
+    assert_eq!(blocks, 9);
+}
+
+#[test]
+fn command_line_quotes_where_needed() {
+    let mut metadata = metadata();
+    assert_eq!(metadata.command_line(), "./sort -n 'big file.txt'");
+    metadata.command = vec!["echo".into(), "".into(), "it's".into()];
+    assert_eq!(metadata.command_line(), r"echo '' 'it'\''s'");
+}
+
+#[test]
+fn table_too_large_to_write() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("huge.data");
+    let mut huge = table(1);
+    huge.functions[0].name = "x".repeat(format::MAX_CHUNK_LEN as usize + 1);
+    let error = DataWriter::create(&path, &metadata(), &huge).err().unwrap();
+    assert!(matches!(error, DataError::TooLarge { .. }), "{error}");
+}
+
+#[test]
+fn write_error_names_the_file() {
+    // /dev/full takes the open and fails every write with ENOSPC.
+    let path = Path::new("/dev/full");
+    if !path.exists() {
+        eprintln!("skipped: no /dev/full");
+        return;
+    }
+    let error = DataWriter::create(path, &metadata(), &table(3))
+        .err()
+        .unwrap();
+    assert!(matches!(error, DataError::Io { .. }), "{error}");
+    assert!(error.to_string().starts_with("/dev/full: "), "{error}");
+}

@@ -1,0 +1,148 @@
+//! Writes `utrace.data` as the recording goes: each call leaves whole chunks in the file, handed to
+//! the OS before it returns, so a recorder killed at any point leaves a readable file.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::format::{self, ChunkHeader, ChunkKind, EVENTS_PER_CHUNK, MAX_CHUNK_LEN};
+use super::{DataError, Metadata, Statistics};
+use crate::event::Event;
+use crate::plan::FunctionTable;
+
+const BUFFER_CAPACITY: usize = 256 * 1024;
+
+/// Writes one recording. Create it, hand it events as they come, and [`finish`](Self::finish) it.
+/// Dropped without `finish`, the file reads as cut short.
+pub struct DataWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+    events_written: u64,
+    bytes_written: u64,
+    /// The events payload on big-endian hosts; stays empty on little-endian ones.
+    scratch: Vec<u8>,
+    /// Set when a write failed: the file may end in a partial chunk, so nothing more may follow.
+    failed: bool,
+}
+
+impl DataWriter {
+    /// Creates (or truncates) `path` and writes the header, the metadata and the function table.
+    pub fn create(
+        path: &Path,
+        metadata: &Metadata,
+        functions: &FunctionTable,
+    ) -> Result<DataWriter, DataError> {
+        let metadata = encode(path, "metadata", metadata)?;
+        let functions = encode(path, "function table", functions)?;
+        let file = File::create(path).map_err(|error| DataError::io(path, error))?;
+        let mut writer = DataWriter {
+            path: path.to_path_buf(),
+            out: BufWriter::with_capacity(BUFFER_CAPACITY, file),
+            events_written: 0,
+            bytes_written: 0,
+            scratch: Vec::new(),
+            failed: false,
+        };
+        writer.write(|out| {
+            let header = format::file_header();
+            out.write_all(&header)?;
+            let mut written = header.len() as u64;
+            written += write_chunk(out, ChunkKind::Metadata, &metadata)?;
+            written += write_chunk(out, ChunkKind::FunctionTable, &functions)?;
+            Ok(written)
+        })?;
+        Ok(writer)
+    }
+
+    /// Appends `events` as one events chunk, or several when there are more than
+    /// [`EVENTS_PER_CHUNK`]. Writes nothing for no events.
+    pub fn write_events(&mut self, events: &[Event]) -> Result<(), DataError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        // Moved out for the closure and back after: no allocation.
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = self.write(|out| {
+            let mut written = 0;
+            for block in events.chunks(EVENTS_PER_CHUNK) {
+                let payload = format::events_payload(block, &mut scratch);
+                written += write_chunk(out, ChunkKind::Events, payload)?;
+            }
+            Ok(written)
+        });
+        self.scratch = scratch;
+        result?;
+        self.events_written += events.len() as u64;
+        Ok(())
+    }
+
+    /// Appends the statistics chunk, which marks the recording as complete, and flushes.
+    pub fn finish(mut self, statistics: &Statistics) -> Result<(), DataError> {
+        let payload = encode(&self.path, "statistics", statistics)?;
+        self.write(|out| write_chunk(out, ChunkKind::Statistics, &payload))
+    }
+
+    /// Events written so far.
+    pub fn events_written(&self) -> u64 {
+        self.events_written
+    }
+
+    /// Bytes written so far, headers included: the length of the file once flushed.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `write` (which returns how many bytes it wrote), then flushes to the OS.
+    fn write(
+        &mut self,
+        write: impl FnOnce(&mut BufWriter<File>) -> io::Result<u64>,
+    ) -> Result<(), DataError> {
+        if self.failed {
+            return Err(DataError::WriterFailed {
+                path: self.path.clone(),
+            });
+        }
+        let result = write(&mut self.out);
+        match result.and_then(|written| self.out.flush().map(|()| written)) {
+            Ok(written) => {
+                self.bytes_written += written;
+                Ok(())
+            }
+            Err(error) => {
+                self.failed = true;
+                Err(DataError::io(&self.path, error))
+            }
+        }
+    }
+}
+
+fn encode<T: Serialize>(path: &Path, what: &'static str, value: &T) -> Result<Vec<u8>, DataError> {
+    let payload = format::encode(value).map_err(|error| DataError::Encode {
+        path: path.to_path_buf(),
+        what,
+        error,
+    })?;
+    if payload.len() > MAX_CHUNK_LEN as usize {
+        return Err(DataError::TooLarge {
+            path: path.to_path_buf(),
+            what,
+            len: payload.len(),
+        });
+    }
+    Ok(payload)
+}
+
+/// Writes one chunk, whose payload is at most [`MAX_CHUNK_LEN`] bytes; returns the bytes written.
+fn write_chunk(out: &mut impl Write, kind: ChunkKind, payload: &[u8]) -> io::Result<u64> {
+    debug_assert!(payload.len() <= MAX_CHUNK_LEN as usize);
+    let header = ChunkHeader::for_payload(kind, payload).encode();
+    out.write_all(&header)?;
+    out.write_all(payload)?;
+    Ok((header.len() + payload.len()) as u64)
+}
