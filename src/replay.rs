@@ -77,7 +77,7 @@ pub struct Replayer {
     /// Call stacks in the order their threads were first seen.
     stacks: Vec<CallStack>,
     /// Thread id → index into `stacks`.
-    index: HashMap<u32, usize, BuildHasherDefault<TidHasher>>,
+    index: FastHashMap<u32, usize>,
     /// The thread of the previous event and its index: events come in runs from one thread.
     last_thread: Option<(u32, usize)>,
     /// Zeroed per-function counters, taken by a thread when it enters its outermost call and
@@ -263,29 +263,52 @@ impl CallStack {
     }
 }
 
-/// A hasher for thread ids: one multiplication instead of SipHash, which would cost more than
-/// the rest of replaying an event. Thread ids are not chosen by an adversary.
-#[derive(Default)]
-struct TidHasher(u64);
+/// A hash map keyed by small integers or slices of them (thread ids, call paths).
+pub(crate) type FastHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
-impl Hasher for TidHasher {
+/// A multiply-and-rotate hasher for thread ids and call paths: SipHash would cost more than
+/// the rest of replaying an event. Keys are not chosen by an adversary, so flooding resistance
+/// is not needed.
+#[derive(Default)]
+pub(crate) struct FastHasher(u64);
+
+impl FastHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+impl Hasher for FastHasher {
     fn finish(&self) -> u64 {
-        self.0
+        // The multiplication leaves the low bits (the bucket index) poorly mixed: fold the high
+        // bits into them, keeping the high bits the table also uses.
+        self.0 ^ (self.0 >> 32)
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.write_u64(u64::from(byte));
+        // A slice of integers arrives here as one run of bytes: take it eight at a time.
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.add(u64::from_le_bytes(word.try_into().expect("8 bytes")));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
         }
     }
 
     fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
+        self.add(u64::from(n));
     }
 
     fn write_u64(&mut self, n: u64) {
-        // Fibonacci hashing: spreads consecutive ids over the high bits too.
-        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.add(n);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
     }
 }
 
@@ -639,5 +662,15 @@ mod tests {
         assert_eq!(outermost.duration_ns, 2 * depth - 1);
         assert_eq!(outermost.self_ns, 2);
         assert!(!outermost.recursive);
+    }
+
+    #[test]
+    fn replay_fast_hasher_tells_paths_apart() {
+        use std::hash::BuildHasher;
+        let hasher = BuildHasherDefault::<FastHasher>::default();
+        let paths: [&[FunctionId]; 6] = [&[], &[0], &[0, 0], &[1, 2], &[2, 1], &[1, 2, 3]];
+        let hashes: std::collections::HashSet<u64> =
+            paths.iter().map(|path| hasher.hash_one(path)).collect();
+        assert_eq!(hashes.len(), paths.len());
     }
 }

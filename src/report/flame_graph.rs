@@ -11,17 +11,16 @@
 //!   merged into one line.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::io::{self, Write};
 
 use crate::plan::{FunctionId, FunctionTable};
-use crate::replay::{CallSink, FinishedCall};
+use crate::replay::{CallSink, FastHashMap, FinishedCall};
 
 /// Self time per call path; a [`CallSink`]. Memory grows with the number of distinct paths,
 /// and a path is copied only the first time it is seen.
 #[derive(Clone, Debug, Default)]
 pub struct FoldedStacks {
-    weights: HashMap<Vec<FunctionId>, u64>,
+    weights: FastHashMap<Vec<FunctionId>, u64>,
 }
 
 impl FoldedStacks {
