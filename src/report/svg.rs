@@ -1,5 +1,6 @@
 //! `svg`: a flame graph drawn by inferno from the folded stacks of [`super::flame_graph`]. The
-//! title is the recorded command line; widths are self time in ns.
+//! title is the recorded command line (inferno's default title when it is empty); widths are self
+//! time in ns.
 
 use std::io::Write;
 
