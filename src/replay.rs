@@ -1,1 +1,676 @@
-//! Events → finished calls: one call stack per thread.
+//! Events → finished calls: one call stack per thread. This is the one engine every report
+//! shares (uftrace's `fstack`): a report is a [`CallSink`] that receives each call as it ends,
+//! with the path of its callers.
+//!
+//! What real traces contain, and what the replayer does with it:
+//! - an exit whose function is not on the thread's stack (a call already running at attach) is
+//!   ignored and counted in [`ReplayStats::unmatched_exits`];
+//! - an exit for a function deeper in the stack (returns lost beyond the uretprobe nesting
+//!   limit, longjmp, exceptions) unwinds: the frames above it end at the exit's time with
+//!   `complete == false`, then the matching frame ends normally;
+//! - entries without exits (the process exited, or we detached) stay open until
+//!   [`Replayer::finish`] closes them with `complete == false`;
+//! - an event whose function id is beyond the function table is ignored and counted: corrupt
+//!   input must not panic.
+//!
+//! Memory grows with the number of threads × the stack depth, plus the number of functions ×
+//! the number of threads that are inside a traced call *at the same time*; never with the length
+//! of the trace. Once the stacks have grown, replaying an event allocates nothing.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::event::Event;
+use crate::plan::FunctionId;
+
+/// One call that has ended (or was closed), as the replayer hands it to a [`CallSink`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinishedCall {
+    pub function: FunctionId,
+    pub tid: u32,
+    /// Entry time, CLOCK_MONOTONIC ns.
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    /// The duration minus the durations of the direct children.
+    pub self_ns: u64,
+    /// 0 for the outermost call observed on the thread.
+    pub depth: u32,
+    /// False when the exit was never seen: the call was closed by [`Replayer::finish`], or by an
+    /// exit of a function deeper in the stack (unwinding).
+    pub complete: bool,
+    /// The same function is already active below this call on this thread's stack.
+    pub recursive: bool,
+}
+
+/// A consumer of finished calls: a report, a live printer, a test's collector.
+pub trait CallSink {
+    /// `stack` is the path from the thread's outermost frame to this call, inclusive, so
+    /// `stack.last() == Some(&call.function)` and `stack.len() == call.depth + 1`.
+    fn call_finished(&mut self, call: &FinishedCall, stack: &[FunctionId]);
+}
+
+/// A closure is a sink, which keeps one-off consumers and tests short.
+impl<F: FnMut(&FinishedCall, &[FunctionId])> CallSink for F {
+    fn call_finished(&mut self, call: &FinishedCall, stack: &[FunctionId]) {
+        self(call, stack)
+    }
+}
+
+/// What the replayer saw that the calls alone do not tell.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplayStats {
+    /// Exits with no matching entry on the thread's stack: calls in flight at attach.
+    pub unmatched_exits: u64,
+    /// Calls whose exit was never seen: closed by `finish` or by unwinding.
+    pub unfinished_calls: u64,
+    /// Events whose function id is beyond the function table (corrupt input), ignored.
+    pub unknown_function_events: u64,
+    /// Threads seen.
+    pub threads: usize,
+    /// The latest timestamp of any event replayed (0 when none was).
+    pub last_timestamp_ns: u64,
+}
+
+/// Turns entry and exit events into [`FinishedCall`]s, one call stack per thread.
+pub struct Replayer {
+    function_count: usize,
+    /// Call stacks in the order their threads were first seen.
+    stacks: Vec<CallStack>,
+    /// Thread id → index into `stacks`.
+    index: FastHashMap<u32, usize>,
+    /// The thread of the previous event and its index: events come in runs from one thread.
+    last_thread: Option<(u32, usize)>,
+    /// Zeroed per-function counters, taken by a thread when it enters its outermost call and
+    /// given back when that call ends, so threads that are idle hold none.
+    spare_active: Vec<Vec<u32>>,
+    stats: ReplayStats,
+}
+
+impl Replayer {
+    /// A replayer for a function table of `function_count` functions: ids from 0 to
+    /// `function_count - 1` are valid.
+    pub fn new(function_count: usize) -> Replayer {
+        Replayer {
+            function_count,
+            stacks: Vec::new(),
+            index: HashMap::default(),
+            last_thread: None,
+            spare_active: Vec::new(),
+            stats: ReplayStats::default(),
+        }
+    }
+
+    /// Replays one event; the calls it ends go to `sink`, innermost first.
+    pub fn push<S: CallSink>(&mut self, event: &Event, sink: &mut S) {
+        let function = event.function_id();
+        if function as usize >= self.function_count {
+            self.stats.unknown_function_events += 1;
+            return;
+        }
+        let ts = event.timestamp_ns;
+        self.stats.last_timestamp_ns = self.stats.last_timestamp_ns.max(ts);
+        let thread = self.thread_index(event.tid);
+        let stack = &mut self.stacks[thread];
+        if event.is_exit() {
+            if !stack.is_active(function) {
+                self.stats.unmatched_exits += 1;
+                return;
+            }
+            // The function is on the stack, so this loop stops at it.
+            while stack.top() != Some(function) {
+                stack.pop(ts, false, sink, &mut self.spare_active);
+                self.stats.unfinished_calls += 1;
+            }
+            stack.pop(ts, true, sink, &mut self.spare_active);
+        } else {
+            let function_count = self.function_count;
+            stack.enter(function, ts, || {
+                self.spare_active
+                    .pop()
+                    .unwrap_or_else(|| vec![0; function_count])
+            });
+        }
+    }
+
+    /// Replays a block of events in order.
+    pub fn push_all<S: CallSink>(&mut self, events: &[Event], sink: &mut S) {
+        for event in events {
+            self.push(event, sink);
+        }
+    }
+
+    /// The statistics so far.
+    pub fn stats(&self) -> ReplayStats {
+        ReplayStats {
+            threads: self.stacks.len(),
+            ..self.stats
+        }
+    }
+
+    /// Closes every open frame at `end_ns` (`complete == false`), innermost first, thread by
+    /// thread in order of thread id. A frame that started after `end_ns` gets a duration of 0.
+    pub fn finish<S: CallSink>(mut self, end_ns: u64, sink: &mut S) -> ReplayStats {
+        self.stacks.sort_by_key(|stack| stack.tid);
+        for stack in &mut self.stacks {
+            while stack.top().is_some() {
+                stack.pop(end_ns, false, sink, &mut self.spare_active);
+                self.stats.unfinished_calls += 1;
+            }
+        }
+        self.stats()
+    }
+
+    fn thread_index(&mut self, tid: u32) -> usize {
+        if let Some((last_tid, index)) = self.last_thread {
+            if last_tid == tid {
+                return index;
+            }
+        }
+        let stacks = &mut self.stacks;
+        let index = *self.index.entry(tid).or_insert_with(|| {
+            stacks.push(CallStack::new(tid));
+            stacks.len() - 1
+        });
+        self.last_thread = Some((tid, index));
+        index
+    }
+}
+
+/// One open call.
+struct Frame {
+    start_ns: u64,
+    /// Sum of the durations of the direct children that have ended.
+    child_ns: u64,
+    recursive: bool,
+}
+
+/// One thread's open calls, outermost first.
+struct CallStack {
+    tid: u32,
+    /// The functions of `frames`, kept apart so the path is a slice to hand to sinks.
+    path: Vec<FunctionId>,
+    frames: Vec<Frame>,
+    /// How many frames of each function are open, indexed by function id; empty while the
+    /// stack is empty (the vector then sits in the replayer's spares), so recursion and "is
+    /// this exit's function on the stack" are O(1) without a table per idle thread.
+    active: Vec<u32>,
+}
+
+impl CallStack {
+    fn new(tid: u32) -> CallStack {
+        CallStack {
+            tid,
+            path: Vec::new(),
+            frames: Vec::new(),
+            active: Vec::new(),
+        }
+    }
+
+    fn top(&self) -> Option<FunctionId> {
+        self.path.last().copied()
+    }
+
+    fn is_active(&self, function: FunctionId) -> bool {
+        self.active.get(function as usize).is_some_and(|&n| n > 0)
+    }
+
+    /// Opens a frame; `take_active` provides zeroed counters when the stack has none.
+    fn enter(&mut self, function: FunctionId, ts: u64, take_active: impl FnOnce() -> Vec<u32>) {
+        if self.active.is_empty() {
+            self.active = take_active();
+        }
+        let count = &mut self.active[function as usize];
+        let recursive = *count > 0;
+        *count += 1;
+        self.path.push(function);
+        self.frames.push(Frame {
+            start_ns: ts,
+            child_ns: 0,
+            recursive,
+        });
+    }
+
+    /// Closes the top frame at `end_ns` and hands it to `sink`. The stack must not be empty.
+    fn pop<S: CallSink>(
+        &mut self,
+        end_ns: u64,
+        complete: bool,
+        sink: &mut S,
+        spare_active: &mut Vec<Vec<u32>>,
+    ) {
+        let frame = self.frames.pop().expect("pop on an empty call stack");
+        let depth = self.frames.len();
+        let function = self.path[depth];
+        let duration_ns = end_ns.saturating_sub(frame.start_ns);
+        let call = FinishedCall {
+            function,
+            tid: self.tid,
+            start_ns: frame.start_ns,
+            duration_ns,
+            self_ns: duration_ns.saturating_sub(frame.child_ns),
+            depth: depth as u32,
+            complete,
+            recursive: frame.recursive,
+        };
+        sink.call_finished(&call, &self.path);
+        self.path.pop();
+        self.active[function as usize] -= 1;
+        match self.frames.last_mut() {
+            Some(parent) => parent.child_ns = parent.child_ns.saturating_add(duration_ns),
+            // Every counter is back to zero: lend the vector to the next thread that enters.
+            None => spare_active.push(std::mem::take(&mut self.active)),
+        }
+    }
+}
+
+/// A hash map keyed by small integers or slices of them (thread ids, call paths).
+pub(crate) type FastHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+/// A multiply-and-rotate hasher for thread ids and call paths: SipHash would cost more than
+/// the rest of replaying an event. Keys are not chosen by an adversary, so flooding resistance
+/// is not needed.
+#[derive(Default)]
+pub(crate) struct FastHasher(u64);
+
+impl FastHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        // The multiplication leaves the low bits (the bucket index) poorly mixed: fold the high
+        // bits into them, keeping the high bits the table also uses.
+        self.0 ^ (self.0 >> 32)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // A slice of integers arrives here as one run of bytes: take it eight at a time.
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.add(u64::from_le_bytes(word.try_into().expect("8 bytes")));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAIN: FunctionId = 0;
+    const A: FunctionId = 1;
+    const B: FunctionId = 2;
+    const C: FunctionId = 3;
+
+    /// Replays `events` with `finish(end_ns)` and returns every call with its path, in the
+    /// order the sink saw them, and the statistics.
+    fn replay(
+        function_count: usize,
+        events: &[Event],
+        end_ns: u64,
+    ) -> (Vec<(FinishedCall, Vec<FunctionId>)>, ReplayStats) {
+        let mut calls = Vec::new();
+        let mut sink = |call: &FinishedCall, stack: &[FunctionId]| {
+            assert_eq!(stack.last(), Some(&call.function));
+            assert_eq!(stack.len(), call.depth as usize + 1);
+            calls.push((call.clone(), stack.to_vec()));
+        };
+        let mut replayer = Replayer::new(function_count);
+        replayer.push_all(events, &mut sink);
+        let stats = replayer.finish(end_ns, &mut sink);
+        (calls, stats)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        function: FunctionId,
+        tid: u32,
+        start_ns: u64,
+        duration_ns: u64,
+        self_ns: u64,
+        depth: u32,
+        complete: bool,
+        recursive: bool,
+    ) -> FinishedCall {
+        FinishedCall {
+            function,
+            tid,
+            start_ns,
+            duration_ns,
+            self_ns,
+            depth,
+            complete,
+            recursive,
+        }
+    }
+
+    #[test]
+    fn replay_small_tree_gives_exact_total_and_self_times() {
+        let events = [
+            Event::entry(0, 1, MAIN),
+            Event::entry(10, 1, A),
+            Event::entry(20, 1, B),
+            Event::exit(50, 1, B),
+            Event::exit(60, 1, A),
+            Event::entry(70, 1, C),
+            Event::exit(100, 1, C),
+            Event::exit(120, 1, MAIN),
+        ];
+        let (calls, stats) = replay(4, &events, 1000);
+        assert_eq!(
+            calls,
+            vec![
+                (call(B, 1, 20, 30, 30, 2, true, false), vec![MAIN, A, B]),
+                (call(A, 1, 10, 50, 20, 1, true, false), vec![MAIN, A]),
+                (call(C, 1, 70, 30, 30, 1, true, false), vec![MAIN, C]),
+                (call(MAIN, 1, 0, 120, 40, 0, true, false), vec![MAIN]),
+            ]
+        );
+        assert_eq!(
+            stats,
+            ReplayStats {
+                unmatched_exits: 0,
+                unfinished_calls: 0,
+                unknown_function_events: 0,
+                threads: 1,
+                last_timestamp_ns: 120,
+            }
+        );
+    }
+
+    #[test]
+    fn replay_direct_recursion_marks_inner_calls() {
+        // fib(3) → fib(2) → fib(1), then fib(3) → fib(1).
+        let fib = 0;
+        let events = [
+            Event::entry(0, 1, fib),
+            Event::entry(10, 1, fib),
+            Event::entry(20, 1, fib),
+            Event::exit(30, 1, fib),
+            Event::exit(40, 1, fib),
+            Event::entry(50, 1, fib),
+            Event::exit(70, 1, fib),
+            Event::exit(100, 1, fib),
+        ];
+        let (calls, stats) = replay(1, &events, 100);
+        let calls: Vec<_> = calls.into_iter().map(|(call, _)| call).collect();
+        assert_eq!(
+            calls,
+            vec![
+                call(fib, 1, 20, 10, 10, 2, true, true),
+                call(fib, 1, 10, 30, 20, 1, true, true),
+                call(fib, 1, 50, 20, 20, 1, true, true),
+                call(fib, 1, 0, 100, 50, 0, true, false),
+            ]
+        );
+        // Self times add up to the outermost call's duration: nothing counted twice.
+        assert_eq!(calls.iter().map(|c| c.self_ns).sum::<u64>(), 100);
+        assert_eq!(stats.unfinished_calls, 0);
+    }
+
+    #[test]
+    fn replay_mutual_recursion_marks_calls_already_active_below() {
+        let (even, odd) = (0, 1);
+        let events = [
+            Event::entry(0, 1, even),
+            Event::entry(10, 1, odd),
+            Event::entry(20, 1, even),
+            Event::entry(25, 1, odd),
+            Event::exit(27, 1, odd),
+            Event::exit(30, 1, even),
+            Event::exit(40, 1, odd),
+            Event::exit(50, 1, even),
+            // Once the recursion is over, a new call is not recursive.
+            Event::entry(60, 1, odd),
+            Event::exit(65, 1, odd),
+        ];
+        let (calls, _) = replay(2, &events, 100);
+        assert_eq!(
+            calls,
+            vec![
+                (
+                    call(odd, 1, 25, 2, 2, 3, true, true),
+                    vec![even, odd, even, odd]
+                ),
+                (
+                    call(even, 1, 20, 10, 8, 2, true, true),
+                    vec![even, odd, even]
+                ),
+                (call(odd, 1, 10, 30, 20, 1, true, false), vec![even, odd]),
+                (call(even, 1, 0, 50, 20, 0, true, false), vec![even]),
+                (call(odd, 1, 60, 5, 5, 0, true, false), vec![odd]),
+            ]
+        );
+    }
+
+    #[test]
+    fn replay_keeps_interleaved_threads_apart() {
+        let events = [
+            Event::entry(0, 100, MAIN),
+            Event::entry(5, 200, A),
+            Event::entry(10, 100, A),
+            Event::entry(12, 200, B),
+            Event::exit(15, 200, B),
+            Event::exit(20, 100, A),
+            Event::exit(25, 200, A),
+            Event::exit(30, 100, MAIN),
+            // The same function on two threads at once is not recursion.
+            Event::entry(40, 100, C),
+            Event::entry(41, 200, C),
+            Event::exit(42, 200, C),
+            Event::exit(43, 100, C),
+        ];
+        let (calls, stats) = replay(4, &events, 100);
+        assert_eq!(
+            calls,
+            vec![
+                (call(B, 200, 12, 3, 3, 1, true, false), vec![A, B]),
+                (call(A, 100, 10, 10, 10, 1, true, false), vec![MAIN, A]),
+                (call(A, 200, 5, 20, 17, 0, true, false), vec![A]),
+                (call(MAIN, 100, 0, 30, 20, 0, true, false), vec![MAIN]),
+                (call(C, 200, 41, 1, 1, 0, true, false), vec![C]),
+                (call(C, 100, 40, 3, 3, 0, true, false), vec![C]),
+            ]
+        );
+        assert_eq!(stats.threads, 2);
+        assert_eq!(stats.last_timestamp_ns, 43);
+    }
+
+    #[test]
+    fn replay_ignores_and_counts_exits_without_entry() {
+        let events = [
+            // Running at attach: nothing on the stack.
+            Event::exit(5, 1, A),
+            Event::entry(10, 1, MAIN),
+            // Not on the (non-empty) stack either.
+            Event::exit(15, 1, B),
+            Event::exit(20, 1, MAIN),
+            // main itself was called before attach on another thread.
+            Event::exit(30, 2, MAIN),
+        ];
+        let (calls, stats) = replay(3, &events, 100);
+        assert_eq!(
+            calls,
+            vec![(call(MAIN, 1, 10, 10, 10, 0, true, false), vec![MAIN])]
+        );
+        assert_eq!(stats.unmatched_exits, 3);
+        assert_eq!(stats.unfinished_calls, 0);
+        assert_eq!(stats.threads, 2);
+    }
+
+    #[test]
+    fn replay_finish_closes_open_calls_innermost_first() {
+        let events = [
+            Event::entry(0, 1, MAIN),
+            Event::entry(10, 1, A),
+            Event::entry(20, 1, B),
+            Event::exit(30, 1, B),
+            Event::entry(40, 2, C),
+        ];
+        let (calls, stats) = replay(4, &events, 100);
+        assert_eq!(
+            calls,
+            vec![
+                (call(B, 1, 20, 10, 10, 2, true, false), vec![MAIN, A, B]),
+                (call(A, 1, 10, 90, 80, 1, false, false), vec![MAIN, A]),
+                (call(MAIN, 1, 0, 100, 10, 0, false, false), vec![MAIN]),
+                (call(C, 2, 40, 60, 60, 0, false, false), vec![C]),
+            ]
+        );
+        assert_eq!(stats.unfinished_calls, 3);
+        assert_eq!(stats.last_timestamp_ns, 40);
+    }
+
+    #[test]
+    fn replay_finish_before_a_start_gives_zero_duration() {
+        let (calls, _) = replay(1, &[Event::entry(50, 1, MAIN)], 10);
+        assert_eq!(calls[0].0, call(MAIN, 1, 50, 0, 0, 0, false, false));
+    }
+
+    #[test]
+    fn replay_exit_deeper_in_the_stack_unwinds_the_frames_above() {
+        let events = [
+            Event::entry(0, 1, MAIN),
+            Event::entry(10, 1, A),
+            Event::entry(20, 1, B),
+            Event::entry(30, 1, C),
+            // The returns of c and b were lost (longjmp, uretprobe nesting limit).
+            Event::exit(50, 1, A),
+            Event::exit(60, 1, MAIN),
+        ];
+        let (calls, stats) = replay(4, &events, 100);
+        assert_eq!(
+            calls,
+            vec![
+                (call(C, 1, 30, 20, 20, 3, false, false), vec![MAIN, A, B, C]),
+                (call(B, 1, 20, 30, 10, 2, false, false), vec![MAIN, A, B]),
+                (call(A, 1, 10, 40, 10, 1, true, false), vec![MAIN, A]),
+                (call(MAIN, 1, 0, 60, 20, 0, true, false), vec![MAIN]),
+            ]
+        );
+        assert_eq!(stats.unfinished_calls, 2);
+        assert_eq!(stats.unmatched_exits, 0);
+    }
+
+    #[test]
+    fn replay_unwinds_to_the_innermost_frame_of_a_recursive_function() {
+        let events = [
+            Event::entry(0, 1, A),
+            Event::entry(10, 1, A),
+            Event::entry(20, 1, B),
+            Event::exit(30, 1, A),
+        ];
+        let (calls, stats) = replay(3, &events, 40);
+        assert_eq!(
+            calls,
+            vec![
+                (call(B, 1, 20, 10, 10, 2, false, false), vec![A, A, B]),
+                (call(A, 1, 10, 20, 10, 1, true, true), vec![A, A]),
+                (call(A, 1, 0, 40, 20, 0, false, false), vec![A]),
+            ]
+        );
+        assert_eq!(stats.unfinished_calls, 2);
+    }
+
+    #[test]
+    fn replay_ignores_and_counts_out_of_range_function_ids() {
+        let events = [
+            Event::entry(0, 1, MAIN),
+            Event::entry(5, 1, 4),
+            Event::exit(6, 1, 4),
+            Event::exit(7, 1, 0x7fff_ffff),
+            Event {
+                timestamp_ns: u64::MAX,
+                tid: 1,
+                function: u32::MAX,
+            },
+            Event::exit(10, 1, MAIN),
+        ];
+        let (calls, stats) = replay(4, &events, 100);
+        assert_eq!(
+            calls,
+            vec![(call(MAIN, 1, 0, 10, 10, 0, true, false), vec![MAIN])]
+        );
+        assert_eq!(stats.unknown_function_events, 4);
+        assert_eq!(stats.last_timestamp_ns, 10);
+    }
+
+    #[test]
+    fn replay_with_an_empty_table_ignores_everything() {
+        let (calls, stats) = replay(0, &[Event::entry(0, 1, 0), Event::exit(1, 1, 0)], 5);
+        assert!(calls.is_empty());
+        assert_eq!(stats.unknown_function_events, 2);
+        assert_eq!(stats.threads, 0);
+    }
+
+    #[test]
+    fn replay_lent_counters_come_back_zeroed() {
+        // Thread 1's counters go back to the spares after its outermost call and are lent to
+        // thread 2: a leftover count would make thread 2's call look recursive.
+        let events = [
+            Event::entry(0, 1, A),
+            Event::entry(1, 1, A),
+            Event::exit(2, 1, A),
+            Event::exit(3, 1, A),
+            Event::entry(4, 2, A),
+            Event::exit(5, 2, A),
+            Event::entry(6, 1, A),
+            Event::exit(7, 1, A),
+        ];
+        let (calls, _) = replay(2, &events, 10);
+        let recursive: Vec<bool> = calls.iter().map(|(c, _)| c.recursive).collect();
+        assert_eq!(recursive, vec![true, false, false, false]);
+    }
+
+    #[test]
+    fn replay_deep_stack_does_not_overflow() {
+        let depth = 100_000u64;
+        let mut events = Vec::new();
+        for i in 0..depth {
+            events.push(Event::entry(i, 1, 0));
+        }
+        for i in 0..depth {
+            events.push(Event::exit(depth + i, 1, 0));
+        }
+        let mut outermost = None;
+        let mut replayer = Replayer::new(1);
+        replayer.push_all(&events, &mut |call: &FinishedCall, _: &[FunctionId]| {
+            if call.depth == 0 {
+                outermost = Some(call.clone());
+            }
+        });
+        let outermost = outermost.unwrap();
+        assert_eq!(outermost.duration_ns, 2 * depth - 1);
+        assert_eq!(outermost.self_ns, 2);
+        assert!(!outermost.recursive);
+    }
+
+    #[test]
+    fn replay_fast_hasher_tells_paths_apart() {
+        use std::hash::BuildHasher;
+        let hasher = BuildHasherDefault::<FastHasher>::default();
+        let paths: [&[FunctionId]; 6] = [&[], &[0], &[0, 0], &[1, 2], &[2, 1], &[1, 2, 3]];
+        let hashes: std::collections::HashSet<u64> =
+            paths.iter().map(|path| hasher.hash_one(path)).collect();
+        assert_eq!(hashes.len(), paths.len());
+    }
+}

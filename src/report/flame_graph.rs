@@ -1,0 +1,112 @@
+//! `flame-graph`: folded stacks, the text that `flamegraph.pl` and inferno read. One line per
+//! distinct call path, `main;sort;cmp 1234`, weighted by the self time in ns spent in the
+//! innermost function on that path, so the weights of all lines add up to the traced time.
+//!
+//! - Frames are the function names of the table. A `;` inside a name (which would split the
+//!   frame) becomes `:`, and a line break becomes a space, so each line stays parseable; spaces
+//!   are kept, since the weight is read after the last one.
+//! - Paths with a weight of 0 are left out.
+//! - Lines are sorted by their stack text, so the output is the same for the same trace;
+//!   distinct paths that read the same (two functions of one name in different modules) are
+//!   merged into one line.
+
+use std::borrow::Cow;
+use std::io::{self, Write};
+
+use crate::plan::{FunctionId, FunctionTable};
+use crate::replay::{CallSink, FastHashMap, FinishedCall};
+
+/// Self time per call path; a [`CallSink`]. Memory grows with the number of distinct paths,
+/// and a path is copied only the first time it is seen.
+#[derive(Clone, Debug, Default)]
+pub struct FoldedStacks {
+    weights: FastHashMap<Vec<FunctionId>, u64>,
+}
+
+impl FoldedStacks {
+    pub fn new() -> FoldedStacks {
+        FoldedStacks::default()
+    }
+
+    /// The weight of one path (outermost first), 0 if never seen.
+    pub fn weight(&self, stack: &[FunctionId]) -> u64 {
+        self.weights.get(stack).copied().unwrap_or(0)
+    }
+
+    /// The folded lines, without line ends, sorted.
+    pub fn lines(&self, table: &FunctionTable) -> Vec<String> {
+        let mut stacks: Vec<(String, u64)> = self
+            .weights
+            .iter()
+            .map(|(stack, &weight)| (stack_text(table, stack), weight))
+            .collect();
+        stacks.sort_unstable();
+        let mut lines: Vec<String> = Vec::with_capacity(stacks.len());
+        let mut previous: Option<(String, u64)> = None;
+        for (text, weight) in stacks {
+            previous = match previous {
+                Some((last, sum)) if last == text => Some((last, sum.saturating_add(weight))),
+                Some((last, sum)) => {
+                    lines.push(format!("{last} {sum}"));
+                    Some((text, weight))
+                }
+                None => Some((text, weight)),
+            };
+        }
+        if let Some((last, sum)) = previous {
+            lines.push(format!("{last} {sum}"));
+        }
+        lines
+    }
+
+    /// Writes [`FoldedStacks::lines`], one per line.
+    pub fn write_folded(&self, table: &FunctionTable, out: &mut dyn Write) -> io::Result<()> {
+        for line in self.lines(table) {
+            writeln!(out, "{line}")?;
+        }
+        Ok(())
+    }
+}
+
+impl CallSink for FoldedStacks {
+    fn call_finished(&mut self, call: &FinishedCall, stack: &[FunctionId]) {
+        if call.self_ns == 0 {
+            return;
+        }
+        match self.weights.get_mut(stack) {
+            Some(weight) => *weight = weight.saturating_add(call.self_ns),
+            None => {
+                self.weights.insert(stack.to_vec(), call.self_ns);
+            }
+        }
+    }
+}
+
+fn stack_text(table: &FunctionTable, stack: &[FunctionId]) -> String {
+    let mut text = String::new();
+    for (i, &id) in stack.iter().enumerate() {
+        if i > 0 {
+            text.push(';');
+        }
+        let name = table.function(id).map_or("?", |f| f.name.as_str());
+        text.push_str(&frame_name(name));
+    }
+    text
+}
+
+/// A function name as a folded-stack frame: `;` becomes `:`, line breaks become spaces.
+pub fn frame_name(name: &str) -> Cow<'_, str> {
+    if name.contains([';', '\n', '\r']) {
+        Cow::Owned(
+            name.chars()
+                .map(|c| match c {
+                    ';' => ':',
+                    '\n' | '\r' => ' ',
+                    c => c,
+                })
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(name)
+    }
+}

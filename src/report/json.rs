@@ -1,0 +1,72 @@
+//! `json`: the summary for scripts.
+//!
+//! ```json
+//! {"command": "...", "pid": N, "duration_ns": N, "events": N, "lost_events": N,
+//!  "functions": [{"name": "fib", "module": "sort", "calls": N, "total_ns": N, "self_ns": N,
+//!                 "avg_ns": N, "min_ns": N, "max_ns": N}]}
+//! ```
+//! The header comes from [`TraceInfo`]; `functions` are in the summary's order with the same
+//! figures (see [`super::summary`]); `module` is the file name of the function's module.
+//! Written pretty-printed, with a final line end.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::summary::Summary;
+use super::TraceInfo;
+use crate::plan::FunctionTable;
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    command: &'a str,
+    pid: u32,
+    duration_ns: u64,
+    events: u64,
+    lost_events: u64,
+    functions: Vec<JsonFunction<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonFunction<'a> {
+    name: &'a str,
+    module: &'a str,
+    calls: u64,
+    total_ns: u64,
+    self_ns: u64,
+    avg_ns: u64,
+    min_ns: u64,
+    max_ns: u64,
+}
+
+pub fn write_json(
+    info: &TraceInfo,
+    table: &FunctionTable,
+    summary: &Summary,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let functions = summary
+        .rows(table)
+        .into_iter()
+        .map(|row| JsonFunction {
+            name: &row.function.name,
+            module: table.module_name(row.function),
+            calls: row.stats.calls,
+            total_ns: row.stats.total_ns,
+            self_ns: row.stats.self_ns,
+            avg_ns: row.stats.avg_ns(),
+            min_ns: row.stats.min_ns,
+            max_ns: row.stats.max_ns,
+        })
+        .collect();
+    let report = JsonReport {
+        command: &info.command,
+        pid: info.pid,
+        duration_ns: info.duration_ns,
+        events: info.events,
+        lost_events: info.lost_events,
+        functions,
+    };
+    serde_json::to_writer_pretty(&mut *out, &report)?;
+    writeln!(out)
+}
