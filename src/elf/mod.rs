@@ -16,6 +16,9 @@ mod plt;
 mod segments;
 mod symbols;
 
+#[cfg(test)]
+mod tests;
+
 use std::io;
 use std::path::{Path, PathBuf};
 
