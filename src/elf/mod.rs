@@ -1,1 +1,201 @@
 //! ELF symbols, PLT stubs, file offsets and demangled names of the traced files.
+//!
+//! [`read_function_symbols`] is the entry point: it reads one x86_64 ELF file (executable or
+//! shared library) and returns every function that can carry a uprobe, with the file offset the
+//! probe attaches to. The work is split by job:
+//!
+//! - `symbols`: defined function symbols of `.symtab` and `.dynsym`, aliases merged, `.cold`
+//!   fragments dropped;
+//! - `plt`: PLT stubs, named by decoding each stub's `jmp *GOT(%rip)` and matching the GOT slot
+//!   to its relocation;
+//! - `segments`: virtual address to file offset, through the executable `PT_LOAD` segments;
+//! - `demangle`: Rust (legacy and v0) and C++ names.
+
+mod demangle;
+mod plt;
+mod segments;
+mod symbols;
+
+#[cfg(test)]
+mod tests;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use goblin::elf::header::{self, Header};
+use goblin::elf::Elf;
+
+use crate::plan::FunctionKind;
+
+pub use demangle::demangle;
+
+/// One function of an ELF file that a uprobe can attach to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionSymbol {
+    /// Demangled name; PLT stubs are `name@plt` (`qsort@plt`).
+    pub name: String,
+    /// Virtual address in the ELF file (before any load bias).
+    pub address: u64,
+    /// File offset of `address`, through the executable `PT_LOAD` segment that contains it: what
+    /// uprobes attach to.
+    pub offset: u64,
+    /// Size in bytes (the symbol's `st_size`, or the stub size for PLT stubs).
+    pub size: u64,
+    pub kind: FunctionKind,
+}
+
+/// Why the functions of an ELF file could not be read. Each message says what failed, on which
+/// file and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    #[error("cannot read {}: {error}: check that the file exists and is readable", path.display())]
+    Io { path: PathBuf, error: io::Error },
+
+    #[error("{} is a directory: give the path of an executable or a shared library", path.display())]
+    IsDirectory { path: PathBuf },
+
+    #[error("{} is not an ELF file: give the path of an executable or a shared library", path.display())]
+    NotElf { path: PathBuf },
+
+    #[error(
+        "{} is a {class} ELF file for {machine}: utrace traces only 64-bit x86_64 programs",
+        path.display()
+    )]
+    UnsupportedMachine {
+        path: PathBuf,
+        /// `32-bit`, `64-bit` or `invalid-class`.
+        class: &'static str,
+        /// The `e_machine` name (`ARM`, `386`, ...).
+        machine: String,
+    },
+
+    #[error(
+        "{} is an ELF {kind} file, not an executable or a shared library: give a linked program",
+        path.display()
+    )]
+    UnsupportedType { path: PathBuf, kind: &'static str },
+
+    #[error("{} has no function symbols (stripped?): use a build with symbols", path.display())]
+    NoFunctionSymbols { path: PathBuf },
+
+    #[error("{} is a malformed ELF file ({message}): check it with `readelf -a` or rebuild it", path.display())]
+    Malformed { path: PathBuf, message: String },
+}
+
+/// The functions of the ELF file at `path`, sorted by address: the defined function symbols of
+/// `.symtab` and `.dynsym` (aliases merged, `.cold` fragments left out) and the PLT stubs.
+///
+/// Only 64-bit x86_64 executables and shared libraries are accepted. A function outside every
+/// executable `PT_LOAD` segment has no file offset a uprobe could use and is left out.
+pub fn read_function_symbols(path: &Path) -> Result<Vec<FunctionSymbol>, ElfError> {
+    let bytes = read_file(path)?;
+    functions_in(path, &bytes)
+}
+
+/// [`read_function_symbols`] on the contents of the file; `path` only names it in errors.
+fn functions_in(path: &Path, bytes: &[u8]) -> Result<Vec<FunctionSymbol>, ElfError> {
+    let elf = parse(path, bytes)?;
+    let segments = segments::ExecutableSegments::new(&elf.program_headers);
+
+    let mut functions = Vec::new();
+    for function in symbols::defined_functions(&elf) {
+        if let Some(offset) = segments.file_offset(function.address) {
+            functions.push(FunctionSymbol {
+                name: demangle(function.name),
+                address: function.address,
+                offset,
+                size: function.size,
+                kind: FunctionKind::Function,
+            });
+        }
+    }
+    let has_symbols = !functions.is_empty();
+
+    for stub in plt::stubs(&elf, bytes) {
+        if let Some(offset) = segments.file_offset(stub.address) {
+            functions.push(FunctionSymbol {
+                name: format!("{}@plt", stub.target),
+                address: stub.address,
+                offset,
+                size: stub.size,
+                kind: FunctionKind::Plt,
+            });
+        }
+    }
+
+    // PLT stubs alone are not a symbol table: a stripped file keeps its relocations.
+    if !has_symbols {
+        return Err(ElfError::NoFunctionSymbols {
+            path: path.to_owned(),
+        });
+    }
+
+    // One function per address. Linkers do not put symbols on PLT stubs, but if one does, the
+    // stub's name says more about what the code is.
+    functions.sort_by(|a, b| {
+        a.address
+            .cmp(&b.address)
+            .then_with(|| kind_rank(a.kind).cmp(&kind_rank(b.kind)))
+    });
+    functions.dedup_by_key(|function| function.address);
+    Ok(functions)
+}
+
+fn kind_rank(kind: FunctionKind) -> u8 {
+    match kind {
+        FunctionKind::Plt => 0,
+        FunctionKind::Function => 1,
+    }
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, ElfError> {
+    let io_error = |error| ElfError::Io {
+        path: path.to_owned(),
+        error,
+    };
+    let metadata = std::fs::metadata(path).map_err(io_error)?;
+    if metadata.is_dir() {
+        return Err(ElfError::IsDirectory {
+            path: path.to_owned(),
+        });
+    }
+    std::fs::read(path).map_err(io_error)
+}
+
+/// Checks the identity of the file before goblin parses the rest, so that the common mistakes
+/// (a script, a 32-bit or ARM binary, an object file) get their own message.
+fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<Elf<'a>, ElfError> {
+    if bytes.get(..header::SELFMAG) != Some(header::ELFMAG.as_slice()) {
+        return Err(ElfError::NotElf {
+            path: path.to_owned(),
+        });
+    }
+    let malformed = |error: goblin::error::Error| ElfError::Malformed {
+        path: path.to_owned(),
+        message: error.to_string(),
+    };
+    let header: Header = Elf::parse_header(bytes).map_err(malformed)?;
+    let class = header.e_ident.get(header::EI_CLASS).copied();
+    if class != Some(header::ELFCLASS64) || header.e_machine != header::EM_X86_64 {
+        return Err(ElfError::UnsupportedMachine {
+            path: path.to_owned(),
+            class: match class {
+                Some(header::ELFCLASS32) => "32-bit",
+                Some(header::ELFCLASS64) => "64-bit",
+                _ => "invalid-class",
+            },
+            machine: header::machine_to_str(header.e_machine).to_owned(),
+        });
+    }
+    if header.e_type != header::ET_EXEC && header.e_type != header::ET_DYN {
+        return Err(ElfError::UnsupportedType {
+            path: path.to_owned(),
+            kind: match header.e_type {
+                header::ET_REL => "relocatable (object)",
+                header::ET_CORE => "core dump",
+                _ => "unknown-type",
+            },
+        });
+    }
+    Elf::parse(bytes).map_err(malformed)
+}
