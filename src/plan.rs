@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::elf::FunctionSymbol;
+
 /// Index into [`FunctionTable::functions`].
 pub type FunctionId = u32;
 
@@ -50,5 +52,51 @@ impl FunctionTable {
             .get(function.module as usize)
             .map_or("?", String::as_str);
         path.rsplit('/').next().unwrap_or(path)
+    }
+}
+
+impl FunctionTable {
+    /// Adds every function of one traced file; each gets the next free id.
+    pub fn add_module(&mut self, path: String, symbols: Vec<FunctionSymbol>) {
+        let module = self.modules.len() as u32;
+        self.modules.push(path);
+        self.functions
+            .extend(symbols.into_iter().map(|symbol| TracedFunction {
+                name: symbol.name,
+                module,
+                offset: symbol.offset,
+                size: symbol.size,
+                kind: symbol.kind,
+            }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn symbol(name: &str, offset: u64) -> FunctionSymbol {
+        FunctionSymbol {
+            name: name.into(),
+            address: offset + 0x1000,
+            offset,
+            size: 8,
+            kind: FunctionKind::Function,
+        }
+    }
+
+    #[test]
+    fn ids_are_dense_across_modules() {
+        let mut table = FunctionTable::default();
+        table.add_module(
+            "/bin/prog".into(),
+            vec![symbol("main", 16), symbol("f", 32)],
+        );
+        table.add_module("/lib/libx.so".into(), vec![symbol("g", 48)]);
+        let g = table.function(2).unwrap();
+        assert_eq!((g.name.as_str(), g.module, g.offset), ("g", 1, 48));
+        assert_eq!(table.module_name(g), "libx.so");
+        assert_eq!(table.module_name(table.function(0).unwrap()), "prog");
+        assert!(table.function(3).is_none());
     }
 }

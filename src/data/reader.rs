@@ -55,6 +55,8 @@ pub struct DataReader {
     state: State,
     /// The current events block; its length is the largest block read so far.
     events: Vec<Event>,
+    /// Events handed out so far: the count of a file cut short before its statistics.
+    events_read: u64,
 }
 
 impl DataReader {
@@ -115,6 +117,7 @@ impl DataReader {
             statistics: None,
             state: State::Events,
             events: Vec::new(),
+            events_read: 0,
         })
     }
 
@@ -139,13 +142,21 @@ impl DataReader {
             return Ok(None);
         }
         match self.read_events_block() {
-            Ok(Some(len)) => Ok(Some(&self.events[..len])),
+            Ok(Some(len)) => {
+                self.events_read += len as u64;
+                Ok(Some(&self.events[..len]))
+            }
             Ok(None) => Ok(None),
             Err(error) => {
                 self.state = State::Failed;
                 Err(error)
             }
         }
+    }
+
+    /// Events returned by [`next_events`](Self::next_events) so far.
+    pub fn events_read(&self) -> u64 {
+        self.events_read
     }
 
     /// The statistics, once [`next_events`](Self::next_events) has reached them.
@@ -386,4 +397,12 @@ fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
         }
     }
     Ok(filled)
+}
+
+impl crate::report::EventSource for DataReader {
+    type Error = DataError;
+
+    fn next_block(&mut self) -> Result<Option<&[Event]>, DataError> {
+        self.next_events()
+    }
 }

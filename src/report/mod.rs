@@ -171,10 +171,11 @@ where
     Ok(ReportOutcome { events, replay })
 }
 
-/// Replays `source` against `table` and writes the report in `format` to `out`.
+/// Replays `source` against `table` and writes the report in `format` to `out`. `info` is asked
+/// for once every block has been read, because a data file keeps its totals at the end.
 pub fn write_report<E>(
     format: Format,
-    info: &TraceInfo,
+    info: impl FnOnce(&E) -> TraceInfo,
     table: &FunctionTable,
     source: &mut E,
     out: &mut dyn Write,
@@ -193,7 +194,7 @@ where
         Format::Json => {
             let mut summary = Summary::new(function_count);
             let outcome = replay_source(source, function_count, &mut summary)?;
-            json::write_json(info, table, &summary, out)?;
+            json::write_json(&info(source), table, &summary, out)?;
             Ok(outcome)
         }
         Format::FlameGraph => {
@@ -205,7 +206,7 @@ where
         Format::Svg => {
             let mut stacks = FoldedStacks::new();
             let outcome = replay_source(source, function_count, &mut stacks)?;
-            svg::write_svg(&info.command, &stacks.lines(table), out)?;
+            svg::write_svg(&info(source).command, &stacks.lines(table), out)?;
             Ok(outcome)
         }
     }

@@ -106,8 +106,14 @@ fn sort_report(format: Format) -> (String, ReportOutcome) {
     let events = sort_events();
     let mut source = IterBlocks::new(events.chunks(5));
     let mut out = Vec::new();
-    let outcome = write_report(format, &sort_info(), &sort_table(), &mut source, &mut out)
-        .unwrap_or_else(|e| panic!("{format} report failed: {e}"));
+    let outcome = write_report(
+        format,
+        |_| sort_info(),
+        &sort_table(),
+        &mut source,
+        &mut out,
+    )
+    .unwrap_or_else(|e| panic!("{format} report failed: {e}"));
     (String::from_utf8(out).unwrap(), outcome)
 }
 
@@ -181,7 +187,7 @@ fn report_of_an_empty_trace() {
     let run = |format| {
         let mut source = IterBlocks::new(std::iter::empty());
         let mut out = Vec::new();
-        let result = write_report(format, &info, &table, &mut source, &mut out);
+        let result = write_report(format, |_| info.clone(), &table, &mut source, &mut out);
         (result, String::from_utf8(out).unwrap())
     };
 
@@ -242,7 +248,7 @@ fn report_passes_on_read_errors() {
     let mut out = Vec::new();
     let error = write_report(
         Format::Summary,
-        &sort_info(),
+        |_| sort_info(),
         &sort_table(),
         &mut source,
         &mut out,

@@ -1,0 +1,179 @@
+//! Loading the BPF programs and attaching them: one `uprobe_multi` link per traced file and per
+//! direction, the function id as each probe's cookie, the traced process as the link's filter.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, OpenObject, UprobeMultiOpts};
+
+use super::skel::{OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
+use crate::plan::FunctionTable;
+
+/// Errors of loading and attaching the BPF side.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "loading BPF programs is not permitted: run as root, or give utrace CAP_BPF and CAP_PERFMON"
+    )]
+    NotPermitted,
+    #[error("cannot load the BPF programs: {0}")]
+    Load(libbpf_rs::Error),
+    #[error(
+        "cannot attach {count} {direction} probes to {path}: {source} (uprobe_multi needs Linux 6.6 or newer)"
+    )]
+    Attach {
+        count: usize,
+        direction: &'static str,
+        path: String,
+        source: libbpf_rs::Error,
+    },
+}
+
+fn load_error(error: libbpf_rs::Error) -> ProbeError {
+    if error.kind() == libbpf_rs::ErrorKind::PermissionDenied {
+        ProbeError::NotPermitted
+    } else {
+        ProbeError::Load(error)
+    }
+}
+
+/// What the loader needs to know before the programs are loaded.
+pub struct ProbeConfig {
+    /// The process whose threads are traced.
+    pub tgid: u32,
+    /// Ring buffer size in bytes (a power of two, a multiple of the page size).
+    pub buffer_bytes: u32,
+}
+
+/// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
+pub type ObjectStorage = MaybeUninit<OpenObject>;
+
+/// The loaded BPF programs and their maps, not yet attached.
+pub struct LoadedProbes<'obj> {
+    skel: UtraceSkel<'obj>,
+}
+
+/// libbpf's own messages go to stderr only under `--debug`: errors reach the user as one line
+/// through [`ProbeError`].
+pub fn show_libbpf_messages(show: bool) {
+    fn print(_: libbpf_rs::PrintLevel, message: String) {
+        eprint!("{message}");
+    }
+    libbpf_rs::set_print(show.then_some((libbpf_rs::PrintLevel::Debug, print as _)));
+}
+
+impl<'obj> LoadedProbes<'obj> {
+    pub fn load(
+        storage: &'obj mut ObjectStorage,
+        config: &ProbeConfig,
+    ) -> Result<Self, ProbeError> {
+        let builder = UtraceSkelBuilder::default();
+        let mut open: OpenUtraceSkel = builder.open(storage).map_err(load_error)?;
+        let rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .expect("the BPF object has read-only data (target_tgid)");
+        rodata.target_tgid = config.tgid;
+        // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
+        // that, so the common hit pays for no wake-up.
+        rodata.wakeup_bytes = u64::from(config.buffer_bytes / 8);
+        open.maps
+            .events
+            .set_max_entries(config.buffer_bytes)
+            .map_err(load_error)?;
+        let skel = open.load().map_err(load_error)?;
+        Ok(LoadedProbes { skel })
+    }
+
+    /// Attaches entry and return probes for every function of `table`, filtered to `pid`.
+    pub fn attach(&self, table: &FunctionTable, pid: u32) -> Result<AttachedProbes, ProbeError> {
+        let started = Instant::now();
+        let mut links = Vec::new();
+        for (module_index, module) in table.modules.iter().enumerate() {
+            let (offsets, cookies): (Vec<usize>, Vec<u64>) = table
+                .functions
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.module as usize == module_index)
+                .map(|(id, f)| (f.offset as usize, id as u64))
+                .unzip();
+            if offsets.is_empty() {
+                continue;
+            }
+            for (program, retprobe, direction) in [
+                (&self.skel.progs.function_entry, false, "entry"),
+                (&self.skel.progs.function_exit, true, "return"),
+            ] {
+                let opts = UprobeMultiOpts {
+                    offsets: offsets.clone(),
+                    cookies: cookies.clone(),
+                    retprobe,
+                    ..Default::default()
+                };
+                let link = program
+                    .attach_uprobe_multi_with_opts(pid as i32, Path::new(module), "", opts)
+                    .map_err(|source| ProbeError::Attach {
+                        count: offsets.len(),
+                        direction,
+                        path: module.clone(),
+                        source,
+                    })?;
+                links.push(link);
+            }
+        }
+        Ok(AttachedProbes {
+            links,
+            attach_time: started.elapsed(),
+        })
+    }
+
+    /// The ring buffer map the events arrive in.
+    pub fn events_map(&self) -> &libbpf_rs::MapMut<'obj> {
+        &self.skel.maps.events
+    }
+
+    /// Events dropped so far because the ring buffer was full.
+    pub fn lost_events(&self) -> u64 {
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref()
+            .expect("the BPF object has a .bss (lost_events)");
+        // SAFETY: the field is a plain u64 in memory mapped from the BPF map; BPF programs update
+        // it concurrently, so it is read with a volatile load rather than cached.
+        unsafe { std::ptr::read_volatile(&raw const bss.lost_events) }
+    }
+}
+
+/// Attached links; dropping them detaches every probe.
+pub struct AttachedProbes {
+    links: Vec<Link>,
+    pub attach_time: Duration,
+}
+
+impl AttachedProbes {
+    /// Detaches every probe and says how long it took.
+    pub fn detach(self) -> Duration {
+        let started = Instant::now();
+        drop(self.links);
+        started.elapsed()
+    }
+}
+
+/// Rounds a requested buffer size to what a BPF ring buffer accepts: a power of two, at least a
+/// page.
+pub fn ring_buffer_size(requested: u64) -> io::Result<u32> {
+    let page = 4096u64;
+    let size = requested.max(page).next_power_of_two();
+    u32::try_from(size).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("buffer size {requested} is too large (at most 2 GiB)"),
+        )
+    })
+}

@@ -1,0 +1,176 @@
+//! Shared by the end-to-end tests: compiling the programs of `test/`, running utrace on them, and
+//! reading what each side counted.
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// Flags every test program is compiled with: tail calls would make the machine's calls differ
+/// from the source's.
+const C_FLAGS: &[&str] = &["-O2", "-g", "-fno-optimize-sibling-calls", "-pthread"];
+
+pub fn utrace() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_utrace"))
+}
+
+/// Whether BPF tests can run here. Outside CI a machine without root skips them with a message;
+/// with UTRACE_REQUIRE_BPF=1 (set by .ci/run) a skip is a failure.
+pub fn bpf_available(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        return true;
+    }
+    let required = std::env::var("UTRACE_REQUIRE_BPF").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "{test}: BPF tests need root, and UTRACE_REQUIRE_BPF=1 forbids skipping them"
+    );
+    eprintln!("{test}: skipped: BPF tests need root (set UTRACE_REQUIRE_BPF=1 to fail instead)");
+    false
+}
+
+fn build_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-programs");
+        std::fs::create_dir_all(&dir).expect("creating the test program directory");
+        dir
+    })
+}
+
+/// Compiles `test/<source>` (C or C++ by its extension) with `extra` flags into a binary named
+/// `name`, once per test run, and returns its path.
+pub fn compile(source: &str, name: &str, extra: &[&str]) -> PathBuf {
+    let source_path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("test")
+        .join(source);
+    let output = build_dir().join(name);
+    let compiler = if source.ends_with(".cpp") {
+        "c++"
+    } else {
+        "cc"
+    };
+    // Tests run in parallel and may ask for the same program: build to a unique name and rename,
+    // so nobody runs a half-written file.
+    let partial = build_dir().join(format!("{name}.{}.partial", std::process::id()));
+    let status = Command::new(compiler)
+        .args(C_FLAGS)
+        .args(extra)
+        .arg("-o")
+        .arg(&partial)
+        .arg(&source_path)
+        .status()
+        .unwrap_or_else(|e| panic!("running {compiler} (install gcc/g++): {e}"));
+    assert!(
+        status.success(),
+        "{compiler} failed on {}",
+        source_path.display()
+    );
+    std::fs::rename(&partial, &output).unwrap();
+    output
+}
+
+/// The `calls <count> <name>` lines a test program prints about itself.
+pub fn own_counts(stdout: &[u8]) -> BTreeMap<String, u64> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|line| line.strip_prefix("calls "))
+        .map(|rest| {
+            let (count, name) = rest.split_once(' ').expect("calls <count> <name>");
+            (name.to_string(), count.parse().expect("a count"))
+        })
+        .collect()
+}
+
+/// A recording made in its own temporary directory.
+pub struct Recording {
+    pub dir: tempfile::TempDir,
+    pub output: Output,
+}
+
+impl Recording {
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("utrace.data")
+    }
+
+    /// Runs `utrace report` on this recording with extra arguments; asserts it succeeds.
+    pub fn report(&self, args: &[&str]) -> String {
+        let output = utrace()
+            .arg("report")
+            .arg("-i")
+            .arg(self.data())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "utrace report {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    /// The report in JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.report(&["--format=json"])).expect("report is JSON")
+    }
+
+    /// Calls per function name, from the JSON report.
+    pub fn traced_counts(&self) -> BTreeMap<String, u64> {
+        self.json()["functions"]
+            .as_array()
+            .expect("functions array")
+            .iter()
+            .map(|f| {
+                (
+                    f["name"].as_str().unwrap().to_string(),
+                    f["calls"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Records `program args` with utrace (plus `extra` record flags).
+pub fn record(program: &Path, args: &[&str], extra: &[&str]) -> Recording {
+    let dir = tempfile::tempdir().unwrap();
+    let output = utrace()
+        .arg("record")
+        .arg("-o")
+        .arg(dir.path().join("utrace.data"))
+        .args(extra)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .output()
+        .unwrap();
+    Recording { dir, output }
+}
+
+/// Runs `program args` without tracing.
+pub fn run_untraced(program: &Path, args: &[&str]) -> Output {
+    Command::new(program).args(args).output().unwrap()
+}
+
+/// Asserts that every count the program made of itself is what utrace recorded.
+pub fn assert_counts_match(program_counts: &BTreeMap<String, u64>, traced: &BTreeMap<String, u64>) {
+    assert!(!program_counts.is_empty(), "the program printed no counts");
+    let mismatches: Vec<String> = program_counts
+        .iter()
+        .filter(|(name, count)| traced.get(*name) != Some(count))
+        .map(|(name, count)| {
+            format!(
+                "{name}: program counted {count}, utrace {:?}",
+                traced.get(name)
+            )
+        })
+        .collect();
+    assert!(
+        mismatches.is_empty(),
+        "counts differ:\n{}",
+        mismatches.join("\n")
+    );
+}

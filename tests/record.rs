@@ -1,0 +1,146 @@
+//! End to end: record the test programs under real BPF and check that utrace counted exactly the
+//! calls each program counted of itself, and that tracing changed nothing the program does.
+
+mod common;
+
+use common::*;
+
+/// Records `program args`, checks the program behaved as untraced, and returns the recording.
+fn record_unchanged(program: &std::path::Path, args: &[&str]) -> Recording {
+    let untraced = run_untraced(program, args);
+    let recording = record(program, args, &[]);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    assert_eq!(
+        recording.output.status.code(),
+        untraced.status.code(),
+        "exit code differs under tracing; utrace said: {stderr}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&recording.output.stdout),
+        String::from_utf8_lossy(&untraced.stdout),
+        "stdout differs under tracing"
+    );
+    assert!(stderr.contains("0 lost"), "utrace lost events: {stderr}");
+    recording
+}
+
+#[test]
+fn sample_sort_counts_are_exact() {
+    if !bpf_available("sample_sort_counts_are_exact") {
+        return;
+    }
+    let sort = compile("sort.c", "sort", &[]);
+    let recording = record_unchanged(&sort, &["5000"]);
+    assert_counts_match(
+        &own_counts(&recording.output.stdout),
+        &recording.traced_counts(),
+    );
+}
+
+#[test]
+fn recursion_pointers_plt_and_threads_are_counted_exactly() {
+    if !bpf_available("recursion_pointers_plt_and_threads_are_counted_exactly") {
+        return;
+    }
+    let calls = compile("calls.c", "calls", &[]);
+    let recording = record_unchanged(&calls, &[]);
+    let own = own_counts(&recording.output.stdout);
+    // The calls made on the four worker threads are part of the counts.
+    assert_eq!(own.get("worker_step"), Some(&10_000));
+    assert_counts_match(&own, &recording.traced_counts());
+}
+
+#[test]
+fn non_pie_and_cet_builds_are_counted_exactly() {
+    if !bpf_available("non_pie_and_cet_builds_are_counted_exactly") {
+        return;
+    }
+    for (name, flags) in [
+        ("calls-nopie", &["-no-pie"][..]),
+        ("calls-cet", &["-fcf-protection=full"][..]),
+    ] {
+        let calls = compile("calls.c", name, flags);
+        let recording = record_unchanged(&calls, &[]);
+        assert_counts_match(
+            &own_counts(&recording.output.stdout),
+            &recording.traced_counts(),
+        );
+    }
+}
+
+#[test]
+fn cpp_methods_templates_and_virtual_calls_are_counted_exactly() {
+    if !bpf_available("cpp_methods_templates_and_virtual_calls_are_counted_exactly") {
+        return;
+    }
+    let shapes = compile("shapes.cpp", "shapes", &[]);
+    let recording = record_unchanged(&shapes, &[]);
+    assert_counts_match(
+        &own_counts(&recording.output.stdout),
+        &recording.traced_counts(),
+    );
+}
+
+#[test]
+fn exit_codes_and_signals_pass_through() {
+    if !bpf_available("exit_codes_and_signals_pass_through") {
+        return;
+    }
+    let exitcode = compile("exitcode.c", "exitcode", &[]);
+    for (args, expected) in [(&["3"][..], 3), (&["kill"][..], 128 + libc::SIGTERM)] {
+        let recording = record_unchanged(&exitcode, args);
+        assert_eq!(recording.output.status.code(), Some(expected));
+        assert!(
+            String::from_utf8_lossy(&recording.output.stderr).contains("exitcode: stderr"),
+            "the program's stderr must reach the terminal"
+        );
+        assert_counts_match(
+            &own_counts(&recording.output.stdout),
+            &recording.traced_counts(),
+        );
+    }
+    let calls = compile("calls.c", "calls", &[]);
+    assert_eq!(
+        record_unchanged(&calls, &["7"]).output.status.code(),
+        Some(7)
+    );
+}
+
+#[test]
+fn the_json_report_describes_the_run() {
+    if !bpf_available("the_json_report_describes_the_run") {
+        return;
+    }
+    let sort = compile("sort.c", "sort", &[]);
+    let recording = record_unchanged(&sort, &["1000"]);
+    let json = recording.json();
+    assert!(json["command"].as_str().unwrap().ends_with("sort 1000"));
+    assert!(json["pid"].as_u64().unwrap() > 0);
+    assert_eq!(json["lost_events"], 0);
+    assert!(json["duration_ns"].as_u64().unwrap() > 0);
+    let functions = json["functions"].as_array().unwrap();
+    // Every call is an entry and an exit: `_start` is not probed (it is jumped to, not called)
+    // and main returns, so the file holds exactly two events per call.
+    let calls: u64 = functions.iter().map(|f| f["calls"].as_u64().unwrap()).sum();
+    assert_eq!(json["events"].as_u64().unwrap(), 2 * calls);
+    assert!(functions.iter().all(|f| f["name"] != "_start"));
+    let main = functions.iter().find(|f| f["name"] == "main").unwrap();
+    assert_eq!(main["module"], "sort");
+    assert_eq!(main["calls"], 1);
+    // main contains everything else the program does, so nothing has a larger total.
+    let largest = functions
+        .iter()
+        .map(|f| f["total_ns"].as_u64().unwrap())
+        .max();
+    assert_eq!(main["total_ns"].as_u64(), largest);
+    for f in functions {
+        let (total, own, calls) = (
+            f["total_ns"].as_u64().unwrap(),
+            f["self_ns"].as_u64().unwrap(),
+            f["calls"].as_u64().unwrap(),
+        );
+        assert!(own <= total, "{}: self time above total", f["name"]);
+        assert_eq!(f["avg_ns"].as_u64().unwrap(), total / calls);
+        assert!(f["min_ns"].as_u64() <= f["max_ns"].as_u64());
+    }
+}
