@@ -137,6 +137,10 @@ impl HeldChild {
             // SAFETY: see above; every pointer refers to memory that stays alive until execv or
             // _exit, and `argv` is NULL-terminated.
             unsafe {
+                // The child's copy of the gate's write end would keep its own read from ever
+                // seeing the end of the pipe if the parent gives up.
+                libc::close(gate_write.as_raw_fd());
+                libc::close(error_read.as_raw_fd());
                 let mut byte = 0u8;
                 let released = libc::read(gate_read.as_raw_fd(), (&raw mut byte).cast(), 1) == 1;
                 if released {
@@ -302,6 +306,19 @@ mod tests {
         let mut child = HeldChild::spawn(&path, &args).unwrap();
         child.release().unwrap();
         assert_eq!(child.wait().unwrap().code(), 128 + libc::SIGTERM);
+    }
+
+    #[test]
+    fn a_child_never_released_exits_when_dropped() {
+        let path = resolve_program("sh").unwrap();
+        let args = ["sh", "-c", "sleep 100"].map(String::from);
+        let child = HeldChild::spawn(&path, &args).unwrap();
+        let pid = child.pid() as libc::pid_t;
+        // Dropping closes the gate; the child must see that and exit, and be reaped (a hang
+        // here is the failure).
+        drop(child);
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        assert_ne!(unsafe { libc::kill(pid, 0) }, 0, "the child must be gone");
     }
 
     #[test]

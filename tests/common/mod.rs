@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Flags every test program is compiled with: tail calls would make the machine's calls differ
@@ -55,7 +56,9 @@ pub fn compile(source: &str, name: &str, extra: &[&str]) -> PathBuf {
     };
     // Tests run in parallel and may ask for the same program: build to a unique name and rename,
     // so nobody runs a half-written file.
-    let partial = build_dir().join(format!("{name}.{}.partial", std::process::id()));
+    static BUILDS: AtomicUsize = AtomicUsize::new(0);
+    let build = BUILDS.fetch_add(1, Ordering::Relaxed);
+    let partial = build_dir().join(format!("{name}.{}.{build}.partial", std::process::id()));
     let status = Command::new(compiler)
         .args(C_FLAGS)
         .args(extra)
