@@ -153,7 +153,10 @@ fn is_legacy_prefix(byte: u8) -> bool {
 
 /// Why a probe placed after `instruction` could count differently than one before it, if it
 /// could.
-fn unskippable(instruction: &Instruction, factory: &mut InstructionInfoFactory) -> Option<&'static str> {
+fn unskippable(
+    instruction: &Instruction,
+    factory: &mut InstructionInfoFactory,
+) -> Option<&'static str> {
     if instruction.flow_control() != FlowControl::Next {
         return Some("branches, calls, returns or traps");
     }
