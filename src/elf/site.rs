@@ -210,3 +210,266 @@ fn branch_into(code: &[u8], range: std::ops::RangeInclusive<u64>) -> Option<(u64
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use tempfile::TempDir;
+
+    use super::*;
+    use crate::elf::tests::{
+        check_against_binutils, compile, expected_offset, parse_label, readelf_executable_loads,
+        run,
+    };
+    use crate::elf::{read_elf_functions, FunctionKind};
+
+    const ATOMIC_C: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/elf/testdata/atomic.c");
+
+    /// `lock addq $1, 0(%rip)`: 9 bytes the kernel refuses to probe.
+    const LOCK_ADD: [u8; 9] = [0xf0, 0x48, 0x83, 0x05, 0, 0, 0, 0, 0x01];
+    /// `lock xadd %rax, 0(%rip)`: 9 bytes.
+    const LOCK_XADD: [u8; 9] = [0xf0, 0x48, 0x0f, 0xc1, 0x05, 0, 0, 0, 0];
+    const MOV_EAX_RSI: [u8; 2] = [0x8b, 0x06];
+    const TEST_EAX: [u8; 2] = [0x85, 0xc0];
+    const PUSH_RBX: [u8; 1] = [0x53];
+    const RET: [u8; 1] = [0xc3];
+
+    fn code(parts: &[&[u8]]) -> Vec<u8> {
+        parts.concat()
+    }
+
+    fn moved(offset_in_function: u64) -> Result<ProbeSite, NoSite> {
+        Ok(ProbeSite {
+            offset_in_function,
+            kind: SiteKind::AfterUnprobeablePrefix,
+        })
+    }
+
+    #[test]
+    fn probeable_entries_stay() {
+        assert_eq!(
+            choose(&code(&[&PUSH_RBX, &MOV_EAX_RSI, &RET])),
+            Ok(ProbeSite::ENTRY)
+        );
+        // `sub $8, %rsp` first, a lock later: the entry is probeable.
+        let sub_rsp = [0x48, 0x83, 0xec, 0x08];
+        let add_rsp = [0x48, 0x83, 0xc4, 0x08];
+        assert_eq!(
+            choose(&code(&[&sub_rsp, &LOCK_ADD, &add_rsp, &RET])),
+            Ok(ProbeSite::ENTRY)
+        );
+        // `mov %fs:0x28, %rax`: FS and GS overrides are fine.
+        let fs_load = [0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0];
+        assert_eq!(choose(&code(&[&fs_load, &RET])), Ok(ProbeSite::ENTRY));
+        // `rep stosb`, `data16 nop`: REP and operand-size prefixes are fine.
+        assert_eq!(choose(&[0xf3, 0xaa, 0xc3]), Ok(ProbeSite::ENTRY));
+        assert_eq!(choose(&[0x66, 0x90, 0xc3]), Ok(ProbeSite::ENTRY));
+        // Nothing to decode: nothing to say against the entry.
+        assert_eq!(choose(&[]), Ok(ProbeSite::ENTRY));
+    }
+
+    #[test]
+    fn bad_prefixes_are_the_kernels() {
+        for prefix in [0xf0, 0x2e, 0x3e, 0x26, 0x36] {
+            assert!(
+                !kernel_can_probe(&[prefix, 0x48, 0x8b, 0x06]),
+                "{prefix:#x}"
+            );
+            // Behind other legacy prefixes too.
+            assert!(
+                !kernel_can_probe(&[0x66, prefix, 0x8b, 0x06]),
+                "{prefix:#x}"
+            );
+        }
+        for prefix in [0x64, 0x65, 0x66, 0x67, 0xf2, 0xf3] {
+            assert!(kernel_can_probe(&[prefix, 0x48, 0x8b, 0x06]), "{prefix:#x}");
+        }
+        // A prefix byte after the opcode (an immediate) is not a prefix.
+        assert!(kernel_can_probe(&[0xb0, 0xf0]), "mov $0xf0, %al");
+    }
+
+    #[test]
+    fn lock_first_moves_to_the_next_instruction() {
+        assert_eq!(choose(&code(&[&LOCK_ADD, &MOV_EAX_RSI, &RET])), moved(9));
+        assert_eq!(choose(&code(&[&LOCK_ADD, &RET])), moved(9));
+        // `push` is probeable: the site is the push, which is not skipped.
+        assert_eq!(choose(&code(&[&LOCK_ADD, &PUSH_RBX, &RET])), moved(9));
+        assert_eq!(
+            choose(&code(&[&LOCK_ADD, &LOCK_ADD, &MOV_EAX_RSI, &RET])),
+            moved(18)
+        );
+    }
+
+    #[test]
+    fn segment_overrides_first_move_too() {
+        // `ds mov (%rsi), %rax` and `cs mov (%rsi), %rax`.
+        assert_eq!(choose(&[0x3e, 0x48, 0x8b, 0x06, 0xc3]), moved(4));
+        assert_eq!(choose(&[0x2e, 0x48, 0x8b, 0x06, 0xc3]), moved(4));
+    }
+
+    #[test]
+    fn branches_into_the_skipped_range_forbid_the_move() {
+        // 0: lock xadd; 9: test %eax,%eax; 11: jne 9; 13: ret.
+        let jne_9 = [0x75, 0xfc];
+        assert_eq!(
+            choose(&code(&[&LOCK_XADD, &TEST_EAX, &jne_9, &RET])),
+            Err(NoSite::BranchInto { from: 11, to: 9 })
+        );
+        // A branch into the skipped instruction's middle (a 32-bit jmp back to 4).
+        let jmp_4 = [0xe9, 0xf5, 0xff, 0xff, 0xff];
+        assert_eq!(
+            choose(&code(&[&LOCK_ADD, &RET, &jmp_4])),
+            Err(NoSite::BranchInto { from: 10, to: 4 })
+        );
+        // Back to the entry: it passes the skipped instruction again, as an entry probe would
+        // fire again.
+        let dec_ecx = [0xff, 0xc9];
+        let jne_0 = [0x75, 0xf3];
+        assert_eq!(
+            choose(&code(&[&LOCK_ADD, &dec_ecx, &jne_0, &RET])),
+            moved(9)
+        );
+        // Past the site: the probe has fired by then.
+        let jne_11 = [0x75, 0xfe];
+        assert_eq!(
+            choose(&code(&[&LOCK_XADD, &TEST_EAX, &jne_11, &RET])),
+            moved(9)
+        );
+    }
+
+    #[test]
+    fn unprobeable_instructions_that_change_control_or_stack_stay() {
+        let cases: [(&[u8], &str); 5] = [
+            // lock xadd %rsp, 0(%rip)
+            (
+                &[0xf0, 0x48, 0x0f, 0xc1, 0x25, 0, 0, 0, 0],
+                "writes the stack pointer",
+            ),
+            // ds pop %rbx
+            (&[0x3e, 0x5b], "moves the stack pointer"),
+            // notrack jmp *%rax
+            (&[0x3e, 0xff, 0xe0], "branches, calls, returns or traps"),
+            // ds call *%rax
+            (&[0x3e, 0xff, 0xd0], "branches, calls, returns or traps"),
+            // lock addq $1, (%rsp)
+            (&[0xf0, 0x48, 0x83, 0x04, 0x24, 0x01], "writes to the stack"),
+        ];
+        for (first, why) in cases {
+            assert_eq!(
+                choose(&code(&[first, &MOV_EAX_RSI, &RET])),
+                Err(NoSite::Unskippable { offset: 0, why }),
+                "{first:x?}"
+            );
+        }
+        // The second one of two.
+        assert_eq!(
+            choose(&code(&[&LOCK_ADD, &[0x3e, 0x5b], &RET])),
+            Err(NoSite::Unskippable {
+                offset: 9,
+                why: "moves the stack pointer"
+            })
+        );
+    }
+
+    #[test]
+    fn walk_has_limits() {
+        let mut eight = [LOCK_ADD; MAX_SKIPPED].concat();
+        eight.extend_from_slice(&RET);
+        assert_eq!(choose(&eight), moved(9 * MAX_SKIPPED as u64));
+        let mut nine = [LOCK_ADD; MAX_SKIPPED + 1].concat();
+        nine.extend_from_slice(&RET);
+        assert_eq!(choose(&nine), Err(NoSite::TooManyUnprobeable));
+        assert_eq!(choose(&LOCK_ADD), Err(NoSite::EndOfFunction));
+        assert_eq!(
+            choose(&LOCK_ADD[..4]),
+            Err(NoSite::Undecodable { offset: 0 })
+        );
+        // The site itself cut short.
+        assert_eq!(
+            choose(&code(&[&LOCK_ADD, &[0x48, 0x8b]])),
+            Err(NoSite::Undecodable { offset: 9 })
+        );
+    }
+
+    /// `objdump -d -w`: each label's instruction addresses, in order.
+    fn instruction_addresses(path: &std::path::Path) -> BTreeMap<String, Vec<u64>> {
+        let text = run("objdump", &["-d", "-w", path.to_str().unwrap()]);
+        let mut functions: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let mut current = None;
+        for line in text.lines() {
+            if let Some((_, label)) = parse_label(line) {
+                current = Some(label);
+            } else if let (Some(label), Some((address, _))) = (&current, line.split_once(":\t")) {
+                if let Ok(address) = u64::from_str_radix(address.trim(), 16) {
+                    functions.entry(label.clone()).or_default().push(address);
+                }
+            } else if line.trim().is_empty() {
+                current = None;
+            }
+        }
+        functions
+    }
+
+    /// Functions that begin with an atomic increment are probed at their second instruction.
+    #[test]
+    fn atomic_first_functions_are_probed_after_the_lock() {
+        let dir = TempDir::new().unwrap();
+        let variants: [(&str, &[&str]); 2] = [
+            ("pie", &["-fcf-protection=none"]),
+            ("shared", &["-fcf-protection=none", "-shared", "-fPIC"]),
+        ];
+        for (variant, flags) in variants {
+            let path = compile(&dir, "cc", ATOMIC_C, &format!("atomic-{variant}"), flags);
+            let what = path.display();
+            let elf = read_elf_functions(&path).unwrap();
+            check_against_binutils(&path, &elf);
+            assert_eq!(elf.unprobeable, [], "{what}");
+
+            let loads = readelf_executable_loads(&path);
+            let instructions = instruction_addresses(&path);
+            let disassembly = run("objdump", &["-d", "-w", path.to_str().unwrap()]);
+            let function = |name: &str| {
+                elf.functions
+                    .iter()
+                    .find(|f| f.name == name && f.kind == FunctionKind::Function)
+                    .unwrap_or_else(|| panic!("{what}: {name} missing"))
+            };
+            for name in ["count_hit", "count_miss"] {
+                let f = function(name);
+                let addresses = &instructions[name];
+                assert_eq!(addresses[0], f.address, "{what}: {name}");
+                // The compiler did what the fixture is about.
+                let first = disassembly
+                    .lines()
+                    .find(|line| line.trim_start().starts_with(&format!("{:x}:", f.address)))
+                    .unwrap();
+                assert!(first.contains("lock add"), "{what}: {name} starts {first}");
+
+                let entry = expected_offset(&loads, f.address).unwrap();
+                assert_eq!(f.offset, entry + 9, "{what}: {name} past `lock addq`");
+                assert_eq!(
+                    Some(f.offset),
+                    expected_offset(&loads, addresses[1]),
+                    "{what}: {name} at objdump's second instruction"
+                );
+                assert_eq!(
+                    f.site,
+                    ProbeSite {
+                        offset_in_function: 9,
+                        kind: SiteKind::AfterUnprobeablePrefix
+                    }
+                );
+            }
+            for name in ["plain_total", "main"] {
+                let f = function(name);
+                assert_eq!(f.site, ProbeSite::ENTRY, "{what}: {name}");
+                assert_eq!(
+                    Some(f.offset),
+                    expected_offset(&loads, f.address),
+                    "{what}: {name}"
+                );
+            }
+        }
+    }
+}

@@ -21,7 +21,7 @@ const IFUNC_C: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/elf/testdata/ifu
 
 /// Runs a tool and returns its standard output; fails the test with a clear message when the
 /// tool is missing or fails.
-fn run(program: &str, args: &[&str]) -> String {
+pub(super) fn run(program: &str, args: &[&str]) -> String {
     let output = Command::new(program)
         .args(args)
         .output()
@@ -41,7 +41,13 @@ fn run(program: &str, args: &[&str]) -> String {
 }
 
 /// Compiles `source` with `compiler` and `flags` into `dir/name`.
-fn compile(dir: &TempDir, compiler: &str, source: &str, name: &str, flags: &[&str]) -> PathBuf {
+pub(super) fn compile(
+    dir: &TempDir,
+    compiler: &str,
+    source: &str,
+    name: &str,
+    flags: &[&str],
+) -> PathBuf {
     let out = dir.path().join(name);
     let out_str = out.to_str().expect("temp path is UTF-8");
     let mut args = vec!["-O2", "-g"];
@@ -106,7 +112,7 @@ impl Disassembly {
     }
 }
 
-fn parse_label(line: &str) -> Option<(u64, String)> {
+pub(super) fn parse_label(line: &str) -> Option<(u64, String)> {
     let (address, rest) = line.split_once(" <")?;
     let label = rest.strip_suffix(">:")?;
     Some((u64::from_str_radix(address, 16).ok()?, label.to_owned()))
@@ -156,7 +162,7 @@ fn readelf_symbols(path: &Path) -> Vec<ElfSymbol> {
 }
 
 /// `readelf -lW`: the executable `LOAD` segments as (offset, vaddr, filesz).
-fn readelf_executable_loads(path: &Path) -> Vec<(u64, u64, u64)> {
+pub(super) fn readelf_executable_loads(path: &Path) -> Vec<(u64, u64, u64)> {
     let text = run("readelf", &["-lW", path.to_str().unwrap()]);
     let hex = |field: &str| u64::from_str_radix(field.trim_start_matches("0x"), 16).unwrap();
     text.lines()
@@ -168,7 +174,7 @@ fn readelf_executable_loads(path: &Path) -> Vec<(u64, u64, u64)> {
         .collect()
 }
 
-fn expected_offset(loads: &[(u64, u64, u64)], address: u64) -> Option<u64> {
+pub(super) fn expected_offset(loads: &[(u64, u64, u64)], address: u64) -> Option<u64> {
     loads
         .iter()
         .find(|&&(_, vaddr, filesz)| address >= vaddr && address < vaddr + filesz)
