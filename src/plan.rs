@@ -82,6 +82,7 @@ mod tests {
             offset,
             size: 8,
             kind: FunctionKind::Function,
+            site: crate::elf::ProbeSite::ENTRY,
         }
     }
 

@@ -9,11 +9,14 @@
 //! - `plt`: PLT stubs, named by decoding each stub's `jmp *GOT(%rip)` and matching the GOT slot
 //!   to its relocation;
 //! - `segments`: virtual address to file offset, through the executable `PT_LOAD` segments;
+//! - `site`: where in each function the probes go (past a leading `lock` instruction the kernel
+//!   cannot probe, for one);
 //! - `demangle`: Rust (legacy and v0) and C++ names.
 
 mod demangle;
 mod plt;
 mod segments;
+pub mod site;
 mod symbols;
 
 #[cfg(test)]
@@ -28,6 +31,7 @@ use goblin::elf::Elf;
 use crate::plan::FunctionKind;
 
 pub use demangle::demangle;
+pub use site::{NoSite, ProbeSite, SiteKind};
 
 /// One function of an ELF file that a uprobe can attach to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,12 +40,35 @@ pub struct FunctionSymbol {
     pub name: String,
     /// Virtual address in the ELF file (before any load bias).
     pub address: u64,
-    /// File offset of `address`, through the executable `PT_LOAD` segment that contains it: what
-    /// uprobes attach to.
+    /// File offset of the probe site, through the executable `PT_LOAD` segment that contains
+    /// `address`: what uprobes attach to. The offset of `address` itself, plus
+    /// `site.offset_in_function`.
     pub offset: u64,
     /// Size in bytes (the symbol's `st_size`, or the stub size for PLT stubs).
     pub size: u64,
     pub kind: FunctionKind,
+    /// Where in the function the probes sit: the entry, unless the kernel cannot probe it.
+    pub site: ProbeSite,
+}
+
+/// The functions of an ELF file: those a uprobe can attach to, and those it cannot.
+#[derive(Clone, Debug, Default)]
+pub struct ElfFunctions {
+    /// Sorted by address, one per address.
+    pub functions: Vec<FunctionSymbol>,
+    /// Functions left out of `functions` because they have no probe site, sorted by address.
+    pub unprobeable: Vec<Unprobeable>,
+}
+
+/// A function that cannot be traced: the kernel cannot probe its first instruction and no
+/// equivalent site follows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unprobeable {
+    /// Demangled name.
+    pub name: String,
+    /// Virtual address in the ELF file.
+    pub address: u64,
+    pub reason: NoSite,
 }
 
 /// Why the functions of an ELF file could not be read. Each message says what failed, on which
@@ -87,29 +114,47 @@ pub enum ElfError {
 ///
 /// Only 64-bit x86_64 executables and shared libraries are accepted. A function outside every
 /// executable `PT_LOAD` segment has no file offset a uprobe could use and is left out.
+///
+/// Each function's `offset` is that of its probe site (see [`site`]); functions without one are
+/// left out. [`read_elf_functions`] also says which and why.
 pub fn read_function_symbols(path: &Path) -> Result<Vec<FunctionSymbol>, ElfError> {
+    Ok(read_elf_functions(path)?.functions)
+}
+
+/// [`read_function_symbols`], with the functions left out because they have no probe site.
+pub fn read_elf_functions(path: &Path) -> Result<ElfFunctions, ElfError> {
     let bytes = read_file(path)?;
     functions_in(path, &bytes)
 }
 
-/// [`read_function_symbols`] on the contents of the file; `path` only names it in errors.
-fn functions_in(path: &Path, bytes: &[u8]) -> Result<Vec<FunctionSymbol>, ElfError> {
+/// [`read_elf_functions`] on the contents of the file; `path` only names it in errors.
+fn functions_in(path: &Path, bytes: &[u8]) -> Result<ElfFunctions, ElfError> {
     let elf = parse(path, bytes)?;
     let segments = segments::ExecutableSegments::new(&elf.program_headers);
 
     let mut functions = Vec::new();
+    let mut unprobeable = Vec::new();
     for function in symbols::defined_functions(&elf) {
-        if let Some(offset) = segments.file_offset(function.address) {
-            functions.push(FunctionSymbol {
+        let Some(offset) = segments.file_offset(function.address) else {
+            continue;
+        };
+        match site::choose(code_at(bytes, offset, function.size)) {
+            Ok(site) => functions.push(FunctionSymbol {
                 name: demangle(function.name),
                 address: function.address,
-                offset,
+                offset: offset + site.offset_in_function,
                 size: function.size,
                 kind: FunctionKind::Function,
-            });
+                site,
+            }),
+            Err(reason) => unprobeable.push(Unprobeable {
+                name: demangle(function.name),
+                address: function.address,
+                reason,
+            }),
         }
     }
-    let has_symbols = !functions.is_empty();
+    let has_symbols = !functions.is_empty() || !unprobeable.is_empty();
 
     for stub in plt::stubs(&elf, bytes) {
         if let Some(offset) = segments.file_offset(stub.address) {
@@ -119,6 +164,8 @@ fn functions_in(path: &Path, bytes: &[u8]) -> Result<Vec<FunctionSymbol>, ElfErr
                 offset,
                 size: stub.size,
                 kind: FunctionKind::Plt,
+                // `[endbr64] jmp *GOT(%rip)`: always probeable.
+                site: ProbeSite::ENTRY,
             });
         }
     }
@@ -138,7 +185,19 @@ fn functions_in(path: &Path, bytes: &[u8]) -> Result<Vec<FunctionSymbol>, ElfErr
             .then_with(|| kind_rank(a.kind).cmp(&kind_rank(b.kind)))
     });
     functions.dedup_by_key(|function| function.address);
-    Ok(functions)
+    Ok(ElfFunctions {
+        functions,
+        unprobeable,
+    })
+}
+
+/// The bytes of the function at file offset `offset` with `size` bytes, as far as the file has
+/// them.
+fn code_at(bytes: &[u8], offset: u64, size: u64) -> &[u8] {
+    let start = usize::try_from(offset).unwrap_or(usize::MAX);
+    let rest = bytes.get(start..).unwrap_or_default();
+    let size = usize::try_from(size).unwrap_or(usize::MAX);
+    &rest[..size.min(rest.len())]
 }
 
 fn kind_rank(kind: FunctionKind) -> u8 {

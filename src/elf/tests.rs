@@ -21,7 +21,7 @@ const IFUNC_C: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/elf/testdata/ifu
 
 /// Runs a tool and returns its standard output; fails the test with a clear message when the
 /// tool is missing or fails.
-fn run(program: &str, args: &[&str]) -> String {
+pub(super) fn run(program: &str, args: &[&str]) -> String {
     let output = Command::new(program)
         .args(args)
         .output()
@@ -41,7 +41,13 @@ fn run(program: &str, args: &[&str]) -> String {
 }
 
 /// Compiles `source` with `compiler` and `flags` into `dir/name`.
-fn compile(dir: &TempDir, compiler: &str, source: &str, name: &str, flags: &[&str]) -> PathBuf {
+pub(super) fn compile(
+    dir: &TempDir,
+    compiler: &str,
+    source: &str,
+    name: &str,
+    flags: &[&str],
+) -> PathBuf {
     let out = dir.path().join(name);
     let out_str = out.to_str().expect("temp path is UTF-8");
     let mut args = vec!["-O2", "-g"];
@@ -106,7 +112,7 @@ impl Disassembly {
     }
 }
 
-fn parse_label(line: &str) -> Option<(u64, String)> {
+pub(super) fn parse_label(line: &str) -> Option<(u64, String)> {
     let (address, rest) = line.split_once(" <")?;
     let label = rest.strip_suffix(">:")?;
     Some((u64::from_str_radix(address, 16).ok()?, label.to_owned()))
@@ -156,7 +162,7 @@ fn readelf_symbols(path: &Path) -> Vec<ElfSymbol> {
 }
 
 /// `readelf -lW`: the executable `LOAD` segments as (offset, vaddr, filesz).
-fn readelf_executable_loads(path: &Path) -> Vec<(u64, u64, u64)> {
+pub(super) fn readelf_executable_loads(path: &Path) -> Vec<(u64, u64, u64)> {
     let text = run("readelf", &["-lW", path.to_str().unwrap()]);
     let hex = |field: &str| u64::from_str_radix(field.trim_start_matches("0x"), 16).unwrap();
     text.lines()
@@ -168,7 +174,7 @@ fn readelf_executable_loads(path: &Path) -> Vec<(u64, u64, u64)> {
         .collect()
 }
 
-fn expected_offset(loads: &[(u64, u64, u64)], address: u64) -> Option<u64> {
+pub(super) fn expected_offset(loads: &[(u64, u64, u64)], address: u64) -> Option<u64> {
     loads
         .iter()
         .find(|&&(_, vaddr, filesz)| address >= vaddr && address < vaddr + filesz)
@@ -180,9 +186,9 @@ fn expected_offset(loads: &[(u64, u64, u64)], address: u64) -> Option<u64> {
 
 /// Checks `functions` of `path` against binutils: PLT stubs against the labels of
 /// `objdump -d`, and [`check_symbols_and_offsets`].
-fn check_against_binutils(path: &Path, functions: &[FunctionSymbol]) {
-    check_plt_labels(path, functions);
-    check_symbols_and_offsets(path, functions);
+pub(super) fn check_against_binutils(path: &Path, elf: &ElfFunctions) {
+    check_plt_labels(path, &elf.functions);
+    check_symbols_and_offsets(path, elf);
 }
 
 fn check_plt_labels(path: &Path, functions: &[FunctionSymbol]) {
@@ -235,9 +241,11 @@ fn check_plt_labels(path: &Path, functions: &[FunctionSymbol]) {
     }
 }
 
-/// Checks function symbols against `readelf -sW`, file offsets against `readelf -lW` and against
-/// the bytes objdump shows at each address.
-fn check_symbols_and_offsets(path: &Path, functions: &[FunctionSymbol]) {
+/// Checks function symbols (probeable or not) against `readelf -sW`, file offsets against
+/// `readelf -lW` and against the bytes objdump shows at each address, and probe sites against the
+/// prefixes the kernel refuses.
+fn check_symbols_and_offsets(path: &Path, elf: &ElfFunctions) {
+    let functions = &elf.functions;
     let what = path.display();
     let disassembly = Disassembly::of(path);
     let symbols = readelf_symbols(path);
@@ -266,7 +274,15 @@ fn check_symbols_and_offsets(path: &Path, functions: &[FunctionSymbol]) {
         .filter(|f| f.kind == FunctionKind::Function)
         .map(|f| (f.address, f))
         .collect();
-    let actual_addresses: BTreeSet<u64> = actual.keys().copied().collect();
+    let mut actual_addresses: BTreeSet<u64> = actual.keys().copied().collect();
+    for function in &elf.unprobeable {
+        assert!(
+            actual_addresses.insert(function.address),
+            "{what}: {} at {:#x} both probeable and not",
+            function.name,
+            function.address
+        );
+    }
     let expected_addresses: BTreeSet<u64> = expected.keys().copied().collect();
     assert_eq!(
         actual_addresses,
@@ -302,16 +318,37 @@ fn check_symbols_and_offsets(path: &Path, functions: &[FunctionSymbol]) {
     }
 
     // File offsets: from readelf's program headers, and the bytes there are the ones objdump
-    // disassembles at the address.
+    // disassembles at the address. Probes sit at the entry unless the kernel cannot probe it.
     for function in functions {
+        let entry = function.offset - function.site.offset_in_function;
         assert_eq!(
-            Some(function.offset),
+            Some(entry),
             expected_offset(&loads, function.address),
             "{what}: file offset of {} against readelf -lW",
             function.name
         );
+        let at = |offset: u64| &file[usize::try_from(offset).unwrap()..];
+        assert!(
+            site::kernel_can_probe(at(function.offset)),
+            "{what}: the probe site of {} has a prefix the kernel refuses",
+            function.name
+        );
+        assert_eq!(
+            function.site.kind == SiteKind::Entry,
+            function.site.offset_in_function == 0,
+            "{what}: {} at {:?}",
+            function.name,
+            function.site
+        );
+        if function.site.kind == SiteKind::AfterUnprobeablePrefix {
+            assert!(
+                !site::kernel_can_probe(at(entry)),
+                "{what}: the probe site of {} moved from a probeable entry",
+                function.name
+            );
+        }
         if let Some((label, first)) = disassembly.labels.get(&function.address) {
-            let at = usize::try_from(function.offset).unwrap();
+            let at = usize::try_from(entry).unwrap();
             assert_eq!(
                 file.get(at..at + first.len()),
                 Some(first.as_slice()),
@@ -334,8 +371,9 @@ fn c_fixture_in_every_build_matches_binutils() {
     let dir = TempDir::new().unwrap();
     for (variant, flags) in C_VARIANTS {
         let path = compile(&dir, "cc", FIXTURE_C, &format!("fixture-{variant}"), flags);
-        let functions = read_function_symbols(&path).unwrap();
-        check_against_binutils(&path, &functions);
+        let elf = read_elf_functions(&path).unwrap();
+        check_against_binutils(&path, &elf);
+        let functions = elf.functions;
 
         let names = names(&functions);
         let what = path.display();
@@ -403,8 +441,9 @@ fn ifunc_stubs_are_named_after_the_ifunc() {
     let dir = TempDir::new().unwrap();
     for (variant, flags) in [("pie", &[][..]), ("no-pie", &["-no-pie"][..])] {
         let path = compile(&dir, "cc", IFUNC_C, &format!("ifunc-{variant}"), flags);
-        let functions = read_function_symbols(&path).unwrap();
-        check_against_binutils(&path, &functions);
+        let elf = read_elf_functions(&path).unwrap();
+        check_against_binutils(&path, &elf);
+        let functions = elf.functions;
         assert!(names(&functions).contains("add_one@plt"), "{variant}");
     }
 }
@@ -418,8 +457,9 @@ fn static_executable_has_its_8_byte_ifunc_stubs() {
     // Needs the static C library (Debian: libc6-dev; Fedora: glibc-static).
     let path = compile(&dir, "cc", IFUNC_C, "ifunc-static", &["-static", "-no-pie"]);
     let path_str = path.to_str().unwrap();
-    let functions = read_function_symbols(&path).unwrap();
-    check_symbols_and_offsets(&path, &functions);
+    let elf = read_elf_functions(&path).unwrap();
+    check_symbols_and_offsets(&path, &elf);
+    let functions = elf.functions;
 
     // `  401018:\tff 25 e2 2f 0a 00 \tjmp    *0xa2fe2(%rip)        # 4a4000 <...>`
     let jumps: BTreeMap<u64, u64> = run("objdump", &["-d", "-w", "-j", ".plt", path_str])
@@ -478,8 +518,9 @@ fn static_executable_has_its_8_byte_ifunc_stubs() {
 fn cpp_fixture_names_are_demangled() {
     let dir = TempDir::new().unwrap();
     let path = compile(&dir, "c++", FIXTURE_CPP, "fixture-cpp", &["-O0"]);
-    let functions = read_function_symbols(&path).unwrap();
-    check_against_binutils(&path, &functions);
+    let elf = read_elf_functions(&path).unwrap();
+    check_against_binutils(&path, &elf);
+    let functions = elf.functions;
     let names = names(&functions);
     for name in [
         "outer::inner::Widget::get() const",
@@ -512,8 +553,9 @@ fn system_libraries_match_binutils() {
             path.is_absolute(),
             "`{compiler} -print-file-name={library}` does not find it"
         );
-        let functions = read_function_symbols(&path).unwrap();
-        check_against_binutils(&path, &functions);
+        let elf = read_elf_functions(&path).unwrap();
+        check_against_binutils(&path, &elf);
+        let functions = elf.functions;
         assert!(
             functions.iter().any(|f| f.kind == FunctionKind::Plt),
             "{library}"

@@ -193,10 +193,33 @@ fn plan_program(program: &Path) -> Result<FunctionTable> {
     let path = program
         .canonicalize()
         .with_context(|| format!("cannot open {}", program.display()))?;
-    let symbols = crate::elf::read_function_symbols(&path)?;
+    let elf = crate::elf::read_elf_functions(&path)?;
+    warn_unprobeable(&elf.unprobeable);
     let mut table = FunctionTable::default();
-    table.add_module(path.to_string_lossy().into_owned(), symbols);
+    table.add_module(path.to_string_lossy().into_owned(), elf.functions);
     Ok(table)
+}
+
+/// Says which functions will never show up in the trace, and why.
+fn warn_unprobeable(unprobeable: &[crate::elf::Unprobeable]) {
+    const SHOWN: usize = 5;
+    if unprobeable.is_empty() {
+        return;
+    }
+    let mut names: Vec<&str> = unprobeable
+        .iter()
+        .map(|f| f.name.as_str())
+        .take(SHOWN)
+        .collect();
+    if unprobeable.len() > SHOWN {
+        names.push("…");
+    }
+    eprintln!(
+        "utrace: warning: {} functions cannot be probed (their first instruction has a LOCK or \
+         segment prefix and no equivalent site follows): {}",
+        unprobeable.len(),
+        names.join(", ")
+    );
 }
 
 fn metadata(command: &[String], pid: u32) -> Metadata {

@@ -1,0 +1,475 @@
+//! Where in a function its probes go.
+//!
+//! The entry uprobe and, through it, the return probe of a function normally sit on its first
+//! instruction. The x86 kernel refuses to place a uprobe on an instruction with a LOCK prefix
+//! (`0xf0`) or a CS/DS/ES/SS segment-override prefix (`0x2e`, `0x3e`, `0x26`, `0x36`), and with
+//! `uprobe_multi` the refusal is silent: the function is never traced. A function compiled to
+//! start with an atomic update (`lock addq $1, counter(%rip)`) is the common case.
+//!
+//! [`choose`] walks a function's first instructions and returns the first site that counts
+//! exactly what the entry would count. A probe at a later instruction is equivalent to one at the
+//! entry when every instruction it skips
+//!
+//! - falls through to the next one (no branch, call, return, jump, interrupt of any kind),
+//! - leaves the stack pointer and the stack slots above it alone (the return probe finds the
+//!   return address at `[rsp]` when it fires), and
+//! - is not the target of a branch of the function: control must reach the site only through
+//!   the entry. A branch to the entry itself is fine: it would fire an entry probe just the same.
+//!
+//! Only direct (near) branches of the function itself are seen; indirect jumps through tables and
+//! jumps from other functions into the first few bytes of this one are not, as compilers do not
+//! emit them.
+//!
+//! [`SiteKind`] says why the site is where it is; other reasons to move a site (performance,
+//! such as skipping `endbr64`) are new kinds and new steps of the walk.
+
+use iced_x86::{
+    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, OpAccess, OpKind,
+    Register,
+};
+
+/// How many leading instructions the walk skips at most before it gives up.
+pub const MAX_SKIPPED: usize = 8;
+
+/// Why a probe site is where it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SiteKind {
+    /// The function's first instruction.
+    Entry,
+    /// Past leading instructions the kernel cannot probe (LOCK or segment-override prefix), which
+    /// are skipped because they cannot change what the probes count.
+    AfterUnprobeablePrefix,
+}
+
+/// Where a function's entry probe (and with it the return probe) goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeSite {
+    /// Bytes from the function's first instruction to the probed instruction.
+    pub offset_in_function: u64,
+    pub kind: SiteKind,
+}
+
+impl ProbeSite {
+    /// The function's first instruction.
+    pub const ENTRY: ProbeSite = ProbeSite {
+        offset_in_function: 0,
+        kind: SiteKind::Entry,
+    };
+}
+
+/// Why a function has no probe site: its first instruction cannot be probed, and no later one is
+/// provably equivalent. Offsets are from the function's first instruction.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoSite {
+    #[error("the bytes at +{offset:#x} do not decode as an x86_64 instruction")]
+    Undecodable { offset: u64 },
+
+    #[error("the unprobeable instruction at +{offset:#x} {why}, so no probe may skip it")]
+    Unskippable { offset: u64, why: &'static str },
+
+    #[error(
+        "a branch at +{from:#x} lands on +{to:#x}, among the instructions a later probe would \
+         skip"
+    )]
+    BranchInto { from: u64, to: u64 },
+
+    #[error("every instruction up to the end of the function is unprobeable")]
+    EndOfFunction,
+
+    #[error("its first {MAX_SKIPPED} instructions are all unprobeable")]
+    TooManyUnprobeable,
+}
+
+/// The probe site of the function whose machine code is `code` (its bytes from its first
+/// instruction to its end, as long as the file has them).
+///
+/// Decoding starts at the first instruction; the whole function is decoded only when the entry
+/// cannot be probed, to find the branches that would forbid a later site.
+pub fn choose(code: &[u8]) -> Result<ProbeSite, NoSite> {
+    if kernel_can_probe(code) {
+        return Ok(ProbeSite::ENTRY);
+    }
+    let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let mut factory = InstructionInfoFactory::new();
+    let mut instruction = Instruction::default();
+    for _ in 0..MAX_SKIPPED {
+        // The instruction at `offset` cannot be probed: skip it if that is safe.
+        let offset = decoder.ip();
+        if !decoder.can_decode() {
+            return Err(NoSite::EndOfFunction);
+        }
+        decoder.decode_out(&mut instruction);
+        if instruction.is_invalid() {
+            return Err(NoSite::Undecodable { offset });
+        }
+        if let Some(why) = unskippable(&instruction, &mut factory) {
+            return Err(NoSite::Unskippable { offset, why });
+        }
+
+        let site = decoder.ip();
+        let rest = usize::try_from(site)
+            .ok()
+            .and_then(|site| code.get(site..))
+            .unwrap_or_default();
+        if rest.is_empty() {
+            return Err(NoSite::EndOfFunction);
+        }
+        if kernel_can_probe(rest) {
+            // Any branch into (entry, site] reaches the site without passing the entry; later
+            // sites would only widen that range, so there is no point walking on.
+            if let Some((from, to)) = branch_into(code, 1..=site) {
+                return Err(NoSite::BranchInto { from, to });
+            }
+            // The site itself must decode, or the kernel refuses it as well.
+            let mut at_site = Decoder::with_ip(64, rest, site, DecoderOptions::NONE);
+            if at_site.decode().is_invalid() {
+                return Err(NoSite::Undecodable { offset: site });
+            }
+            return Ok(ProbeSite {
+                offset_in_function: site,
+                kind: SiteKind::AfterUnprobeablePrefix,
+            });
+        }
+    }
+    Err(NoSite::TooManyUnprobeable)
+}
+
+/// Whether the kernel accepts a uprobe on the instruction that starts `code`, as far as its
+/// prefixes go: none of its legacy prefixes may be LOCK or a CS/DS/ES/SS segment override
+/// (`is_prefix_bad` in `arch/x86/kernel/uprobes.c`). FS and GS overrides (`0x64`, `0x65`),
+/// operand and address size (`0x66`, `0x67`) and REP (`0xf2`, `0xf3`) are fine.
+pub fn kernel_can_probe(code: &[u8]) -> bool {
+    code.iter()
+        .take_while(|&&byte| is_legacy_prefix(byte))
+        .all(|&byte| !matches!(byte, 0xf0 | 0x2e | 0x3e | 0x26 | 0x36))
+}
+
+fn is_legacy_prefix(byte: u8) -> bool {
+    matches!(
+        byte,
+        0xf0 | 0xf2 | 0xf3 | 0x2e | 0x36 | 0x3e | 0x26 | 0x64 | 0x65 | 0x66 | 0x67
+    )
+}
+
+/// Why a probe placed after `instruction` could count differently than one before it, if it
+/// could.
+fn unskippable(
+    instruction: &Instruction,
+    factory: &mut InstructionInfoFactory,
+) -> Option<&'static str> {
+    if instruction.flow_control() != FlowControl::Next {
+        return Some("branches, calls, returns or traps");
+    }
+    if instruction.stack_pointer_increment() != 0 {
+        return Some("moves the stack pointer");
+    }
+    let info = factory.info(instruction);
+    let is_rsp = |register: Register| register.full_register() == Register::RSP;
+    if info
+        .used_registers()
+        .iter()
+        .any(|used| is_rsp(used.register()) && writes(used.access()))
+    {
+        return Some("writes the stack pointer");
+    }
+    // The return probe takes the return address from `[rsp]` when it fires.
+    if info
+        .used_memory()
+        .iter()
+        .any(|used| is_rsp(used.base()) && writes(used.access()))
+    {
+        return Some("writes to the stack");
+    }
+    None
+}
+
+fn writes(access: OpAccess) -> bool {
+    matches!(
+        access,
+        OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+    )
+}
+
+/// The first direct branch of the function (jcc, jmp, call, loop, jrcxz, xbegin...) whose
+/// target lies in `range`, as (branch offset, target offset).
+fn branch_into(code: &[u8], range: std::ops::RangeInclusive<u64>) -> Option<(u64, u64)> {
+    let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let mut instruction = Instruction::default();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut instruction);
+        let is_near_branch = (0..instruction.op_count()).any(|operand| {
+            matches!(
+                instruction.op_kind(operand),
+                OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
+            )
+        });
+        // Targets before the function wrap around to huge offsets, outside any range here.
+        if is_near_branch && range.contains(&instruction.near_branch_target()) {
+            return Some((instruction.ip(), instruction.near_branch_target()));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use tempfile::TempDir;
+
+    use super::*;
+    use crate::elf::tests::{
+        check_against_binutils, compile, expected_offset, parse_label, readelf_executable_loads,
+        run,
+    };
+    use crate::elf::{read_elf_functions, FunctionKind};
+
+    const ATOMIC_C: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/elf/testdata/atomic.c");
+
+    /// `lock addq $1, 0(%rip)`: 9 bytes the kernel refuses to probe.
+    const LOCK_ADD: [u8; 9] = [0xf0, 0x48, 0x83, 0x05, 0, 0, 0, 0, 0x01];
+    /// `lock xadd %rax, 0(%rip)`: 9 bytes.
+    const LOCK_XADD: [u8; 9] = [0xf0, 0x48, 0x0f, 0xc1, 0x05, 0, 0, 0, 0];
+    const MOV_EAX_RSI: [u8; 2] = [0x8b, 0x06];
+    const TEST_EAX: [u8; 2] = [0x85, 0xc0];
+    const PUSH_RBX: [u8; 1] = [0x53];
+    const RET: [u8; 1] = [0xc3];
+
+    fn code(parts: &[&[u8]]) -> Vec<u8> {
+        parts.concat()
+    }
+
+    fn moved(offset_in_function: u64) -> Result<ProbeSite, NoSite> {
+        Ok(ProbeSite {
+            offset_in_function,
+            kind: SiteKind::AfterUnprobeablePrefix,
+        })
+    }
+
+    #[test]
+    fn probeable_entries_stay() {
+        assert_eq!(
+            choose(&code(&[&PUSH_RBX, &MOV_EAX_RSI, &RET])),
+            Ok(ProbeSite::ENTRY)
+        );
+        // `sub $8, %rsp` first, a lock later: the entry is probeable.
+        let sub_rsp = [0x48, 0x83, 0xec, 0x08];
+        let add_rsp = [0x48, 0x83, 0xc4, 0x08];
+        assert_eq!(
+            choose(&code(&[&sub_rsp, &LOCK_ADD, &add_rsp, &RET])),
+            Ok(ProbeSite::ENTRY)
+        );
+        // `mov %fs:0x28, %rax`: FS and GS overrides are fine.
+        let fs_load = [0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0];
+        assert_eq!(choose(&code(&[&fs_load, &RET])), Ok(ProbeSite::ENTRY));
+        // `rep stosb`, `data16 nop`: REP and operand-size prefixes are fine.
+        assert_eq!(choose(&[0xf3, 0xaa, 0xc3]), Ok(ProbeSite::ENTRY));
+        assert_eq!(choose(&[0x66, 0x90, 0xc3]), Ok(ProbeSite::ENTRY));
+        // Nothing to decode: nothing to say against the entry.
+        assert_eq!(choose(&[]), Ok(ProbeSite::ENTRY));
+    }
+
+    #[test]
+    fn bad_prefixes_are_the_kernels() {
+        for prefix in [0xf0, 0x2e, 0x3e, 0x26, 0x36] {
+            assert!(
+                !kernel_can_probe(&[prefix, 0x48, 0x8b, 0x06]),
+                "{prefix:#x}"
+            );
+            // Behind other legacy prefixes too.
+            assert!(
+                !kernel_can_probe(&[0x66, prefix, 0x8b, 0x06]),
+                "{prefix:#x}"
+            );
+        }
+        for prefix in [0x64, 0x65, 0x66, 0x67, 0xf2, 0xf3] {
+            assert!(kernel_can_probe(&[prefix, 0x48, 0x8b, 0x06]), "{prefix:#x}");
+        }
+        // A prefix byte after the opcode (an immediate) is not a prefix.
+        assert!(kernel_can_probe(&[0xb0, 0xf0]), "mov $0xf0, %al");
+    }
+
+    #[test]
+    fn lock_first_moves_to_the_next_instruction() {
+        assert_eq!(choose(&code(&[&LOCK_ADD, &MOV_EAX_RSI, &RET])), moved(9));
+        assert_eq!(choose(&code(&[&LOCK_ADD, &RET])), moved(9));
+        // `push` is probeable: the site is the push, which is not skipped.
+        assert_eq!(choose(&code(&[&LOCK_ADD, &PUSH_RBX, &RET])), moved(9));
+        assert_eq!(
+            choose(&code(&[&LOCK_ADD, &LOCK_ADD, &MOV_EAX_RSI, &RET])),
+            moved(18)
+        );
+    }
+
+    #[test]
+    fn segment_overrides_first_move_too() {
+        // `ds mov (%rsi), %rax` and `cs mov (%rsi), %rax`.
+        assert_eq!(choose(&[0x3e, 0x48, 0x8b, 0x06, 0xc3]), moved(4));
+        assert_eq!(choose(&[0x2e, 0x48, 0x8b, 0x06, 0xc3]), moved(4));
+    }
+
+    #[test]
+    fn branches_into_the_skipped_range_forbid_the_move() {
+        // 0: lock xadd; 9: test %eax,%eax; 11: jne 9; 13: ret.
+        let jne_9 = [0x75, 0xfc];
+        assert_eq!(
+            choose(&code(&[&LOCK_XADD, &TEST_EAX, &jne_9, &RET])),
+            Err(NoSite::BranchInto { from: 11, to: 9 })
+        );
+        // A branch into the skipped instruction's middle (a 32-bit jmp back to 4).
+        let jmp_4 = [0xe9, 0xf5, 0xff, 0xff, 0xff];
+        assert_eq!(
+            choose(&code(&[&LOCK_ADD, &RET, &jmp_4])),
+            Err(NoSite::BranchInto { from: 10, to: 4 })
+        );
+        // Back to the entry: it passes the skipped instruction again, as an entry probe would
+        // fire again.
+        let dec_ecx = [0xff, 0xc9];
+        let jne_0 = [0x75, 0xf3];
+        assert_eq!(
+            choose(&code(&[&LOCK_ADD, &dec_ecx, &jne_0, &RET])),
+            moved(9)
+        );
+        // Past the site: the probe has fired by then.
+        let jne_11 = [0x75, 0xfe];
+        assert_eq!(
+            choose(&code(&[&LOCK_XADD, &TEST_EAX, &jne_11, &RET])),
+            moved(9)
+        );
+    }
+
+    #[test]
+    fn unprobeable_instructions_that_change_control_or_stack_stay() {
+        let cases: [(&[u8], &str); 5] = [
+            // lock xadd %rsp, 0(%rip)
+            (
+                &[0xf0, 0x48, 0x0f, 0xc1, 0x25, 0, 0, 0, 0],
+                "writes the stack pointer",
+            ),
+            // ds pop %rbx
+            (&[0x3e, 0x5b], "moves the stack pointer"),
+            // notrack jmp *%rax
+            (&[0x3e, 0xff, 0xe0], "branches, calls, returns or traps"),
+            // ds call *%rax
+            (&[0x3e, 0xff, 0xd0], "branches, calls, returns or traps"),
+            // lock addq $1, (%rsp)
+            (&[0xf0, 0x48, 0x83, 0x04, 0x24, 0x01], "writes to the stack"),
+        ];
+        for (first, why) in cases {
+            assert_eq!(
+                choose(&code(&[first, &MOV_EAX_RSI, &RET])),
+                Err(NoSite::Unskippable { offset: 0, why }),
+                "{first:x?}"
+            );
+        }
+        // The second one of two.
+        assert_eq!(
+            choose(&code(&[&LOCK_ADD, &[0x3e, 0x5b], &RET])),
+            Err(NoSite::Unskippable {
+                offset: 9,
+                why: "moves the stack pointer"
+            })
+        );
+    }
+
+    #[test]
+    fn walk_has_limits() {
+        let mut eight = [LOCK_ADD; MAX_SKIPPED].concat();
+        eight.extend_from_slice(&RET);
+        assert_eq!(choose(&eight), moved(9 * MAX_SKIPPED as u64));
+        let mut nine = [LOCK_ADD; MAX_SKIPPED + 1].concat();
+        nine.extend_from_slice(&RET);
+        assert_eq!(choose(&nine), Err(NoSite::TooManyUnprobeable));
+        assert_eq!(choose(&LOCK_ADD), Err(NoSite::EndOfFunction));
+        assert_eq!(
+            choose(&LOCK_ADD[..4]),
+            Err(NoSite::Undecodable { offset: 0 })
+        );
+        // The site itself cut short.
+        assert_eq!(
+            choose(&code(&[&LOCK_ADD, &[0x48, 0x8b]])),
+            Err(NoSite::Undecodable { offset: 9 })
+        );
+    }
+
+    /// `objdump -d -w`: each label's instruction addresses, in order.
+    fn instruction_addresses(path: &std::path::Path) -> BTreeMap<String, Vec<u64>> {
+        let text = run("objdump", &["-d", "-w", path.to_str().unwrap()]);
+        let mut functions: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let mut current = None;
+        for line in text.lines() {
+            if let Some((_, label)) = parse_label(line) {
+                current = Some(label);
+            } else if let (Some(label), Some((address, _))) = (&current, line.split_once(":\t")) {
+                if let Ok(address) = u64::from_str_radix(address.trim(), 16) {
+                    functions.entry(label.clone()).or_default().push(address);
+                }
+            } else if line.trim().is_empty() {
+                current = None;
+            }
+        }
+        functions
+    }
+
+    /// Functions that begin with an atomic increment are probed at their second instruction.
+    #[test]
+    fn atomic_first_functions_are_probed_after_the_lock() {
+        let dir = TempDir::new().unwrap();
+        let variants: [(&str, &[&str]); 2] = [
+            ("pie", &["-fcf-protection=none"]),
+            ("shared", &["-fcf-protection=none", "-shared", "-fPIC"]),
+        ];
+        for (variant, flags) in variants {
+            let path = compile(&dir, "cc", ATOMIC_C, &format!("atomic-{variant}"), flags);
+            let what = path.display();
+            let elf = read_elf_functions(&path).unwrap();
+            check_against_binutils(&path, &elf);
+            assert_eq!(elf.unprobeable, [], "{what}");
+
+            let loads = readelf_executable_loads(&path);
+            let instructions = instruction_addresses(&path);
+            let disassembly = run("objdump", &["-d", "-w", path.to_str().unwrap()]);
+            let function = |name: &str| {
+                elf.functions
+                    .iter()
+                    .find(|f| f.name == name && f.kind == FunctionKind::Function)
+                    .unwrap_or_else(|| panic!("{what}: {name} missing"))
+            };
+            for name in ["count_hit", "count_miss"] {
+                let f = function(name);
+                let addresses = &instructions[name];
+                assert_eq!(addresses[0], f.address, "{what}: {name}");
+                // The compiler did what the fixture is about.
+                let first = disassembly
+                    .lines()
+                    .find(|line| line.trim_start().starts_with(&format!("{:x}:", f.address)))
+                    .unwrap();
+                assert!(first.contains("lock add"), "{what}: {name} starts {first}");
+
+                let entry = expected_offset(&loads, f.address).unwrap();
+                assert_eq!(f.offset, entry + 9, "{what}: {name} past `lock addq`");
+                assert_eq!(
+                    Some(f.offset),
+                    expected_offset(&loads, addresses[1]),
+                    "{what}: {name} at objdump's second instruction"
+                );
+                assert_eq!(
+                    f.site,
+                    ProbeSite {
+                        offset_in_function: 9,
+                        kind: SiteKind::AfterUnprobeablePrefix
+                    }
+                );
+            }
+            for name in ["plain_total", "main"] {
+                let f = function(name);
+                assert_eq!(f.site, ProbeSite::ENTRY, "{what}: {name}");
+                assert_eq!(
+                    Some(f.offset),
+                    expected_offset(&loads, f.address),
+                    "{what}: {name}"
+                );
+            }
+        }
+    }
+}
