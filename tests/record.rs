@@ -12,7 +12,7 @@ fn record_unchanged(program: &std::path::Path, args: &[&str]) -> Recording {
     let stderr = String::from_utf8_lossy(&recording.output.stderr);
     assert_eq!(
         recording.output.status.code(),
-        untraced.status.code(),
+        Some(shell_code(untraced.status)),
         "exit code differs under tracing; utrace said: {stderr}"
     );
     assert_eq!(
@@ -57,7 +57,7 @@ fn non_pie_and_cet_builds_are_counted_exactly() {
     }
     for (name, flags) in [
         ("calls-nopie", &["-no-pie"][..]),
-        ("calls-cet", &["-fcf-protection=full"][..]),
+        ("calls-cet", &["-fcf-protection=full", "-Wl,-z,ibtplt"][..]),
     ] {
         let calls = compile("calls.c", name, flags);
         let recording = record_unchanged(&calls, &[]);
@@ -114,7 +114,7 @@ fn the_json_report_describes_the_run() {
     let sort = compile("sort.c", "sort", &[]);
     let recording = record_unchanged(&sort, &["1000"]);
     let json = recording.json();
-    assert!(json["command"].as_str().unwrap().ends_with("sort 1000"));
+    assert_eq!(json["command"], format!("{} 1000", sort.display()));
     assert!(json["pid"].as_u64().unwrap() > 0);
     assert_eq!(json["lost_events"], 0);
     assert!(json["duration_ns"].as_u64().unwrap() > 0);
@@ -143,4 +143,53 @@ fn the_json_report_describes_the_run() {
         assert_eq!(f["avg_ns"].as_u64().unwrap(), total / calls);
         assert!(f["min_ns"].as_u64() <= f["max_ns"].as_u64());
     }
+}
+
+#[test]
+fn every_report_format_tells_the_same_story() {
+    if !bpf_available("every_report_format_tells_the_same_story") {
+        return;
+    }
+    let calls = compile("calls.c", "calls", &[]);
+    let recording = record_unchanged(&calls, &[]);
+    let json = recording.json();
+    let functions = json["functions"].as_array().unwrap();
+    let self_total: u64 = functions
+        .iter()
+        .map(|f| f["self_ns"].as_u64().unwrap())
+        .sum();
+
+    // Folded stacks: self time per distinct stack, so the weights add up to the self times.
+    let folded = recording.report(&["--format=flame-graph"]);
+    let weights: u64 = folded
+        .lines()
+        .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(weights, self_total);
+    assert!(
+        folded.lines().any(|l| l.starts_with("main;fib;fib;fib ")),
+        "{folded}"
+    );
+    // The workers run on their own threads: their stacks start at the thread's first call.
+    assert!(
+        folded.lines().any(|l| l.starts_with("worker;worker_step ")),
+        "{folded}"
+    );
+
+    let summary = recording.report(&["--format=summary"]);
+    let worker_step = summary
+        .lines()
+        .find(|l| l.ends_with(" worker_step"))
+        .unwrap();
+    assert_eq!(
+        worker_step.split_whitespace().nth(4),
+        Some("10000"),
+        "{worker_step}"
+    );
+
+    let svg_path = recording.dir.path().join("flame.svg");
+    recording.report(&["--format=svg", "-o", svg_path.to_str().unwrap()]);
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.contains("<svg"));
+    assert!(svg.contains("worker_step") && svg.contains(&calls.display().to_string()));
 }

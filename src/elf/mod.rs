@@ -135,6 +135,11 @@ fn functions_in(path: &Path, bytes: &[u8]) -> Result<ElfFunctions, ElfError> {
     let mut functions = Vec::new();
     let mut unprobeable = Vec::new();
     for function in symbols::defined_functions(&elf) {
+        // The entry point (`_start`) is jumped to by the kernel, not called: where a return
+        // address would be, its stack holds argc, which a return probe would overwrite.
+        if function.address == elf.entry {
+            continue;
+        }
         let Some(offset) = segments.file_offset(function.address) else {
             continue;
         };

@@ -128,6 +128,16 @@ struct ElfSymbol {
     name: String,
 }
 
+/// The entry point address from `readelf -hW`.
+fn readelf_entry(path: &Path) -> u64 {
+    let text = run("readelf", &["-hW", path.to_str().unwrap()]);
+    let field = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Entry point address:"))
+        .expect("readelf -h names the entry point");
+    u64::from_str_radix(field.trim().trim_start_matches("0x"), 16).unwrap()
+}
+
 fn readelf_symbols(path: &Path) -> Vec<ElfSymbol> {
     let text = run("readelf", &["-sW", path.to_str().unwrap()]);
     let mut symbols = Vec::new();
@@ -257,13 +267,16 @@ fn check_symbols_and_offsets(path: &Path, elf: &ElfFunctions) {
         "{what}: sorted by address, one per address"
     );
 
-    // Function symbols: every defined, sized STT_FUNC symbol but the `.cold` fragments, one per
-    // address, with a name and a size of one of the symbols there.
+    // Function symbols: every defined, sized STT_FUNC symbol but the `.cold` fragments and the
+    // entry point (never called), one per address, with a name and a size of one of the symbols
+    // there.
+    let entry = readelf_entry(path);
     let mut expected: BTreeMap<u64, Vec<&ElfSymbol>> = BTreeMap::new();
     for symbol in &symbols {
         if symbol.kind == "FUNC"
             && symbol.defined
             && symbol.size > 0
+            && symbol.address != entry
             && !symbols::is_cold_fragment(&symbol.name)
         {
             expected.entry(symbol.address).or_default().push(symbol);

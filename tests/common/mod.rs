@@ -5,8 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// Flags every test program is compiled with: tail calls would make the machine's calls differ
 /// from the source's.
@@ -36,15 +35,27 @@ pub fn bpf_available(test: &str) -> bool {
 fn build_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-programs");
+        // One directory per test binary, so test binaries running one after another never
+        // replace a program another one has just traced either.
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join("test-programs")
+            .join(std::process::id().to_string());
         std::fs::create_dir_all(&dir).expect("creating the test program directory");
         dir
     })
 }
 
 /// Compiles `test/<source>` (C or C++ by its extension) with `extra` flags into a binary named
-/// `name`, once per test run, and returns its path.
+/// `name`, once per test binary, and returns its path. Tests run in parallel: a program is never
+/// rebuilt under a test that traces it (probes sit on the file that was there at attach).
 pub fn compile(source: &str, name: &str, extra: &[&str]) -> PathBuf {
+    static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(path) = built.get(name) {
+        return path.clone();
+    }
     let source_path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("test")
         .join(source);
@@ -54,16 +65,11 @@ pub fn compile(source: &str, name: &str, extra: &[&str]) -> PathBuf {
     } else {
         "cc"
     };
-    // Tests run in parallel and may ask for the same program: build to a unique name and rename,
-    // so nobody runs a half-written file.
-    static BUILDS: AtomicUsize = AtomicUsize::new(0);
-    let build = BUILDS.fetch_add(1, Ordering::Relaxed);
-    let partial = build_dir().join(format!("{name}.{}.{build}.partial", std::process::id()));
     let status = Command::new(compiler)
         .args(C_FLAGS)
         .args(extra)
         .arg("-o")
-        .arg(&partial)
+        .arg(&output)
         .arg(&source_path)
         .status()
         .unwrap_or_else(|e| panic!("running {compiler} (install gcc/g++): {e}"));
@@ -72,7 +78,7 @@ pub fn compile(source: &str, name: &str, extra: &[&str]) -> PathBuf {
         "{compiler} failed on {}",
         source_path.display()
     );
-    std::fs::rename(&partial, &output).unwrap();
+    built.insert(name.to_string(), output.clone());
     output
 }
 
@@ -151,6 +157,15 @@ pub fn record(program: &Path, args: &[&str], extra: &[&str]) -> Recording {
         .output()
         .unwrap();
     Recording { dir, output }
+}
+
+/// The exit code a shell reports: the code, or 128 + the signal that ended the process.
+pub fn shell_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|signal| 128 + signal))
+        .expect("the process ended")
 }
 
 /// Runs `program args` without tracing.
