@@ -1,6 +1,7 @@
 //! Command-line flags of every subcommand.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use utrace::report::Format;
@@ -26,25 +27,38 @@ pub enum Command {
 }
 
 #[derive(Args)]
+#[command(group = clap::ArgGroup::new("target").required(true).args(["command", "pid", "args"]))]
 pub struct RecordArgs {
     /// The command to run and trace, split into words like a shell would.
-    #[arg(
-        short = 'c',
-        long = "command",
-        value_name = "CMD",
-        conflicts_with = "args"
-    )]
+    #[arg(short = 'c', long = "command", value_name = "CMD")]
     pub command: Option<String>,
+    /// Trace a running process instead, until it exits, Ctrl-C, SIGTERM or --duration.
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pid: Option<u32>,
     /// The command and its arguments, as separate words (instead of -c).
-    #[arg(
-        value_name = "COMMAND",
-        trailing_var_arg = true,
-        required_unless_present = "command"
-    )]
+    #[arg(value_name = "COMMAND", trailing_var_arg = true)]
     pub args: Vec<String>,
     /// Where to write the trace.
     #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
     pub output: PathBuf,
+    /// Stop recording after this long (e.g. 5s, 250ms, 2m); a started command runs on.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Also trace the functions inside the shared libraries whose file name matches the glob
+    /// (repeatable; comma-separated lists; e.g. 'libc.so*').
+    #[arg(long = "nest-lib", value_name = "GLOB")]
+    pub nest_lib: Vec<String>,
+    /// Run the command as this user (name or uid), with its groups.
+    #[arg(
+        short = 'u',
+        long = "user",
+        value_name = "USER",
+        conflicts_with = "pid"
+    )]
+    pub user: Option<String>,
+    /// Run the command with address space randomization off.
+    #[arg(long, conflicts_with = "pid")]
+    pub no_randomize_addr: bool,
     /// Ring buffer size (K, M and G suffixes; rounded up to a power of two).
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
     pub buffer_size: u64,
@@ -64,6 +78,33 @@ pub struct ReportArgs {
     /// Write the report to FILE instead of standard output.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+}
+
+/// Parses `5s`, `250ms`, `1.5s`, `2m`, `100us`, `10ns`, `1h`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let seconds_per_unit = match unit {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "{text:?}: give a unit: ns, us, ms, s, m or h (e.g. 5s)"
+            ))
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 5s or 250ms"))?;
+    Duration::try_from_secs_f64(value * seconds_per_unit)
+        .map_err(|_| format!("{text:?} is out of range"))
 }
 
 /// Parses `4096`, `64K`, `16M`, `1G` (binary units; an optional trailing `B`/`iB`).
@@ -97,5 +138,16 @@ mod tests {
         assert_eq!(parse_size("1GiB"), Ok(1 << 30));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("0").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("fast").is_err());
     }
 }

@@ -11,7 +11,8 @@ use clap::Parser;
 
 use cli::{Cli, Command, RecordArgs, ReportArgs};
 use utrace::data::{DataReader, Statistics};
-use utrace::record::{self, split_command, RecordOptions};
+use utrace::plan::LibraryPatterns;
+use utrace::record::{self, split_command, ChildSetup, RecordOptions, TargetSpec, UserIds};
 use utrace::report::{write_report, TraceInfo};
 
 fn main() -> ExitCode {
@@ -31,21 +32,30 @@ fn main() -> ExitCode {
 
 /// Records, and exits as the traced command did.
 fn run_record(args: RecordArgs) -> Result<u8> {
-    let command = match args.command {
-        Some(line) => split_command(&line)?,
-        None => args.args,
+    let target = match (args.pid, args.command) {
+        (Some(pid), _) => TargetSpec::Pid(pid),
+        (None, Some(line)) => TargetSpec::Command(split_command(&line)?),
+        (None, None) => TargetSpec::Command(args.args),
     };
-    let buffer_bytes = record::ring_buffer_size(args.buffer_size)?;
+    let user = args.user.as_deref().map(UserIds::lookup).transpose()?;
     let outcome = record::record(&RecordOptions {
-        command,
+        target,
         output: args.output,
-        buffer_bytes,
+        buffer_bytes: record::ring_buffer_size(args.buffer_size)?,
+        duration: args.duration,
+        nest_libs: LibraryPatterns::parse("--nest-lib", &args.nest_lib)?,
+        child_setup: ChildSetup {
+            user,
+            no_randomize_addr: args.no_randomize_addr,
+        },
         debug: args.debug,
     })?;
-    // Stopped by a second signal before the command ended: the shell's code for an interrupt.
-    let code = outcome
-        .exit_status
-        .map_or(128 + libc::SIGINT, |status| status.code());
+    let code = match outcome.exit_status {
+        Some(status) => status.code(),
+        // Stopped by a second signal before the command ended: the shell's code for it.
+        None if outcome.interrupted => 128 + libc::SIGINT,
+        None => 0,
+    };
     Ok(u8::try_from(code).unwrap_or(u8::MAX))
 }
 

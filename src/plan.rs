@@ -47,11 +47,11 @@ impl FunctionTable {
 
     /// The file name of the module a function lives in (`sort` for `/path/to/sort`).
     pub fn module_name(&self, function: &TracedFunction) -> &str {
-        let path = self
-            .modules
-            .get(function.module as usize)
-            .map_or("?", String::as_str);
-        path.rsplit('/').next().unwrap_or(path)
+        file_name(
+            self.modules
+                .get(function.module as usize)
+                .map_or("?", String::as_str),
+        )
     }
 }
 
@@ -69,6 +69,68 @@ impl FunctionTable {
                 kind: symbol.kind,
             }));
     }
+}
+
+/// Errors of the user's selection of what to trace.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("{flag} {pattern:?}: not a valid glob: {reason}")]
+    BadGlob {
+        flag: &'static str,
+        pattern: String,
+        reason: String,
+    },
+}
+
+/// Globs on library file names (`--nest-lib`): repeatable, each a comma-separated list.
+#[derive(Debug, Default)]
+pub struct LibraryPatterns {
+    patterns: Vec<(String, glob::Pattern)>,
+}
+
+impl LibraryPatterns {
+    pub fn parse(flag: &'static str, arguments: &[String]) -> Result<LibraryPatterns, PlanError> {
+        let patterns = arguments
+            .iter()
+            .flat_map(|argument| argument.split(','))
+            .filter(|text| !text.is_empty())
+            .map(|text| {
+                glob::Pattern::new(text)
+                    .map(|pattern| (text.to_string(), pattern))
+                    .map_err(|error| PlanError::BadGlob {
+                        flag,
+                        pattern: text.to_string(),
+                        reason: error.msg.to_string(),
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(LibraryPatterns { patterns })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+
+    /// Whether the file name of `path` matches one of the globs.
+    pub fn matches(&self, path: &str) -> bool {
+        let name = file_name(path);
+        self.patterns
+            .iter()
+            .any(|(_, pattern)| pattern.matches(name))
+    }
+
+    /// The globs that match none of `paths`, as the user wrote them.
+    pub fn unmatched<'a>(&'a self, paths: &[&str]) -> Vec<&'a str> {
+        self.patterns
+            .iter()
+            .filter(|(_, pattern)| !paths.iter().any(|p| pattern.matches(file_name(p))))
+            .map(|(text, _)| text.as_str())
+            .collect()
+    }
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 #[cfg(test)]
@@ -99,5 +161,23 @@ mod tests {
         assert_eq!(table.module_name(g), "libx.so");
         assert_eq!(table.module_name(table.function(0).unwrap()), "prog");
         assert!(table.function(3).is_none());
+    }
+
+    #[test]
+    fn library_globs_match_file_names() {
+        let patterns =
+            LibraryPatterns::parse("--nest-lib", &["libc.so*,libm*".into(), "libx.so".into()])
+                .unwrap();
+        assert!(patterns.matches("/lib/x86_64-linux-gnu/libc.so.6"));
+        assert!(patterns.matches("libm.so.6"));
+        assert!(!patterns.matches("/usr/lib/libcrypt.so.1"));
+        assert_eq!(
+            patterns.unmatched(&["/lib/libc.so.6", "/lib/libm.so.6"]),
+            ["libx.so"]
+        );
+        assert!(matches!(
+            LibraryPatterns::parse("--nest-lib", &["lib[c".into()]),
+            Err(PlanError::BadGlob { .. })
+        ));
     }
 }

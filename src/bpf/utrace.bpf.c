@@ -20,8 +20,27 @@ struct {
 	__uint(max_entries, 16 << 20);
 } events SEC(".maps");
 
+/* Set for a command utrace starts: its probes count only once it has exec'ed, since before
+ * that the child is a copy of utrace running utrace's own libraries. */
+const volatile bool wait_for_exec = false;
+
 /* Events that found the ring buffer full. */
 __u64 lost_events = 0;
+/* Whether the target has exec'ed (see wait_for_exec). */
+bool exec_seen = false;
+/* Set by the recorder once every link is attached and cleared before the first is detached: links
+ * come and go one at a time, and a call whose entry and return probes were not both in place
+ * would give an exit without an entry. */
+bool recording = false;
+
+/* A raw tracepoint: attached by name, with no need for tracefs to be mounted. */
+SEC("raw_tp/sched_process_exec")
+int target_exec(void *ctx)
+{
+	if ((bpf_get_current_pid_tgid() >> 32) == target_tgid)
+		exec_seen = true;
+	return 0;
+}
 
 static __always_inline int record(void *ctx, __u32 kind)
 {
@@ -32,6 +51,8 @@ static __always_inline int record(void *ctx, __u32 kind)
 	/* The link's pid filter decides where breakpoints go, but another tracer's probe on the same
 	 * file runs our program too: check the process ourselves. */
 	if ((pid_tgid >> 32) != target_tgid)
+		return 0;
+	if (!recording || (wait_for_exec && !exec_seen))
 		return 0;
 
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);

@@ -14,6 +14,8 @@
 //! - `demangle`: Rust (legacy and v0) and C++ names.
 
 mod demangle;
+pub mod ldcache;
+pub mod loader;
 mod plt;
 mod segments;
 pub mod site;

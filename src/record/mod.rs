@@ -1,9 +1,13 @@
 //! Recording: start the target, load and attach BPF, drain the ring buffer into `utrace.data`.
 
+mod attach;
 mod probes;
+mod proc_maps;
 mod process;
 mod progress;
 mod signals;
+mod target;
+mod user;
 mod writer;
 
 #[allow(clippy::all, unused_imports)]
@@ -12,7 +16,7 @@ mod skel {
 }
 
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
@@ -20,13 +24,15 @@ use libbpf_rs::RingBufferBuilder;
 
 use crate::data::{DataWriter, Metadata, Statistics};
 use crate::event::Event;
-use crate::plan::FunctionTable;
+use crate::plan::{FunctionTable, LibraryPatterns};
 pub use probes::ring_buffer_size;
 use probes::{LoadedProbes, ObjectStorage, ProbeConfig};
-use process::{display_name, resolve_program, HeldChild};
-pub use process::{split_command, ExitStatus};
+pub use process::{split_command, ChildSetup, ExitStatus};
 use progress::Progress;
 use signals::SignalWatch;
+pub use target::TargetSpec;
+use target::{SignalAction, Target, TracedFile};
+pub use user::UserIds;
 use writer::{WriterThread, BATCH_EVENTS};
 
 /// How long the consumer sleeps when the probes have not woken it. Bounds the delay of events
@@ -38,44 +44,70 @@ const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What `utrace record` was asked to do.
 pub struct RecordOptions {
-    /// The command and its arguments.
-    pub command: Vec<String>,
+    pub target: TargetSpec,
     pub output: PathBuf,
     /// Ring buffer size in bytes (rounded up to a power of two).
     pub buffer_bytes: u32,
+    /// Stop recording after this long.
+    pub duration: Option<Duration>,
+    /// Libraries whose own functions are traced too (`--nest-lib`).
+    pub nest_libs: LibraryPatterns,
+    /// How the started command runs (`-u`, `--no-randomize-addr`).
+    pub child_setup: ChildSetup,
     pub debug: bool,
 }
 
 /// How a recording ended.
 pub struct RecordOutcome {
-    /// The traced command's status; `None` when utrace stopped before it ended.
+    /// The traced command's status; `None` for an attached process, or when utrace stopped
+    /// before the command ended.
     pub exit_status: Option<ExitStatus>,
+    /// A second Ctrl-C or SIGTERM ended utrace before the command.
+    pub interrupted: bool,
 }
 
-/// Runs the command under the tracer and writes `options.output`.
+/// Why the recording loop ended.
+enum Stop {
+    /// The process ended; its status when it was ours.
+    Ended(Option<ExitStatus>),
+    /// `--duration` passed, or a signal asked to stop.
+    Asked,
+    /// A second signal: stop without waiting for anything.
+    Interrupted,
+    /// The writer failed; its error is reported when it is finished.
+    WriterFailed,
+}
+
+/// Traces the target and writes `options.output`.
 pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
-    let program = resolve_program(&options.command[0])?;
-    let table = plan_program(&program)?;
+    probes::show_libbpf_messages(options.debug);
+    // Fork (for -c) before any thread exists: the child only waits and execs.
+    let (mut target, files) =
+        Target::prepare(&options.target, &options.child_setup, &options.nest_libs)?;
+    let table = plan(&files)?;
     if options.debug {
-        eprintln!(
-            "utrace: planned {} functions in {}",
-            table.functions.len(),
-            program.display()
-        );
+        for (index, file) in files.iter().enumerate() {
+            let count = table
+                .functions
+                .iter()
+                .filter(|f| f.module as usize == index)
+                .count();
+            eprintln!("utrace: planned {count} functions in {}", file.path);
+        }
     }
 
-    probes::show_libbpf_messages(options.debug);
-    // Fork before any thread exists: the child only waits and execs.
-    let mut child = HeldChild::spawn(&program, &options.command)?;
     let mut storage = ObjectStorage::uninit();
-    let loaded = LoadedProbes::load(
+    let mut loaded = LoadedProbes::load(
         &mut storage,
         &ProbeConfig {
-            tgid: child.pid(),
+            tgid: target.pid(),
             buffer_bytes: options.buffer_bytes,
+            wait_for_exec: matches!(target, Target::Started(_)),
         },
     )?;
-    let attached = loaded.attach(&table, child.pid())?;
+    let open_paths: Vec<PathBuf> = files.iter().map(|f| f.open_path.clone()).collect();
+    let attached = loaded.attach(&table, &open_paths, target.pid())?;
+    loaded.set_recording(true);
     if options.debug {
         eprintln!(
             "utrace: attached {} entry and return probes with uprobe_multi in {:.3} ms",
@@ -86,7 +118,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
 
     let writer = DataWriter::create(
         &options.output,
-        &metadata(&options.command, child.pid()),
+        &metadata(target.command_line(&options.target), target.pid()),
         &table,
     )
     .with_context(|| format!("cannot create {}", options.output.display()))?;
@@ -106,7 +138,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     let ring = ring.build()?;
 
     let started = Instant::now();
-    child.release()?;
+    target.start()?;
     let mut events: u64 = 0;
     let mut last_flush = Instant::now();
     let mut progress = Progress::new();
@@ -121,32 +153,37 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         writer.send(full)
     };
 
-    let exit_status = loop {
+    let stop = loop {
         // Negative results are EINTR from our own signals; the next round handles them.
         ring.poll_raw(POLL_INTERVAL);
         ring.consume_raw();
         let due = last_flush.elapsed() >= FLUSH_INTERVAL;
         if !flush(due, &mut events) {
-            // The writer stopped on an error; `finish` below reports it.
-            break None;
+            break Stop::WriterFailed;
         }
         if due {
             last_flush = Instant::now();
         }
         progress.update(events + batch.borrow().len() as u64, loaded.lost_events());
-        if let Some(status) = child.try_wait()? {
-            break Some(status);
+        if let Some(status) = target.ended()? {
+            break Stop::Ended(status);
+        }
+        if options
+            .duration
+            .is_some_and(|limit| started.elapsed() >= limit)
+        {
+            break Stop::Asked;
         }
         if let Some(received) = watch.take() {
-            if received.count > 1 {
-                break None;
-            }
-            if received.forward {
-                child.signal(received.signal);
+            match (target.on_signal(received), received.count) {
+                (SignalAction::Continue, _) => {}
+                (SignalAction::Stop, 1) => break Stop::Asked,
+                (SignalAction::Stop, _) => break Stop::Interrupted,
             }
         }
     };
 
+    loaded.set_recording(false);
     let detach_time = attached.detach();
     ring.consume_raw();
     flush(true, &mut events);
@@ -167,9 +204,10 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         .with_context(|| format!("finishing {}", options.output.display()))?;
 
     eprintln!(
-        "utrace: traced {} functions of {}: {} events in {:.3} s, {} lost, {} bytes written to {}",
+        "utrace: traced {} functions of {} (pid {}): {} events in {:.3} s, {} lost, {} bytes written to {}",
         table.functions.len(),
-        display_name(&program).to_string_lossy(),
+        files[0].path.rsplit('/').next().unwrap_or_default(),
+        target.pid(),
         events,
         duration.as_secs_f64(),
         lost_events,
@@ -185,18 +223,27 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
             detach_time.as_secs_f64() * 1e3
         );
     }
-    Ok(RecordOutcome { exit_status })
+    let (exit_status, interrupted) = match stop {
+        Stop::Ended(status) => (status, false),
+        // The command runs on untraced; utrace still ends with it, as it would have.
+        Stop::Asked => (target.wait()?, false),
+        Stop::Interrupted | Stop::WriterFailed => (None, true),
+    };
+    Ok(RecordOutcome {
+        exit_status,
+        interrupted,
+    })
 }
 
-/// The functions of the program to probe.
-fn plan_program(program: &Path) -> Result<FunctionTable> {
-    let path = program
-        .canonicalize()
-        .with_context(|| format!("cannot open {}", program.display()))?;
-    let elf = crate::elf::read_elf_functions(&path)?;
-    warn_unprobeable(&elf.unprobeable);
+/// The functions to probe, file by file.
+fn plan(files: &[TracedFile]) -> Result<FunctionTable> {
     let mut table = FunctionTable::default();
-    table.add_module(path.to_string_lossy().into_owned(), elf.functions);
+    for file in files {
+        let elf = crate::elf::read_elf_functions(&file.open_path)
+            .with_context(|| format!("reading the symbols of {}", file.path))?;
+        warn_unprobeable(&elf.unprobeable);
+        table.add_module(file.path.clone(), elf.functions);
+    }
     Ok(table)
 }
 
@@ -222,14 +269,14 @@ fn warn_unprobeable(unprobeable: &[crate::elf::Unprobeable]) {
     );
 }
 
-fn metadata(command: &[String], pid: u32) -> Metadata {
+fn metadata(command: Vec<String>, pid: u32) -> Metadata {
     let read = |path| {
         std::fs::read_to_string(path)
             .map(|s| s.trim().to_string())
             .unwrap_or_default()
     };
     Metadata {
-        command: command.to_vec(),
+        command,
         pid,
         start_monotonic_ns: monotonic_now_ns(),
         start_realtime_ns: SystemTime::now()

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -46,6 +46,8 @@ pub struct ProbeConfig {
     pub tgid: u32,
     /// Ring buffer size in bytes (a power of two, a multiple of the page size).
     pub buffer_bytes: u32,
+    /// Count nothing until the target execs (a command utrace forked).
+    pub wait_for_exec: bool,
 }
 
 /// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
@@ -78,6 +80,7 @@ impl<'obj> LoadedProbes<'obj> {
             .as_deref_mut()
             .expect("the BPF object has read-only data (target_tgid)");
         rodata.target_tgid = config.tgid;
+        rodata.wait_for_exec = config.wait_for_exec;
         // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
         // that, so the common hit pays for no wake-up.
         rodata.wakeup_bytes = u64::from(config.buffer_bytes / 8);
@@ -85,15 +88,25 @@ impl<'obj> LoadedProbes<'obj> {
             .events
             .set_max_entries(config.buffer_bytes)
             .map_err(load_error)?;
-        let skel = open.load().map_err(load_error)?;
+        let mut skel = open.load().map_err(load_error)?;
+        if config.wait_for_exec {
+            let link = skel.progs.target_exec.attach().map_err(load_error)?;
+            skel.links.target_exec = Some(link);
+        }
         Ok(LoadedProbes { skel })
     }
 
     /// Attaches entry and return probes for every function of `table`, filtered to `pid`.
-    pub fn attach(&self, table: &FunctionTable, pid: u32) -> Result<AttachedProbes, ProbeError> {
+    /// `files[i]` opens `table.modules[i]`.
+    pub fn attach(
+        &self,
+        table: &FunctionTable,
+        files: &[PathBuf],
+        pid: u32,
+    ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
         let mut links = Vec::new();
-        for (module_index, module) in table.modules.iter().enumerate() {
+        for (module_index, (module, file)) in table.modules.iter().zip(files).enumerate() {
             let (offsets, cookies): (Vec<usize>, Vec<u64>) = table
                 .functions
                 .iter()
@@ -115,7 +128,7 @@ impl<'obj> LoadedProbes<'obj> {
                     ..Default::default()
                 };
                 let link = program
-                    .attach_uprobe_multi_with_opts(pid as i32, Path::new(module), "", opts)
+                    .attach_uprobe_multi_with_opts(pid as i32, file, "", opts)
                     .map_err(|source| ProbeError::Attach {
                         count: offsets.len(),
                         direction,
@@ -134,6 +147,19 @@ impl<'obj> LoadedProbes<'obj> {
     /// The ring buffer map the events arrive in.
     pub fn events_map(&self) -> &libbpf_rs::MapMut<'obj> {
         &self.skel.maps.events
+    }
+
+    /// Turns counting on (after every link is attached) or off (before any is detached).
+    pub fn set_recording(&mut self, on: bool) {
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .expect("the BPF object has a .bss (recording)");
+        // SAFETY: a plain bool in memory mapped from the BPF map, read by the BPF programs
+        // concurrently: written with a volatile store so it is not elided or delayed.
+        unsafe { std::ptr::write_volatile(&raw mut bss.recording, on) };
     }
 
     /// Events dropped so far because the ring buffer was full.

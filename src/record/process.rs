@@ -1,11 +1,13 @@
 //! The traced command: forked, held before `exec` until every probe is attached, then released.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+use super::user::UserIds;
 
 /// Errors of starting the traced command.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +28,10 @@ pub enum ProcessError {
     Exec { path: PathBuf, source: io::Error },
     #[error("waiting for the traced process: {0}")]
     Wait(io::Error),
+    #[error("cannot switch the command to the user of -u: {0}")]
+    SwitchUser(io::Error),
+    #[error("cannot turn address randomization off: {0}")]
+    Personality(io::Error),
 }
 
 /// Splits a command line the way a POSIX shell splits words (quotes and backslashes work; no
@@ -100,6 +106,15 @@ impl ExitStatus {
     }
 }
 
+/// What the child changes about itself between fork and exec.
+#[derive(Clone, Debug, Default)]
+pub struct ChildSetup {
+    /// Run as this user (`-u`): groups, gid and uid are set in that order, before exec.
+    pub user: Option<UserIds>,
+    /// Turn address space randomization off (`--no-randomize-addr`).
+    pub no_randomize_addr: bool,
+}
+
 /// A forked child that waits, before `exec`, until [`HeldChild::release`].
 pub struct HeldChild {
     pid: libc::pid_t,
@@ -112,7 +127,11 @@ pub struct HeldChild {
 
 impl HeldChild {
     /// Forks a child that will run `path` with `args` (args[0] included) once released.
-    pub fn spawn(path: &Path, args: &[String]) -> Result<HeldChild, ProcessError> {
+    pub fn spawn(
+        path: &Path,
+        args: &[String],
+        setup: &ChildSetup,
+    ) -> Result<HeldChild, ProcessError> {
         // Everything the child needs is built before fork: after it, the child may only make
         // async-signal-safe calls.
         let c_path = CString::new(path.as_os_str().as_bytes())
@@ -144,12 +163,18 @@ impl HeldChild {
                 let mut byte = 0u8;
                 let released = libc::read(gate_read.as_raw_fd(), (&raw mut byte).cast(), 1) == 1;
                 if released {
-                    libc::execv(c_path.as_ptr(), argv.as_ptr());
-                    let errno = *libc::__errno_location();
+                    let stage = match apply_setup(setup) {
+                        Ok(()) => {
+                            libc::execv(c_path.as_ptr(), argv.as_ptr());
+                            STAGE_EXEC
+                        }
+                        Err(stage) => stage,
+                    };
+                    let report = [stage, *libc::__errno_location()];
                     libc::write(
                         error_write.as_raw_fd(),
-                        (&raw const errno).cast(),
-                        std::mem::size_of::<libc::c_int>(),
+                        report.as_ptr().cast(),
+                        std::mem::size_of_val(&report),
                     );
                 }
                 libc::_exit(127);
@@ -179,20 +204,35 @@ impl HeldChild {
                 return Err(ProcessError::Fork(io::Error::last_os_error()));
             }
         }
-        let mut errno: libc::c_int = 0;
-        let size = std::mem::size_of::<libc::c_int>();
+        let mut report: [libc::c_int; 2] = [0; 2];
+        let size = std::mem::size_of_val(&report);
         // SAFETY: reads at most `size` bytes into a live local of that size.
-        let read =
-            unsafe { libc::read(self.exec_error.as_raw_fd(), (&raw mut errno).cast(), size) };
-        if read == size as isize {
-            // The child has exited with 127; reap it so it leaves no zombie.
-            let _ = self.wait();
-            return Err(ProcessError::Exec {
-                path: self.path.clone(),
-                source: io::Error::from_raw_os_error(errno),
-            });
+        let read = unsafe {
+            libc::read(
+                self.exec_error.as_raw_fd(),
+                report.as_mut_ptr().cast(),
+                size,
+            )
+        };
+        if read != size as isize {
+            return Ok(());
         }
-        Ok(())
+        // The child has exited with 127; reap it so it leaves no zombie.
+        let _ = self.wait();
+        let [stage, errno] = report;
+        let source = io::Error::from_raw_os_error(errno);
+        Err(match stage {
+            STAGE_EXEC => ProcessError::Exec {
+                path: self.path.clone(),
+                source,
+            },
+            STAGE_USER => ProcessError::SwitchUser(source),
+            STAGE_PERSONALITY => ProcessError::Personality(source),
+            _ => ProcessError::Exec {
+                path: self.path.clone(),
+                source,
+            },
+        })
     }
 
     /// Returns the exit status if the child has ended, without blocking.
@@ -245,6 +285,43 @@ impl Drop for HeldChild {
     }
 }
 
+/// Where a child failed before running the command, as it reports it through the error pipe.
+const STAGE_EXEC: libc::c_int = 1;
+const STAGE_USER: libc::c_int = 2;
+const STAGE_PERSONALITY: libc::c_int = 3;
+
+/// Applies `setup` in the forked child. Only async-signal-safe calls: no allocation.
+///
+/// # Safety
+/// To be called in the child between fork and exec only.
+unsafe fn apply_setup(setup: &ChildSetup) -> Result<(), libc::c_int> {
+    if setup.no_randomize_addr {
+        // SAFETY: personality(0xffffffff) only queries the current persona; setting it again
+        // with one more flag has no memory effects.
+        let failed = unsafe {
+            let current = libc::personality(0xffff_ffff);
+            current < 0
+                || libc::personality((current | libc::ADDR_NO_RANDOMIZE) as libc::c_ulong) < 0
+        };
+        if failed {
+            return Err(STAGE_PERSONALITY);
+        }
+    }
+    if let Some(user) = &setup.user {
+        // Groups first and uid last: after setuid there is no privilege left to set the rest.
+        // SAFETY: the group list is a live slice of the given length.
+        let failed = unsafe {
+            libc::setgroups(user.groups.len(), user.groups.as_ptr()) != 0
+                || libc::setgid(user.gid) != 0
+                || libc::setuid(user.uid) != 0
+        };
+        if failed {
+            return Err(STAGE_USER);
+        }
+    }
+    Ok(())
+}
+
 fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two descriptors into the array.
@@ -253,11 +330,6 @@ fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: both descriptors were just created and are owned by nobody else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// The name a user knows a program by, for messages.
-pub fn display_name(path: &Path) -> &OsStr {
-    path.file_name().unwrap_or(path.as_os_str())
 }
 
 #[cfg(test)]
@@ -297,13 +369,13 @@ mod tests {
     fn held_child_runs_only_when_released_and_reports_its_status() {
         let path = resolve_program("sh").unwrap();
         let args = ["sh", "-c", "exit 7"].map(String::from);
-        let mut child = HeldChild::spawn(&path, &args).unwrap();
+        let mut child = HeldChild::spawn(&path, &args, &ChildSetup::default()).unwrap();
         assert_eq!(child.try_wait().unwrap(), None, "must wait for release");
         child.release().unwrap();
         assert_eq!(child.wait().unwrap(), ExitStatus::Exited(7));
 
         let args = ["sh", "-c", "kill -TERM $$"].map(String::from);
-        let mut child = HeldChild::spawn(&path, &args).unwrap();
+        let mut child = HeldChild::spawn(&path, &args, &ChildSetup::default()).unwrap();
         child.release().unwrap();
         assert_eq!(child.wait().unwrap().code(), 128 + libc::SIGTERM);
     }
@@ -312,7 +384,7 @@ mod tests {
     fn a_child_never_released_exits_when_dropped() {
         let path = resolve_program("sh").unwrap();
         let args = ["sh", "-c", "sleep 100"].map(String::from);
-        let child = HeldChild::spawn(&path, &args).unwrap();
+        let child = HeldChild::spawn(&path, &args, &ChildSetup::default()).unwrap();
         let pid = child.pid() as libc::pid_t;
         // Dropping closes the gate; the child must see that and exit, and be reaped (a hang
         // here is the failure).
@@ -327,7 +399,8 @@ mod tests {
         let script = dir.path().join("bad");
         std::fs::write(&script, "not a program").unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut child = HeldChild::spawn(&script, &["bad".to_string()]).unwrap();
+        let mut child =
+            HeldChild::spawn(&script, &["bad".to_string()], &ChildSetup::default()).unwrap();
         assert!(matches!(child.release(), Err(ProcessError::Exec { .. })));
     }
 }

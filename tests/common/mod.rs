@@ -32,7 +32,7 @@ pub fn bpf_available(test: &str) -> bool {
     false
 }
 
-fn build_dir() -> &'static Path {
+pub fn build_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         // One directory per test binary, so test binaries running one after another never
@@ -65,12 +65,13 @@ pub fn compile(source: &str, name: &str, extra: &[&str]) -> PathBuf {
     } else {
         "cc"
     };
+    // `extra` goes after the source, where libraries (`-lname`) must stand.
     let status = Command::new(compiler)
         .args(C_FLAGS)
-        .args(extra)
         .arg("-o")
         .arg(&output)
         .arg(&source_path)
+        .args(extra)
         .status()
         .unwrap_or_else(|e| panic!("running {compiler} (install gcc/g++): {e}"));
     assert!(
@@ -124,23 +125,41 @@ impl Recording {
 
     /// The report in JSON.
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.report(&["--format=json"])).expect("report is JSON")
+        report_json(&self.data())
     }
 
     /// Calls per function name, from the JSON report.
     pub fn traced_counts(&self) -> BTreeMap<String, u64> {
-        self.json()["functions"]
-            .as_array()
-            .expect("functions array")
-            .iter()
-            .map(|f| {
-                (
-                    f["name"].as_str().unwrap().to_string(),
-                    f["calls"].as_u64().unwrap(),
-                )
-            })
-            .collect()
+        counts_of(&self.json())
     }
+}
+
+/// `utrace report --format=json` of a data file.
+pub fn report_json(data: &Path) -> serde_json::Value {
+    let output = utrace()
+        .arg("report")
+        .arg("-i")
+        .arg(data)
+        .arg("--format=json")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "utrace report failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("report is JSON")
+}
+
+/// Calls per function name in a JSON report (a name in two modules: the counts added).
+pub fn counts_of(json: &serde_json::Value) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for f in json["functions"].as_array().expect("functions array") {
+        *counts
+            .entry(f["name"].as_str().unwrap().to_string())
+            .or_insert(0) += f["calls"].as_u64().unwrap();
+    }
+    counts
 }
 
 /// Records `program args` with utrace (plus `extra` record flags).

@@ -1,0 +1,97 @@
+//! A process that is already running (`-p PID`): the tracer watches it but does not own it.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+
+/// Errors of attaching to a running process.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error("no process with pid {0}")]
+    NoSuchProcess(u32),
+    #[error("pid {0} has no executable (a kernel thread?): nothing to trace")]
+    NoExecutable(u32),
+    #[error("cannot read /proc/{pid}: {source} (tracing another user's process needs root)")]
+    Proc { pid: u32, source: io::Error },
+}
+
+/// A running process, watched through a pidfd so its end is seen without polling /proc.
+pub struct RunningProcess {
+    pid: u32,
+    pidfd: OwnedFd,
+    /// What `/proc/PID/exe` points to (the kernel's name for the executable).
+    pub executable: PathBuf,
+}
+
+impl RunningProcess {
+    pub fn open(pid: u32) -> Result<RunningProcess, AttachError> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            let error = io::Error::last_os_error();
+            return Err(match error.raw_os_error() {
+                Some(libc::ESRCH) | Some(libc::EINVAL) => AttachError::NoSuchProcess(pid),
+                _ => AttachError::Proc { pid, source: error },
+            });
+        }
+        // SAFETY: the descriptor was just created and nobody else owns it.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+        let executable = match std::fs::read_link(format!("/proc/{pid}/exe")) {
+            Ok(path) => path,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                return Err(AttachError::NoExecutable(pid))
+            }
+            Err(source) => return Err(AttachError::Proc { pid, source }),
+        };
+        Ok(RunningProcess {
+            pid,
+            pidfd,
+            executable,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether the process has ended (its pidfd turns readable), without blocking.
+    pub fn has_exited(&self) -> bool {
+        let mut poll = libc::pollfd {
+            fd: self.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polls one valid descriptor with no timeout.
+        let ready = unsafe { libc::poll(&raw mut poll, 1, 0) };
+        ready > 0 && poll.revents != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sees_a_process_end() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
+        let process = RunningProcess::open(child.id()).unwrap();
+        assert!(!process.has_exited());
+        assert_eq!(process.executable.file_name().unwrap(), "sleep");
+        child.wait().unwrap();
+        assert!(process.has_exited());
+    }
+
+    #[test]
+    fn a_dead_pid_is_named() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(matches!(
+            RunningProcess::open(pid),
+            Err(AttachError::NoSuchProcess(p)) if p == pid
+        ));
+    }
+}

@@ -1,0 +1,244 @@
+//! End to end: the processes and libraries a user points utrace at: `-p PID`, `--nest-lib`,
+//! `-u USER`, `--no-randomize-addr`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// Reads lines from the program until one starts with `prefix`.
+fn wait_for_line(
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+    prefix: &str,
+) -> String {
+    lines
+        .map(|line| line.unwrap())
+        .find(|line| line.starts_with(prefix))
+        .unwrap_or_else(|| panic!("the program never printed {prefix:?}"))
+}
+
+#[test]
+fn a_running_process_is_traced_and_keeps_running_after_detach() {
+    if !bpf_available("a_running_process_is_traced_and_keeps_running_after_detach") {
+        return;
+    }
+    let server = compile("server.c", "server", &[]);
+    let mut process = Command::new(&server)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
+    wait_for_line(&mut lines, "ready");
+    let pid = process.id().to_string();
+
+    let recording = tempfile::tempdir().unwrap();
+    let data = recording.path().join("utrace.data");
+    let output = utrace()
+        .args(["record", "-p", &pid, "--duration", "1s", "-o"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "record -p failed: {stderr}");
+    assert!(stderr.contains(&format!("(pid {pid})")), "{stderr}");
+
+    // Detached: the process still runs and answers.
+    unsafe { libc::kill(process.id() as i32, libc::SIGUSR1) };
+    wait_for_line(&mut lines, "alive ");
+    unsafe { libc::kill(process.id() as i32, libc::SIGTERM) };
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(process.wait().unwrap().success());
+    let own = own_counts(rest.join("\n").as_bytes());
+
+    let json = report_json(&data);
+    let traced = counts_of(&json);
+    for name in ["tick", "work"] {
+        // Each runs on its own thread, about every 200 us: a second of tracing sees many calls,
+        // and never more than the program made in all.
+        let count = traced.get(name).copied().unwrap_or(0);
+        assert!(count > 100, "{name}: only {count} calls traced");
+        assert!(
+            count <= own[name],
+            "{name}: traced {count} > made {}",
+            own[name]
+        );
+    }
+    assert!(json["command"].as_str().unwrap().ends_with("server"));
+    assert_eq!(json["pid"].as_u64().unwrap().to_string(), pid);
+}
+
+#[test]
+fn ctrl_c_stops_an_attached_recording_cleanly() {
+    if !bpf_available("ctrl_c_stops_an_attached_recording_cleanly") {
+        return;
+    }
+    let server = compile("server.c", "server", &[]);
+    let mut process = Command::new(&server)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
+    wait_for_line(&mut lines, "ready");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("utrace.data");
+    let mut recorder = utrace()
+        .args(["record", "-p", &process.id().to_string(), "-o"])
+        .arg(&data)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    unsafe { libc::kill(recorder.id() as i32, libc::SIGINT) };
+    let status = recorder.wait().unwrap();
+    assert!(
+        status.success(),
+        "utrace should end cleanly on Ctrl-C: {status:?}"
+    );
+    unsafe { libc::kill(process.id() as i32, libc::SIGTERM) };
+    assert!(process.wait().unwrap().success());
+    let report = utrace()
+        .arg("report")
+        .arg("-i")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&report.stderr);
+    assert!(
+        report.status.success() && !stderr.contains("cut short"),
+        "{stderr}"
+    );
+    assert!(counts_of(&report_json(&data))["tick"] > 0);
+}
+
+#[test]
+fn a_dead_pid_is_refused() {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id().to_string();
+    child.wait().unwrap();
+    let output = utrace().args(["record", "-p", &pid]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains(&format!("no process with pid {pid}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"));
+}
+
+#[test]
+fn nested_library_functions_are_counted_exactly() {
+    if !bpf_available("nested_library_functions_are_counted_exactly") {
+        return;
+    }
+    compile("libcount.c", "libcount.so", &["-shared", "-fPIC"]);
+    let dir = build_dir().to_str().unwrap().to_string();
+    // Found through an $ORIGIN runpath, as the loader finds it.
+    let uselib = compile(
+        "uselib.c",
+        "uselib",
+        &["-L", &dir, "-lcount", "-Wl,-rpath,$ORIGIN"],
+    );
+    let recording = record(&uselib, &[], &["--nest-lib", "libcount*"]);
+    assert!(recording.output.status.success());
+    let own = own_counts(&recording.output.stdout);
+    assert_eq!(own["lib_inner"], 50);
+    let json = recording.json();
+    assert_counts_match(&own, &counts_of(&json));
+    let module = |name: &str| {
+        json["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .map(|f| f["module"].as_str().unwrap().to_string())
+    };
+    assert_eq!(module("lib_inner").as_deref(), Some("libcount.so"));
+    assert_eq!(module("main").as_deref(), Some("uselib"));
+
+    // Without --nest-lib, only the program's own functions and its PLT calls.
+    let plain = record(&uselib, &[], &[]);
+    let traced = plain.traced_counts();
+    assert_eq!(traced.get("lib_outer@plt"), Some(&5));
+    assert_eq!(traced.get("lib_inner"), None);
+}
+
+#[test]
+fn the_system_libc_shows_its_exported_functions() {
+    if !bpf_available("the_system_libc_shows_its_exported_functions") {
+        return;
+    }
+    let sort = compile("sort.c", "sort", &[]);
+    let recording = record(&sort, &["100"], &["--nest-lib", "libc.so*"]);
+    assert!(recording.output.status.success());
+    let json = recording.json();
+    let libc_function = |name: &str| {
+        json["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name && f["module"] == "libc.so.6")
+            .map(|f| f["calls"].as_u64().unwrap())
+    };
+    // sort.c calls qsort once; the loader's start code calls __libc_start_main once.
+    assert_eq!(libc_function("qsort"), Some(1));
+    assert_eq!(libc_function("__libc_start_main"), Some(1));
+    assert!(libc_function("malloc").is_some_and(|calls| calls >= 2));
+    // Nothing of utrace's own libc use before exec shows up.
+    assert_eq!(libc_function("execv"), None);
+}
+
+#[test]
+fn an_unmatched_library_pattern_is_a_warning() {
+    if !bpf_available("an_unmatched_library_pattern_is_a_warning") {
+        return;
+    }
+    let sort = compile("sort.c", "sort", &[]);
+    let recording = record(&sort, &["10"], &["--nest-lib", "libnothing*"]);
+    assert!(recording.output.status.success());
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    assert!(
+        stderr.contains("--nest-lib libnothing* matches none"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_command_runs_as_the_user_given() {
+    if !bpf_available("the_command_runs_as_the_user_given") {
+        return;
+    }
+    let ids = compile("ids.c", "ids", &[]);
+    let recording = record(&ids, &[], &["-u", "nobody"]);
+    assert!(recording.output.status.success());
+    let stdout = String::from_utf8_lossy(&recording.output.stdout);
+    let id = |flag: &str| {
+        let out = Command::new("id").args([flag, "nobody"]).output().unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let groups = id("-G").replace(' ', ",");
+    let expected = format!("uid {} gid {} groups {groups}", id("-u"), id("-g"));
+    assert_eq!(stdout.lines().next(), Some(expected.as_str()), "{stdout}");
+    assert_eq!(recording.traced_counts().get("main"), Some(&1));
+}
+
+#[test]
+fn address_randomization_can_be_turned_off() {
+    if !bpf_available("address_randomization_can_be_turned_off") {
+        return;
+    }
+    let ids = compile("ids.c", "ids", &[]);
+    let main_address = || {
+        let recording = record(&ids, &[], &["--no-randomize-addr"]);
+        assert!(recording.output.status.success());
+        let stdout = String::from_utf8(recording.output.stdout).unwrap();
+        stdout
+            .lines()
+            .find(|l| l.starts_with("main at "))
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(main_address(), main_address());
+}
