@@ -4,6 +4,7 @@
 pub mod data;
 pub mod elf;
 pub mod event;
+pub mod filter;
 pub mod plan;
 pub mod record;
 pub mod replay;
