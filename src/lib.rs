@@ -5,6 +5,7 @@ pub mod data;
 pub mod elf;
 pub mod event;
 pub mod filter;
+pub mod info;
 pub mod plan;
 pub mod record;
 pub mod replay;
