@@ -2,9 +2,9 @@
 //!
 //! ```text
 //! # DURATION   FUNCTION
-//!             | main() {
-//!     1.200 us |   fib();
-//!     3.000 us | } /* main */
+//!            | main() {
+//!     500 ns |   fib();
+//!   3.000 us | } /* main */
 //! ```
 //!
 //! A call with children opens a block (`fib() {`) and closes it with its duration
