@@ -4,6 +4,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use utrace::filter::{FilterError, FilterSpec};
+use utrace::report::flame_graph::Weight;
+use utrace::report::summary::SortKey;
 use utrace::report::Format;
 
 #[derive(Parser)]
@@ -11,7 +14,7 @@ use utrace::report::Format;
     name = "utrace",
     version,
     about = "Trace every function of an unmodified program with eBPF uprobes, and report where the time goes",
-    after_help = "Examples:\n  utrace record -c \"./prog arg\"          # writes ./utrace.data\n  utrace report --format=summary\n  utrace report --format=svg -o flame.svg"
+    after_help = "Examples:\n  utrace record -c \"./prog arg\"          # writes ./utrace.data\n  utrace report --format=summary\n  utrace report --format=replay -f 'fib*'\n  utrace report --format=svg -o flame.svg\n  utrace info"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -24,6 +27,8 @@ pub enum Command {
     Record(RecordArgs),
     /// Read a data file and print a report.
     Report(ReportArgs),
+    /// Say what a data file holds: command, host, times, functions, events, threads.
+    Info(InfoArgs),
 }
 
 #[derive(Args)]
@@ -72,12 +77,64 @@ pub struct ReportArgs {
     /// The data file to read.
     #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
     pub input: PathBuf,
-    /// summary | flame-graph (folded stacks) | svg (flame graph) | json
+    /// summary | flame-graph (folded stacks) | svg (flame graph) | json | replay (call tree) |
+    /// chrome (trace-event JSON for Perfetto)
     #[arg(long, value_name = "FORMAT", default_value = "summary")]
     pub format: Format,
     /// Write the report to FILE instead of standard output.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Summary and json: sort by total | self | calls | avg | max (largest first).
+    #[arg(long, value_name = "KEY", default_value = "total")]
+    pub sort: SortKey,
+    /// Summary: one table per thread.
+    #[arg(long)]
+    pub per_thread: bool,
+    /// Flame graphs: weigh each call by its self time, or count it once (time | calls).
+    #[arg(long, value_name = "WEIGHT", default_value = "time")]
+    pub weight: Weight,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// Which calls to show; the same flags for every subcommand that takes them.
+#[derive(Args)]
+pub struct FilterArgs {
+    /// Show only functions matching GLOB (`*`, `?`, `[...]`); repeatable, or a comma list. The
+    /// time of hidden calls counts in their caller's self time.
+    #[arg(short = 'f', long = "function", value_name = "GLOB")]
+    pub functions: Vec<String>,
+    /// Hide functions matching GLOB; repeatable, or a comma list.
+    #[arg(long = "no-function", value_name = "GLOB")]
+    pub no_functions: Vec<String>,
+    /// Show calls at most N deep (1: the outermost calls of each thread only).
+    #[arg(long, value_name = "N")]
+    pub max_depth: Option<u32>,
+    /// Hide calls shorter than DURATION (500ns, 2us, 1.5ms, 1s).
+    #[arg(long, value_name = "DURATION")]
+    pub time_filter: Option<String>,
+    /// Show only thread TID; repeatable, or a comma list.
+    #[arg(long, value_name = "TID", value_delimiter = ',')]
+    pub tid_filter: Vec<u32>,
+}
+
+impl FilterArgs {
+    pub fn spec(&self) -> Result<FilterSpec, FilterError> {
+        FilterSpec::parse(
+            &self.functions,
+            &self.no_functions,
+            self.max_depth,
+            self.time_filter.as_deref(),
+            &self.tid_filter,
+        )
+    }
+}
+
+#[derive(Args)]
+pub struct InfoArgs {
+    /// The data file to read.
+    #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
+    pub input: PathBuf,
 }
 
 /// Parses `5s`, `250ms`, `1.5s`, `2m`, `100us`, `10ns`, `1h`.

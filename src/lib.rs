@@ -4,6 +4,8 @@
 pub mod data;
 pub mod elf;
 pub mod event;
+pub mod filter;
+pub mod info;
 pub mod plan;
 pub mod record;
 pub mod replay;

@@ -6,28 +6,42 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
 
-use cli::{Cli, Command, RecordArgs, ReportArgs};
+use cli::{Cli, Command, InfoArgs, RecordArgs, ReportArgs};
 use utrace::data::{DataReader, Statistics};
+use utrace::info::DataFileInfo;
 use utrace::plan::LibraryPatterns;
 use utrace::record::{self, split_command, ChildSetup, RecordOptions, TargetSpec, UserIds};
-use utrace::report::{write_report, TraceInfo};
+use utrace::report::flame_graph::Weight;
+use utrace::report::summary::SortKey;
+use utrace::report::{scan_threads, write_report, Format, ReportOptions, TraceInfo};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Record(args) => run_record(args),
         Command::Report(args) => run_report(args).map(|()| 0),
+        Command::Info(args) => run_info(args).map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code),
+        // The reader went away (`utrace report --format=replay | head`): nothing is wrong.
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("utrace: error: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Records, and exits as the traced command did.
@@ -60,6 +74,7 @@ fn run_record(args: RecordArgs) -> Result<u8> {
 }
 
 fn run_report(args: ReportArgs) -> Result<()> {
+    let options = report_options(&args)?;
     let mut reader = DataReader::open(&args.input)?;
     // The table is borrowed while the reader streams its events, so it is taken out first.
     let table = reader.functions().clone();
@@ -69,8 +84,15 @@ fn run_report(args: ReportArgs) -> Result<()> {
         )),
         None => Box::new(BufWriter::new(std::io::stdout().lock())),
     };
-    let outcome = write_report(args.format, trace_info, &table, &mut reader, &mut out)
-        .with_context(|| format!("{}", args.input.display()))?;
+    let outcome = write_report(
+        args.format,
+        &options,
+        trace_info,
+        &table,
+        &mut reader,
+        &mut out,
+    )
+    .with_context(|| format!("{}", args.input.display()))?;
     out.flush().context("cannot write the report")?;
     if reader.cut_short() {
         eprintln!(
@@ -82,7 +104,45 @@ fn run_report(args: ReportArgs) -> Result<()> {
     Ok(())
 }
 
-/// The header of a report, from the data file once its events have been read.
+/// The options of `report`, checked against its format. The call tree's thread column needs the
+/// threads before the first line, which costs a first pass over the events.
+fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
+    let format = args.format;
+    if args.per_thread && format != Format::Summary {
+        bail!("--per-thread applies to --format=summary, not {format}");
+    }
+    if args.sort != SortKey::Total && !matches!(format, Format::Summary | Format::Json) {
+        bail!("--sort applies to --format=summary and json, not {format}");
+    }
+    if args.weight != Weight::Time && !matches!(format, Format::FlameGraph | Format::Svg) {
+        bail!("--weight applies to --format=flame-graph and svg, not {format}");
+    }
+    let filter = args.filter.spec()?;
+    let show_thread_ids = format == Format::Replay && {
+        let mut reader = DataReader::open(&args.input)?;
+        let scan = scan_threads(&mut reader, &filter)
+            .with_context(|| format!("{}", args.input.display()))?;
+        scan.tids.len() > 1
+    };
+    Ok(ReportOptions {
+        sort: args.sort,
+        per_thread: args.per_thread,
+        weight: args.weight,
+        filter,
+        show_thread_ids,
+    })
+}
+
+fn run_info(args: InfoArgs) -> Result<()> {
+    let info =
+        DataFileInfo::read(&args.input).with_context(|| format!("{}", args.input.display()))?;
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    info.write_text(&mut out)
+        .and_then(|()| out.flush())
+        .context("cannot write to standard output")
+}
+
+/// The header of a report, from the data file (the totals once its events have been read).
 fn trace_info(reader: &DataReader) -> TraceInfo {
     let metadata = reader.metadata();
     // A file cut short has no statistics: what was read is all that is known.
@@ -93,6 +153,7 @@ fn trace_info(reader: &DataReader) -> TraceInfo {
     TraceInfo {
         command: metadata.command_line(),
         pid: metadata.pid,
+        start_monotonic_ns: metadata.start_monotonic_ns,
         duration_ns: statistics.duration_ns,
         events: statistics.events,
         lost_events: statistics.lost_events,

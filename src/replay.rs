@@ -1,6 +1,7 @@
 //! Events → finished calls: one call stack per thread. This is the one engine every report
 //! shares (uftrace's `fstack`): a report is a [`CallSink`] that receives each call as it ends,
-//! with the path of its callers.
+//! with the path of its callers, and, when it needs them (the call tree, Chrome traces), each
+//! call as it starts.
 //!
 //! What real traces contain, and what the replayer does with it:
 //! - an exit whose function is not on the thread's stack (a call already running at attach) is
@@ -42,11 +43,30 @@ pub struct FinishedCall {
     pub recursive: bool,
 }
 
-/// A consumer of finished calls: a report, a live printer, a test's collector.
+/// One call that has just started, as the replayer hands it to [`CallSink::call_entered`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallEntry {
+    pub function: FunctionId,
+    pub tid: u32,
+    /// Entry time, CLOCK_MONOTONIC ns.
+    pub start_ns: u64,
+    /// 0 for the outermost call observed on the thread.
+    pub depth: u32,
+}
+
+/// A consumer of calls: a report, a live printer, a test's collector.
+///
+/// Per thread, the calls come in the order of a depth-first walk of the call tree: every
+/// `call_entered` is matched by exactly one later `call_finished` of the same frame, and frames
+/// end innermost first. Threads are interleaved as their events were.
 pub trait CallSink {
     /// `stack` is the path from the thread's outermost frame to this call, inclusive, so
     /// `stack.last() == Some(&call.function)` and `stack.len() == call.depth + 1`.
     fn call_finished(&mut self, call: &FinishedCall, stack: &[FunctionId]);
+
+    /// A call has started; `stack` is as for [`call_finished`](Self::call_finished). Most
+    /// reports only need finished calls, hence the default that does nothing.
+    fn call_entered(&mut self, _entry: &CallEntry, _stack: &[FunctionId]) {}
 }
 
 /// A closure is a sink, which keeps one-off consumers and tests short.
@@ -67,8 +87,18 @@ pub struct ReplayStats {
     pub unknown_function_events: u64,
     /// Threads seen.
     pub threads: usize,
+    /// The earliest timestamp of any event replayed (0 when none was).
+    pub first_timestamp_ns: u64,
     /// The latest timestamp of any event replayed (0 when none was).
     pub last_timestamp_ns: u64,
+}
+
+impl ReplayStats {
+    /// From the first event to the last: the time the trace covers.
+    pub fn span_ns(&self) -> u64 {
+        self.last_timestamp_ns
+            .saturating_sub(self.first_timestamp_ns)
+    }
 }
 
 /// Turns entry and exit events into [`FinishedCall`]s, one call stack per thread.
@@ -83,6 +113,8 @@ pub struct Replayer {
     /// Zeroed per-function counters, taken by a thread when it enters its outermost call and
     /// given back when that call ends, so threads that are idle hold none.
     spare_active: Vec<Vec<u32>>,
+    /// Events with a known function replayed so far: tells the first timestamp from a default 0.
+    events_seen: u64,
     stats: ReplayStats,
 }
 
@@ -96,6 +128,7 @@ impl Replayer {
             index: HashMap::default(),
             last_thread: None,
             spare_active: Vec::new(),
+            events_seen: 0,
             stats: ReplayStats::default(),
         }
     }
@@ -108,6 +141,10 @@ impl Replayer {
             return;
         }
         let ts = event.timestamp_ns;
+        if self.events_seen == 0 || ts < self.stats.first_timestamp_ns {
+            self.stats.first_timestamp_ns = ts;
+        }
+        self.events_seen += 1;
         self.stats.last_timestamp_ns = self.stats.last_timestamp_ns.max(ts);
         let thread = self.thread_index(event.tid);
         let stack = &mut self.stacks[thread];
@@ -129,6 +166,13 @@ impl Replayer {
                     .pop()
                     .unwrap_or_else(|| vec![0; function_count])
             });
+            let entry = CallEntry {
+                function,
+                tid: event.tid,
+                start_ns: ts,
+                depth: (stack.path.len() - 1) as u32,
+            };
+            sink.call_entered(&entry, &stack.path);
         }
     }
 
@@ -392,9 +436,62 @@ mod tests {
                 unfinished_calls: 0,
                 unknown_function_events: 0,
                 threads: 1,
+                first_timestamp_ns: 0,
                 last_timestamp_ns: 120,
             }
         );
+    }
+
+    /// Records entries and exits in the order the sink sees them.
+    #[derive(Default)]
+    struct Walk(Vec<String>);
+
+    impl CallSink for Walk {
+        fn call_finished(&mut self, call: &FinishedCall, stack: &[FunctionId]) {
+            assert_eq!(stack.len(), call.depth as usize + 1);
+            self.0
+                .push(format!("exit {} t{} {:?}", call.function, call.tid, stack));
+        }
+
+        fn call_entered(&mut self, entry: &CallEntry, stack: &[FunctionId]) {
+            assert_eq!(stack.last(), Some(&entry.function));
+            assert_eq!(stack.len(), entry.depth as usize + 1);
+            self.0.push(format!(
+                "enter {} t{} @{} {:?}",
+                entry.function, entry.tid, entry.start_ns, stack
+            ));
+        }
+    }
+
+    #[test]
+    fn replay_hands_entries_before_their_exits_with_the_path() {
+        let events = [
+            Event::entry(0, 1, MAIN),
+            Event::entry(5, 2, C),
+            Event::entry(10, 1, A),
+            // Not on the stack: no entry was handed, so no exit either.
+            Event::exit(12, 1, B),
+            Event::exit(20, 1, A),
+            Event::entry(30, 1, B),
+        ];
+        let mut walk = Walk::default();
+        let mut replayer = Replayer::new(4);
+        replayer.push_all(&events, &mut walk);
+        let stats = replayer.finish(40, &mut walk);
+        assert_eq!(
+            walk.0,
+            [
+                "enter 0 t1 @0 [0]",
+                "enter 3 t2 @5 [3]",
+                "enter 1 t1 @10 [0, 1]",
+                "exit 1 t1 [0, 1]",
+                "enter 2 t1 @30 [0, 2]",
+                "exit 2 t1 [0, 2]",
+                "exit 0 t1 [0]",
+                "exit 3 t2 [3]",
+            ]
+        );
+        assert_eq!((stats.first_timestamp_ns, stats.span_ns()), (0, 30));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `flame-graph`: folded stacks, the text that `flamegraph.pl` and inferno read. One line per
 //! distinct call path, `main;sort;cmp 1234`, weighted by the self time in ns spent in the
-//! innermost function on that path, so the weights of all lines add up to the traced time.
+//! innermost function on that path, so the weights of all lines add up to the traced time; or,
+//! with [`Weight::Calls`], by the number of calls of that path, so they add up to the calls.
 //!
 //! - Frames are the function names of the table. A `;` inside a name (which would split the
 //!   frame) becomes `:`, and a line break becomes a space, so each line stays parseable; spaces
@@ -12,20 +13,73 @@
 
 use std::borrow::Cow;
 use std::io::{self, Write};
+use std::str::FromStr;
+
+use thiserror::Error;
 
 use crate::plan::{FunctionId, FunctionTable};
 use crate::replay::{CallSink, FastHashMap, FinishedCall};
 
-/// Self time per call path; a [`CallSink`]. Memory grows with the number of distinct paths,
+/// What a call adds to its path (`--weight`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Weight {
+    /// Its self time in ns: where the time went.
+    #[default]
+    Time,
+    /// 1: where the calls are made.
+    Calls,
+}
+
+impl Weight {
+    pub const ALL: [Weight; 2] = [Weight::Time, Weight::Calls];
+
+    /// The name `--weight` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Weight::Time => "time",
+            Weight::Calls => "calls",
+        }
+    }
+
+    /// What the weights count, as an SVG flame graph names it.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Weight::Time => "ns",
+            Weight::Calls => "calls",
+        }
+    }
+}
+
+/// A `--weight` value that is not one of [`Weight::ALL`].
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("unknown weight `{0}`: use time or calls")]
+pub struct UnknownWeight(pub String);
+
+impl FromStr for Weight {
+    type Err = UnknownWeight;
+
+    fn from_str(name: &str) -> Result<Weight, UnknownWeight> {
+        Weight::ALL
+            .into_iter()
+            .find(|weight| weight.name() == name)
+            .ok_or_else(|| UnknownWeight(name.to_owned()))
+    }
+}
+
+/// A weight per call path; a [`CallSink`]. Memory grows with the number of distinct paths,
 /// and a path is copied only the first time it is seen.
 #[derive(Clone, Debug, Default)]
 pub struct FoldedStacks {
+    weight: Weight,
     weights: FastHashMap<Vec<FunctionId>, u64>,
 }
 
 impl FoldedStacks {
-    pub fn new() -> FoldedStacks {
-        FoldedStacks::default()
+    pub fn new(weight: Weight) -> FoldedStacks {
+        FoldedStacks {
+            weight,
+            weights: FastHashMap::default(),
+        }
     }
 
     /// The weight of one path (outermost first), 0 if never seen.
@@ -70,13 +124,17 @@ impl FoldedStacks {
 
 impl CallSink for FoldedStacks {
     fn call_finished(&mut self, call: &FinishedCall, stack: &[FunctionId]) {
-        if call.self_ns == 0 {
+        let add = match self.weight {
+            Weight::Time => call.self_ns,
+            Weight::Calls => 1,
+        };
+        if add == 0 {
             return;
         }
         match self.weights.get_mut(stack) {
-            Some(weight) => *weight = weight.saturating_add(call.self_ns),
+            Some(weight) => *weight = weight.saturating_add(add),
             None => {
-                self.weights.insert(stack.to_vec(), call.self_ns);
+                self.weights.insert(stack.to_vec(), add);
             }
         }
     }

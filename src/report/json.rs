@@ -5,7 +5,7 @@
 //!  "functions": [{"name": "fib", "module": "sort", "calls": N, "total_ns": N, "self_ns": N,
 //!                 "avg_ns": N, "min_ns": N, "max_ns": N}]}
 //! ```
-//! The header comes from [`TraceInfo`]; `functions` are in the summary's order with the same
+//! The header comes from [`TraceInfo`]; `functions` are in the summary's order (`--sort`) with the same
 //! figures (see [`super::summary`]); `module` is the file name of the function's module.
 //! Written pretty-printed, with a final line end.
 
@@ -13,7 +13,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::summary::Summary;
+use super::summary::{SortKey, Summary};
 use super::TraceInfo;
 use crate::plan::FunctionTable;
 
@@ -43,10 +43,11 @@ pub fn write_json(
     info: &TraceInfo,
     table: &FunctionTable,
     summary: &Summary,
+    sort: SortKey,
     out: &mut dyn Write,
 ) -> io::Result<()> {
     let functions = summary
-        .rows(table)
+        .rows(table, sort)
         .into_iter()
         .map(|row| JsonFunction {
             name: &row.function.name,

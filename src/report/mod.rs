@@ -1,13 +1,17 @@
-//! Reports: each consumes the finished calls of the replayer ([`crate::replay`]) and writes one
-//! format. One file per report; [`write_report`] is the one entry point the CLI calls.
+//! Reports: each consumes the calls of the replayer ([`crate::replay`]) and writes one format.
+//! One file per report; [`write_report`] is the one entry point the CLI calls. The filters
+//! ([`crate::filter`]) sit between the replayer and the report, so every report honours them
+//! the same way.
 //!
 //! The events come from an [`EventSource`], which the `utrace.data` reader implements: blocks
 //! are borrowed from the reader one at a time, so reports stream a trace of any length.
 
+pub mod chrome;
 pub mod flame_graph;
 pub mod json;
 pub mod summary;
 pub mod svg;
+pub mod tree;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -17,11 +21,14 @@ use std::str::FromStr;
 use thiserror::Error;
 
 use crate::event::Event;
+use crate::filter::{FilterSpec, FilteredSink};
 use crate::plan::FunctionTable;
-use crate::replay::{CallSink, ReplayStats, Replayer};
+use crate::replay::{CallSink, FastHashMap, ReplayStats, Replayer};
 
-use flame_graph::FoldedStacks;
-use summary::Summary;
+use chrome::ChromeTrace;
+use flame_graph::{FoldedStacks, Weight};
+use summary::{SortKey, Summary, ThreadSummaries};
+use tree::TreePrinter;
 
 /// What the data file says about the recording, for reports that show it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -29,6 +36,8 @@ pub struct TraceInfo {
     /// The recorded command line.
     pub command: String,
     pub pid: u32,
+    /// CLOCK_MONOTONIC when recording started, ns: the origin of Chrome timestamps.
+    pub start_monotonic_ns: u64,
     /// How long the recording lasted.
     pub duration_ns: u64,
     /// Events recorded.
@@ -48,14 +57,20 @@ pub enum Format {
     Svg,
     /// The summary as JSON, for scripts (`json`).
     Json,
+    /// The call tree, uftrace-style (`replay`).
+    Replay,
+    /// Chrome trace-event JSON, for Perfetto (`chrome`).
+    Chrome,
 }
 
 impl Format {
-    pub const ALL: [Format; 4] = [
+    pub const ALL: [Format; 6] = [
         Format::Summary,
         Format::FlameGraph,
         Format::Svg,
         Format::Json,
+        Format::Replay,
+        Format::Chrome,
     ];
 
     /// The name the CLI uses.
@@ -65,6 +80,8 @@ impl Format {
             Format::FlameGraph => "flame-graph",
             Format::Svg => "svg",
             Format::Json => "json",
+            Format::Replay => "replay",
+            Format::Chrome => "chrome",
         }
     }
 }
@@ -77,7 +94,7 @@ impl fmt::Display for Format {
 
 /// A report format name that is not one of [`Format::ALL`].
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("unknown report format `{0}`: use one of summary, flame-graph, svg, json")]
+#[error("unknown report format `{0}`: use one of summary, flame-graph, svg, json, replay, chrome")]
 pub struct UnknownFormat(pub String);
 
 impl FromStr for Format {
@@ -146,6 +163,22 @@ pub struct ReportOutcome {
     pub replay: ReplayStats,
 }
 
+/// How a report is made, beyond its format. [`ReportOptions::default`] is the plain report.
+#[derive(Clone, Debug, Default)]
+pub struct ReportOptions {
+    /// Summary and JSON: the order of the rows.
+    pub sort: SortKey,
+    /// Summary: one table per thread.
+    pub per_thread: bool,
+    /// Flame graphs: what a call weighs.
+    pub weight: Weight,
+    /// Every format: which calls are shown.
+    pub filter: FilterSpec,
+    /// Replay: show the thread id column. Set it when the trace, as filtered, has more than one
+    /// thread ([`scan_threads`] finds out); a stream cannot know before its end.
+    pub show_thread_ids: bool,
+}
+
 /// Replays every block of `source` into `sink`, then closes the calls still open at the latest
 /// timestamp seen (the data file has no later one to offer).
 pub fn replay_source<E, S>(
@@ -171,11 +204,75 @@ where
     Ok(ReportOutcome { events, replay })
 }
 
+/// [`replay_source`] through `filter`: the filtering layer is only put in when it hides
+/// something, so unfiltered reports pay nothing for it.
+pub fn replay_filtered<E, S>(
+    source: &mut E,
+    table: &FunctionTable,
+    filter: &FilterSpec,
+    sink: &mut S,
+) -> Result<ReportOutcome, ReportError>
+where
+    E: EventSource + ?Sized,
+    S: CallSink,
+{
+    let function_count = table.functions.len();
+    if filter.shows_everything() {
+        replay_source(source, function_count, sink)
+    } else {
+        replay_source(
+            source,
+            function_count,
+            &mut FilteredSink::new(filter, table, sink),
+        )
+    }
+}
+
+/// What one pass over the events found: their number and the threads they ran on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThreadScan {
+    pub events: u64,
+    /// Thread ids, ascending.
+    pub tids: Vec<u32>,
+}
+
+/// Reads every event of `source` once, counting events and the threads that `filter`'s
+/// `--tid-filter` lets through.
+pub fn scan_threads<E>(source: &mut E, filter: &FilterSpec) -> Result<ThreadScan, ReportError>
+where
+    E: EventSource + ?Sized,
+{
+    let mut seen: FastHashMap<u32, ()> = FastHashMap::default();
+    let mut events = 0u64;
+    let mut last_tid = None;
+    while let Some(block) = source
+        .next_block()
+        .map_err(|e| ReportError::Read(Box::new(e)))?
+    {
+        events += block.len() as u64;
+        for event in block {
+            // Events come in runs from one thread: skip the lookup within a run.
+            if last_tid != Some(event.tid) {
+                last_tid = Some(event.tid);
+                if filter.shows_thread(event.tid) {
+                    seen.insert(event.tid, ());
+                }
+            }
+        }
+    }
+    let mut tids: Vec<u32> = seen.into_keys().collect();
+    tids.sort_unstable();
+    Ok(ThreadScan { events, tids })
+}
+
 /// Replays `source` against `table` and writes the report in `format` to `out`. `info` is asked
-/// for once every block has been read, because a data file keeps its totals at the end.
+/// for what the data file says: Chrome traces ask before the events are read (and use only the
+/// metadata then: command, pid, start), and every format that shows totals asks again after,
+/// because a data file keeps its totals at the end.
 pub fn write_report<E>(
     format: Format,
-    info: impl FnOnce(&E) -> TraceInfo,
+    options: &ReportOptions,
+    info: impl Fn(&E) -> TraceInfo,
     table: &FunctionTable,
     source: &mut E,
     out: &mut dyn Write,
@@ -184,29 +281,49 @@ where
     E: EventSource + ?Sized,
 {
     let function_count = table.functions.len();
+    let filter = &options.filter;
     match format {
+        Format::Summary if options.per_thread => {
+            let mut summaries = ThreadSummaries::new(function_count);
+            let outcome = replay_filtered(source, table, filter, &mut summaries)?;
+            summaries.write_text(table, &outcome.replay, options.sort, out)?;
+            Ok(outcome)
+        }
         Format::Summary => {
             let mut summary = Summary::new(function_count);
-            let outcome = replay_source(source, function_count, &mut summary)?;
-            summary.write_text(table, &outcome.replay, out)?;
+            let outcome = replay_filtered(source, table, filter, &mut summary)?;
+            summary.write_text(table, &outcome.replay, options.sort, out)?;
             Ok(outcome)
         }
         Format::Json => {
             let mut summary = Summary::new(function_count);
-            let outcome = replay_source(source, function_count, &mut summary)?;
-            json::write_json(&info(source), table, &summary, out)?;
+            let outcome = replay_filtered(source, table, filter, &mut summary)?;
+            json::write_json(&info(source), table, &summary, options.sort, out)?;
             Ok(outcome)
         }
         Format::FlameGraph => {
-            let mut stacks = FoldedStacks::new();
-            let outcome = replay_source(source, function_count, &mut stacks)?;
+            let mut stacks = FoldedStacks::new(options.weight);
+            let outcome = replay_filtered(source, table, filter, &mut stacks)?;
             stacks.write_folded(table, out)?;
             Ok(outcome)
         }
         Format::Svg => {
-            let mut stacks = FoldedStacks::new();
-            let outcome = replay_source(source, function_count, &mut stacks)?;
-            svg::write_svg(&info(source).command, &stacks.lines(table), out)?;
+            let mut stacks = FoldedStacks::new(options.weight);
+            let outcome = replay_filtered(source, table, filter, &mut stacks)?;
+            let lines = stacks.lines(table);
+            svg::write_svg(&info(source).command, options.weight.unit(), &lines, out)?;
+            Ok(outcome)
+        }
+        Format::Replay => {
+            let mut printer = TreePrinter::new(table, options.show_thread_ids, &mut *out)?;
+            let outcome = replay_filtered(source, table, filter, &mut printer)?;
+            printer.finish(&outcome.replay)?;
+            Ok(outcome)
+        }
+        Format::Chrome => {
+            let mut trace = ChromeTrace::new(table, &info(source), &mut *out)?;
+            let outcome = replay_filtered(source, table, filter, &mut trace)?;
+            trace.finish(&info(source), &outcome.replay)?;
             Ok(outcome)
         }
     }

@@ -11,12 +11,78 @@
 //!
 //! Calls without an exit (closed at the end of the trace or by unwinding) count like the others;
 //! the table ends with a note when there were any.
+//!
+//! `Total %` is the total time as a share of the time the trace covers (from its first event to
+//! its last), so `main` is near 100%; functions run by several threads at once can pass 100%.
+//! Rows are sorted by a [`SortKey`], largest first; `--per-thread` makes one table per thread
+//! ([`ThreadSummaries`]).
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::io::{self, Write};
+use std::str::FromStr;
+
+use thiserror::Error;
 
 use crate::plan::{FunctionId, FunctionTable, TracedFunction};
-use crate::replay::{CallSink, FinishedCall, ReplayStats};
+use crate::replay::{CallSink, FastHashMap, FinishedCall, ReplayStats};
+
+/// What the rows are sorted by, largest first (`--sort`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortKey {
+    #[default]
+    Total,
+    SelfTime,
+    Calls,
+    Average,
+    Maximum,
+}
+
+impl SortKey {
+    pub const ALL: [SortKey; 5] = [
+        SortKey::Total,
+        SortKey::SelfTime,
+        SortKey::Calls,
+        SortKey::Average,
+        SortKey::Maximum,
+    ];
+
+    /// The name `--sort` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            SortKey::Total => "total",
+            SortKey::SelfTime => "self",
+            SortKey::Calls => "calls",
+            SortKey::Average => "avg",
+            SortKey::Maximum => "max",
+        }
+    }
+
+    fn value(self, stats: &FunctionStats) -> u64 {
+        match self {
+            SortKey::Total => stats.total_ns,
+            SortKey::SelfTime => stats.self_ns,
+            SortKey::Calls => stats.calls,
+            SortKey::Average => stats.avg_ns(),
+            SortKey::Maximum => stats.max_ns,
+        }
+    }
+}
+
+/// A `--sort` value that is not one of [`SortKey::ALL`].
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("unknown sort key `{0}`: use one of total, self, calls, avg, max")]
+pub struct UnknownSortKey(pub String);
+
+impl FromStr for SortKey {
+    type Err = UnknownSortKey;
+
+    fn from_str(name: &str) -> Result<SortKey, UnknownSortKey> {
+        SortKey::ALL
+            .into_iter()
+            .find(|key| key.name() == name)
+            .ok_or_else(|| UnknownSortKey(name.to_owned()))
+    }
+}
 
 /// The figures of one function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -76,8 +142,8 @@ impl Summary {
         self.functions.get(id as usize)
     }
 
-    /// The functions that were called, by total time (longest first), then by name, then by id.
-    pub fn rows<'t>(&self, table: &'t FunctionTable) -> Vec<SummaryRow<'t>> {
+    /// The functions that were called, by `sort` (largest first), then by name, then by id.
+    pub fn rows<'t>(&self, table: &'t FunctionTable, sort: SortKey) -> Vec<SummaryRow<'t>> {
         let mut rows: Vec<SummaryRow<'t>> = table
             .functions
             .iter()
@@ -90,11 +156,10 @@ impl Summary {
                 stats: *stats,
             })
             .collect();
-        // Stable: ties in total and name stay in id order.
+        // Stable: ties in the key and the name stay in id order.
         rows.sort_by(|a, b| {
-            b.stats
-                .total_ns
-                .cmp(&a.stats.total_ns)
+            sort.value(&b.stats)
+                .cmp(&sort.value(&a.stats))
                 .then_with(|| a.function.name.cmp(&b.function.name))
         });
         rows
@@ -106,24 +171,37 @@ impl Summary {
         &self,
         table: &FunctionTable,
         replay: &ReplayStats,
+        sort: SortKey,
+        out: &mut dyn Write,
+    ) -> io::Result<()> {
+        self.write_table(table, replay.span_ns(), sort, out)?;
+        write_note(replay, out)
+    }
+
+    fn write_table(
+        &self,
+        table: &FunctionTable,
+        span_ns: u64,
+        sort: SortKey,
         out: &mut dyn Write,
     ) -> io::Result<()> {
         writeln!(
             out,
-            "  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  Function",
-            "Total time", "Self time", "Calls", "Average", "Minimum", "Maximum"
+            "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  Function",
+            "Total time", "Total %", "Self time", "Calls", "Average", "Minimum", "Maximum"
         )?;
         let rule = "==========";
         writeln!(
             out,
-            "  {rule}  {rule}  {rule}  {rule}  {rule}  {rule}  ===================="
+            "  {rule}  =======  {rule}  {rule}  {rule}  {rule}  {rule}  ===================="
         )?;
-        for row in self.rows(table) {
+        for row in self.rows(table, sort) {
             let s = &row.stats;
             writeln!(
                 out,
-                "  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {}",
+                "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {}",
                 HumanDuration(s.total_ns),
+                Percent::of(s.total_ns, span_ns),
                 HumanDuration(s.self_ns),
                 s.calls,
                 HumanDuration(s.avg_ns()),
@@ -132,11 +210,94 @@ impl Summary {
                 row.function.name
             )?;
         }
-        if let Some(note) = replay_note(replay) {
-            writeln!(out)?;
-            writeln!(out, "  note: {note}")?;
-        }
         Ok(())
+    }
+}
+
+fn write_note(replay: &ReplayStats, out: &mut dyn Write) -> io::Result<()> {
+    if let Some(note) = replay_note(replay) {
+        writeln!(out)?;
+        writeln!(out, "  note: {note}")?;
+    }
+    Ok(())
+}
+
+/// One [`Summary`] per thread (`--per-thread`); a [`CallSink`]. Memory grows with threads ×
+/// functions.
+#[derive(Clone, Debug)]
+pub struct ThreadSummaries {
+    function_count: usize,
+    /// In the order the threads were first seen.
+    threads: Vec<(u32, Summary)>,
+    /// Thread id → index into `threads`.
+    index: FastHashMap<u32, usize>,
+}
+
+impl ThreadSummaries {
+    pub fn new(function_count: usize) -> ThreadSummaries {
+        ThreadSummaries {
+            function_count,
+            threads: Vec::new(),
+            index: FastHashMap::default(),
+        }
+    }
+
+    /// One table per thread, by thread id, each under a `Thread TID` line; `Total %` is still of
+    /// the whole trace. Then the note, once.
+    pub fn write_text(
+        &self,
+        table: &FunctionTable,
+        replay: &ReplayStats,
+        sort: SortKey,
+        out: &mut dyn Write,
+    ) -> io::Result<()> {
+        let mut threads: Vec<&(u32, Summary)> = self.threads.iter().collect();
+        threads.sort_by_key(|(tid, _)| *tid);
+        for (i, (tid, summary)) in threads.into_iter().enumerate() {
+            if i > 0 {
+                writeln!(out)?;
+            }
+            writeln!(out, "Thread {tid}")?;
+            summary.write_table(table, replay.span_ns(), sort, out)?;
+        }
+        write_note(replay, out)
+    }
+}
+
+impl CallSink for ThreadSummaries {
+    fn call_finished(&mut self, call: &FinishedCall, stack: &[FunctionId]) {
+        let threads = &mut self.threads;
+        let function_count = self.function_count;
+        let index = *self.index.entry(call.tid).or_insert_with(|| {
+            threads.push((call.tid, Summary::new(function_count)));
+            threads.len() - 1
+        });
+        self.threads[index].1.call_finished(call, stack);
+    }
+}
+
+/// `part` as a percentage of `whole`, with two decimals (`99.87%`); `whole` 0 shows as `-`.
+struct Percent(Option<u64>);
+
+impl Percent {
+    fn of(part: u64, whole: u64) -> Percent {
+        // In hundredths of a percent, rounded to nearest; u128 so no trace can overflow it.
+        Percent((whole > 0).then(|| {
+            let hundredths =
+                (u128::from(part) * 10_000 * 2 + u128::from(whole)) / (2 * u128::from(whole));
+            u64::try_from(hundredths).unwrap_or(u64::MAX)
+        }))
+    }
+}
+
+impl fmt::Display for Percent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut text = StackText::default();
+        match self.0 {
+            Some(h) => write!(text, "{}.{:02}%", h / 100, h % 100)?,
+            None => write!(text, "-")?,
+        }
+        f.pad(text.as_str())
     }
 }
 
@@ -149,7 +310,7 @@ impl CallSink for Summary {
 }
 
 /// What the replayer had to work around, in words; `None` when nothing.
-fn replay_note(replay: &ReplayStats) -> Option<String> {
+pub(crate) fn replay_note(replay: &ReplayStats) -> Option<String> {
     let mut parts = Vec::new();
     if replay.unmatched_exits > 0 {
         parts.push(format!(
@@ -195,18 +356,48 @@ pub struct HumanDuration(pub u64);
 impl fmt::Display for HumanDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ns = self.0;
-        let text = match ns {
-            0..=999 => format!("{ns} ns"),
-            1_000..=999_999 => format!("{}.{:03} us", ns / 1_000, ns % 1_000),
+        // Formatted on the stack: the call tree writes one of these per line.
+        let mut text = StackText::default();
+        match ns {
+            0..=999 => write!(text, "{ns} ns")?,
+            1_000..=999_999 => write!(text, "{}.{:03} us", ns / 1_000, ns % 1_000)?,
             1_000_000..=999_999_999 => {
-                format!("{}.{:03} ms", ns / 1_000_000, ns % 1_000_000 / 1_000)
+                write!(text, "{}.{:03} ms", ns / 1_000_000, ns % 1_000_000 / 1_000)?
             }
-            _ => format!(
+            _ => write!(
+                text,
                 "{}.{:03} s",
                 ns / 1_000_000_000,
                 ns % 1_000_000_000 / 1_000_000
-            ),
-        };
-        f.pad(&text)
+            )?,
+        }
+        f.pad(text.as_str())
+    }
+}
+
+/// A short text built on the stack, so that padding a formatted value allocates nothing. The
+/// longest text written is a `u64` of seconds with decimals, well under its capacity.
+#[derive(Default)]
+struct StackText {
+    bytes: [u8; 32],
+    len: usize,
+}
+
+impl StackText {
+    fn as_str(&self) -> &str {
+        // Only whole `&str`s are ever copied in, so the bytes are UTF-8.
+        std::str::from_utf8(&self.bytes[..self.len]).expect("whole strings were written")
+    }
+}
+
+impl fmt::Write for StackText {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        self.bytes
+            .get_mut(self.len..end)
+            .ok_or(fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! `svg`: a flame graph drawn by inferno from the folded stacks of [`super::flame_graph`]. The
-//! title is the recorded command line (inferno's default title when it is empty); widths are self
-//! time in ns.
+//! title is the recorded command line (inferno's default title when it is empty); widths are what
+//! the stacks were weighted by (self time in ns, or calls).
 
 use std::io::Write;
 
@@ -12,6 +12,7 @@ use super::ReportError;
 /// An empty trace is [`ReportError::NothingToDraw`] rather than inferno's error picture.
 pub fn write_svg(
     title: &str,
+    unit: &str,
     folded_lines: &[String],
     out: &mut dyn Write,
 ) -> Result<(), ReportError> {
@@ -22,7 +23,7 @@ pub fn write_svg(
     if !title.is_empty() {
         options.title = title.to_owned();
     }
-    options.count_name = "ns".to_owned();
+    options.count_name = unit.to_owned();
     flamegraph::from_lines(&mut options, folded_lines.iter().map(String::as_str), out)?;
     Ok(())
 }

@@ -4,9 +4,10 @@
 
 use std::fmt;
 
-use super::flame_graph::{frame_name, FoldedStacks};
-use super::summary::{HumanDuration, Summary};
+use super::flame_graph::{frame_name, FoldedStacks, Weight};
+use super::summary::{HumanDuration, SortKey, Summary};
 use super::*;
+use crate::filter::FilterSpec;
 use crate::plan::{FunctionId, FunctionKind, TracedFunction};
 use crate::replay::FinishedCall;
 
@@ -61,6 +62,7 @@ fn sort_info() -> TraceInfo {
     TraceInfo {
         command: "./sort -n input.txt".to_owned(),
         pid: 4242,
+        start_monotonic_ns: 0,
         duration_ns: 2_600_000,
         events: 27,
         lost_events: 3,
@@ -103,11 +105,16 @@ fn sort_events() -> Vec<Event> {
 
 /// Runs one report over the sort trace, streamed in blocks of 5 events.
 fn sort_report(format: Format) -> (String, ReportOutcome) {
+    sort_report_with(format, &ReportOptions::default())
+}
+
+fn sort_report_with(format: Format, options: &ReportOptions) -> (String, ReportOutcome) {
     let events = sort_events();
     let mut source = IterBlocks::new(events.chunks(5));
     let mut out = Vec::new();
     let outcome = write_report(
         format,
+        options,
         |_| sort_info(),
         &sort_table(),
         &mut source,
@@ -129,6 +136,7 @@ fn report_summary_matches_golden() {
             unfinished_calls: 2,
             unknown_function_events: 1,
             threads: 2,
+            first_timestamp_ns: 0,
             last_timestamp_ns: 2_500_000,
         }
     );
@@ -174,7 +182,7 @@ fn report_svg_is_a_flame_graph_of_the_trace() {
 fn report_svg_escapes_the_title() {
     let lines = vec!["main 10".to_owned()];
     let mut out = Vec::new();
-    svg::write_svg("./a <b> && c", &lines, &mut out).unwrap();
+    svg::write_svg("./a <b> && c", "ns", &lines, &mut out).unwrap();
     let svg = String::from_utf8(out).unwrap();
     assert!(svg.contains("./a &lt;b&gt; &amp;&amp; c"));
     assert!(!svg.contains("<b>"));
@@ -187,7 +195,14 @@ fn report_of_an_empty_trace() {
     let run = |format| {
         let mut source = IterBlocks::new(std::iter::empty());
         let mut out = Vec::new();
-        let result = write_report(format, |_| info.clone(), &table, &mut source, &mut out);
+        let result = write_report(
+            format,
+            &ReportOptions::default(),
+            |_| info.clone(),
+            &table,
+            &mut source,
+            &mut out,
+        );
         (result, String::from_utf8(out).unwrap())
     };
 
@@ -248,6 +263,7 @@ fn report_passes_on_read_errors() {
     let mut out = Vec::new();
     let error = write_report(
         Format::Summary,
+        &ReportOptions::default(),
         |_| sort_info(),
         &sort_table(),
         &mut source,
@@ -287,7 +303,7 @@ fn report_summary_counts_recursion_once_in_total() {
     assert_eq!(stats.min_ns, 10);
     assert_eq!(stats.max_ns, 50);
     assert_eq!(stats.avg_ns(), 16);
-    let rows = summary.rows(&table);
+    let rows = summary.rows(&table, SortKey::Total);
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].function.name, "fib");
 }
@@ -317,7 +333,11 @@ fn report_summary_sorts_by_total_then_name() {
         };
         summary.call_finished(&call, &[function]);
     }
-    let order: Vec<FunctionId> = summary.rows(&table).iter().map(|row| row.id).collect();
+    let order: Vec<FunctionId> = summary
+        .rows(&table, SortKey::Total)
+        .iter()
+        .map(|row| row.id)
+        .collect();
     assert_eq!(order, vec![2, 1, 3, 0]);
 }
 
@@ -328,7 +348,7 @@ fn report_flame_graph_merges_paths_that_read_the_same() {
         modules: vec!["/bin/x".to_owned(), "/lib/y.so".to_owned()],
         functions: vec![function("f", 0), function("f", 1), function("g;h\nx", 0)],
     };
-    let mut stacks = FoldedStacks::new();
+    let mut stacks = FoldedStacks::new(Weight::Time);
     let mut add = |stack: &[FunctionId], self_ns: u64| {
         let call = FinishedCall {
             function: *stack.last().unwrap(),
@@ -402,5 +422,366 @@ fn report_formats_parse_from_their_cli_names() {
     );
     assert!(UnknownFormat("x".to_owned())
         .to_string()
-        .contains("summary, flame-graph, svg, json"));
+        .contains("summary, flame-graph, svg, json, replay, chrome"));
+}
+
+#[test]
+fn report_replay_tree_matches_golden() {
+    let options = ReportOptions {
+        show_thread_ids: true,
+        ..ReportOptions::default()
+    };
+    let (text, _) = sort_report_with(Format::Replay, &options);
+    assert_eq!(text, golden("sort.replay.txt"));
+}
+
+#[test]
+fn report_replay_tree_of_one_thread_has_no_thread_column() {
+    let events = [
+        Event::entry(0, 7, MAIN),
+        Event::entry(10, 7, FIB),
+        Event::exit(30, 7, FIB),
+        Event::exit(1_500, 7, MAIN),
+    ];
+    let mut out = Vec::new();
+    write_report(
+        Format::Replay,
+        &ReportOptions::default(),
+        |_| sort_info(),
+        &sort_table(),
+        &mut IterBlocks::new([&events[..]]),
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "# DURATION   FUNCTION\n           | main() {\n     20 ns |   fib();\n  1.500 us | } /* main */\n"
+    );
+}
+
+#[test]
+fn report_chrome_matches_golden_and_balances_per_thread() {
+    let (text, _) = sort_report(Format::Chrome);
+    assert_eq!(text, golden("sort.chrome.json"));
+    let value: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_eq!(value["displayTimeUnit"], "ns");
+    assert_eq!(value["metadata"]["command"], "./sort -n input.txt");
+    let mut open: std::collections::BTreeMap<u64, i64> = Default::default();
+    let mut begins = 0;
+    for event in value["traceEvents"].as_array().unwrap() {
+        let tid = event["tid"].as_u64().unwrap();
+        assert_eq!(event["pid"], 4242);
+        match event["ph"].as_str().unwrap() {
+            "B" => {
+                begins += 1;
+                *open.entry(tid).or_default() += 1;
+            }
+            "E" => {
+                let depth = open.entry(tid).or_default();
+                *depth -= 1;
+                assert!(*depth >= 0, "an E without its B on thread {tid}");
+            }
+            "M" => continue,
+            other => panic!("unexpected phase {other}"),
+        }
+        assert_eq!(event["cat"], "function");
+        assert!(event["ts"].is_f64());
+    }
+    assert!(open.values().all(|&depth| depth == 0), "{open:?}");
+    // One B per call the summary counts.
+    assert_eq!(begins, 12);
+}
+
+#[test]
+fn report_chrome_timestamps_are_microseconds_since_the_start() {
+    let events = [
+        Event::entry(1_012_345, 7, MAIN),
+        Event::exit(2_000_001, 7, MAIN),
+    ];
+    let info = TraceInfo {
+        start_monotonic_ns: 1_000_000,
+        ..sort_info()
+    };
+    let mut out = Vec::new();
+    write_report(
+        Format::Chrome,
+        &ReportOptions::default(),
+        |_| info.clone(),
+        &sort_table(),
+        &mut IterBlocks::new([&events[..]]),
+        &mut out,
+    )
+    .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains(r#""ph":"B","pid":4242,"tid":7,"ts":12.345,"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#""ph":"E","pid":4242,"tid":7,"ts":1000.001,"#),
+        "{text}"
+    );
+}
+
+/// The function names of a summary's rows, in order.
+fn summary_order(text: &str) -> Vec<&str> {
+    text.lines()
+        .skip(2)
+        .take_while(|line| !line.is_empty())
+        .map(|line| line.rsplit("  ").next().unwrap())
+        .collect()
+}
+
+#[test]
+fn report_summary_sort_orders() {
+    // Worked out from the figures of sort.summary.txt; ties go by name.
+    let cases = [
+        (
+            SortKey::Total,
+            ["main", "cmp", "memcpy@plt", "sort", "fib", "odd;name"],
+        ),
+        (
+            SortKey::SelfTime,
+            ["cmp", "memcpy@plt", "main", "sort", "fib", "odd;name"],
+        ),
+        (
+            SortKey::Calls,
+            ["fib", "cmp", "memcpy@plt", "main", "odd;name", "sort"],
+        ),
+        (
+            SortKey::Average,
+            ["main", "memcpy@plt", "cmp", "sort", "odd;name", "fib"],
+        ),
+        (
+            SortKey::Maximum,
+            ["main", "cmp", "memcpy@plt", "sort", "fib", "odd;name"],
+        ),
+    ];
+    for (sort, expected) in cases {
+        let options = ReportOptions {
+            sort,
+            ..ReportOptions::default()
+        };
+        let (text, _) = sort_report_with(Format::Summary, &options);
+        assert_eq!(summary_order(&text), expected, "--sort {}", sort.name());
+        assert_eq!(sort.name().parse::<SortKey>(), Ok(sort));
+    }
+    assert!("median".parse::<SortKey>().is_err());
+}
+
+#[test]
+fn report_summary_per_thread() {
+    let options = ReportOptions {
+        per_thread: true,
+        ..ReportOptions::default()
+    };
+    let (text, _) = sort_report_with(Format::Summary, &options);
+    let (first, second) = text.split_once("\n\nThread 101\n").expect("two tables");
+    let first = first
+        .strip_prefix("Thread 100\n")
+        .expect("thread 100 first");
+    assert_eq!(
+        summary_order(first),
+        ["main", "memcpy@plt", "sort", "cmp", "fib"]
+    );
+    assert_eq!(summary_order(second), ["cmp", "odd;name", "memcpy@plt"]);
+    // cmp on thread 100: 500 + 1200 ns; Total % is of the whole trace (2.5 ms).
+    let cmp = first.lines().find(|l| l.ends_with("  cmp")).unwrap();
+    assert!(cmp.starts_with("    1.700 us    0.07%"), "{cmp}");
+    assert_eq!(text.matches("note:").count(), 1);
+}
+
+#[test]
+fn report_flame_graph_weighted_by_calls() {
+    let options = ReportOptions {
+        weight: Weight::Calls,
+        ..ReportOptions::default()
+    };
+    let (text, _) = sort_report_with(Format::FlameGraph, &options);
+    assert_eq!(
+        text,
+        "cmp 1\nmain 1\nmain;fib 1\nmain;fib;fib 2\nmain;fib;fib;fib 1\nmain;memcpy@plt 1\n\
+         main;sort 1\nmain;sort;cmp 2\nodd:name 1\nodd:name;memcpy@plt 1\n"
+    );
+    let (svg, _) = sort_report_with(Format::Svg, &options);
+    assert!(svg.contains(" calls"), "the count name is calls");
+}
+
+/// One thread: main 0..1000 { sort 100..600 { cmp 200..250, memcpy 300..500 { cmp 350..360 } },
+/// fib 700..900 { fib 710..720 } }.
+fn filter_events() -> Vec<Event> {
+    vec![
+        Event::entry(0, 1, MAIN),
+        Event::entry(100, 1, SORT),
+        Event::entry(200, 1, CMP),
+        Event::exit(250, 1, CMP),
+        Event::entry(300, 1, MEMCPY),
+        Event::entry(350, 1, CMP),
+        Event::exit(360, 1, CMP),
+        Event::exit(500, 1, MEMCPY),
+        Event::exit(600, 1, SORT),
+        Event::entry(700, 1, FIB),
+        Event::entry(710, 1, FIB),
+        Event::exit(720, 1, FIB),
+        Event::exit(900, 1, FIB),
+        Event::exit(1_000, 1, MAIN),
+    ]
+}
+
+/// (name, calls, total, self, max depth seen) per shown function, by id, under `filter`.
+fn filtered(filter: FilterSpec) -> Vec<(&'static str, u64, u64, u64, u32)> {
+    struct Collect(Summary, Vec<u32>);
+    impl CallSink for Collect {
+        fn call_finished(&mut self, call: &FinishedCall, stack: &[FunctionId]) {
+            assert_eq!(stack.len(), call.depth as usize + 1);
+            assert_eq!(stack.last(), Some(&call.function));
+            let depth = &mut self.1[call.function as usize];
+            *depth = (*depth).max(call.depth);
+            self.0.call_finished(call, stack);
+        }
+    }
+    let table = sort_table();
+    let mut collect = Collect(Summary::new(7), vec![0; 7]);
+    let events = filter_events();
+    replay_filtered(
+        &mut IterBlocks::new([&events[..]]),
+        &table,
+        &filter,
+        &mut collect,
+    )
+    .unwrap();
+    let names = [
+        "main",
+        "sort",
+        "cmp",
+        "fib",
+        "memcpy@plt",
+        "odd;name",
+        "unused",
+    ];
+    (0..7)
+        .filter_map(|id| {
+            let s = collect.0.stats(id).unwrap();
+            (s.calls > 0).then(|| {
+                (
+                    names[id as usize],
+                    s.calls,
+                    s.total_ns,
+                    s.self_ns,
+                    collect.1[id as usize],
+                )
+            })
+        })
+        .collect()
+}
+
+fn spec(
+    functions: &[&str],
+    no_functions: &[&str],
+    depth: Option<u32>,
+    time: Option<&str>,
+) -> FilterSpec {
+    let strings = |globs: &[&str]| globs.iter().map(|g| g.to_string()).collect::<Vec<_>>();
+    FilterSpec::parse(
+        &strings(functions),
+        &strings(no_functions),
+        depth,
+        time,
+        &[],
+    )
+    .unwrap()
+}
+
+#[test]
+fn filter_hidden_time_goes_to_the_nearest_shown_caller() {
+    // Unfiltered: main's own time is 1000 - 500 - 200.
+    assert_eq!(
+        filtered(FilterSpec::default()),
+        [
+            ("main", 1, 1000, 300, 0),
+            ("sort", 1, 500, 250, 1),
+            ("cmp", 2, 60, 60, 3),
+            ("fib", 2, 200, 200, 2),
+            ("memcpy@plt", 1, 200, 190, 2)
+        ]
+    );
+    // sort hidden: its 250 ns of its own go to main, and its callees move up a level.
+    assert_eq!(
+        filtered(spec(&[], &["sort"], None, None)),
+        [
+            ("main", 1, 1000, 550, 0),
+            ("cmp", 2, 60, 60, 2),
+            ("fib", 2, 200, 200, 2),
+            ("memcpy@plt", 1, 200, 190, 1)
+        ]
+    );
+    // Only main and cmp: everything else is main's own time; both cmp calls sit right under it.
+    assert_eq!(
+        filtered(spec(&["main,c?p"], &[], None, None)),
+        [("main", 1, 1000, 940, 0), ("cmp", 2, 60, 60, 1)]
+    );
+    // Two levels: main and its direct callees, which keep everything below as their own time.
+    assert_eq!(
+        filtered(spec(&[], &[], Some(2), None)),
+        [
+            ("main", 1, 1000, 300, 0),
+            ("sort", 1, 500, 500, 1),
+            ("fib", 1, 200, 200, 1)
+        ]
+    );
+    // Calls under 100 ns hidden: the two cmp and the inner fib.
+    assert_eq!(
+        filtered(spec(&[], &[], None, Some("100ns"))),
+        [
+            ("main", 1, 1000, 300, 0),
+            ("sort", 1, 500, 300, 1),
+            ("fib", 1, 200, 200, 1),
+            ("memcpy@plt", 1, 200, 200, 2)
+        ]
+    );
+}
+
+#[test]
+fn filter_by_thread() {
+    let filter = FilterSpec {
+        tids: vec![WORKER_TID],
+        ..FilterSpec::default()
+    };
+    let (text, _) = sort_report_with(
+        Format::Summary,
+        &ReportOptions {
+            filter,
+            ..ReportOptions::default()
+        },
+    );
+    assert_eq!(summary_order(&text), ["cmp", "odd;name", "memcpy@plt"]);
+}
+
+#[test]
+fn filter_time_defers_entries_until_they_are_long_enough() {
+    let events = filter_events();
+    let mut out = Vec::new();
+    write_report(
+        Format::Replay,
+        &ReportOptions {
+            filter: spec(&[], &[], None, Some("100ns")),
+            ..ReportOptions::default()
+        },
+        |_| sort_info(),
+        &sort_table(),
+        &mut IterBlocks::new([&events[..]]),
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "# DURATION   FUNCTION
+           | main() {
+           |   sort() {
+    200 ns |     memcpy@plt();
+    500 ns |   } /* sort */
+    200 ns |   fib();
+  1.000 us | } /* main */
+"
+    );
 }

@@ -1,0 +1,237 @@
+//! `utrace info`: what a data file holds, without replaying it. The threads are found with one
+//! pass over the events, so a file of any length is read in memory bounded by its threads.
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use thiserror::Error;
+
+use crate::data::{DataError, DataReader, Metadata, Statistics};
+use crate::filter::FilterSpec;
+use crate::plan::FunctionTable;
+use crate::report::summary::HumanDuration;
+use crate::report::{scan_threads, ReportError, ThreadScan};
+
+#[derive(Debug, Error)]
+pub enum InfoError {
+    #[error(transparent)]
+    Open(#[from] DataError),
+    #[error("cannot read the recorded events")]
+    Read(#[source] ReportError),
+}
+
+/// What [`DataFileInfo::read`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DataFileInfo {
+    pub metadata: Metadata,
+    pub functions: FunctionTable,
+    /// `None` when the file was cut short before them.
+    pub statistics: Option<Statistics>,
+    pub scan: ThreadScan,
+    pub cut_short: bool,
+}
+
+impl DataFileInfo {
+    pub fn read(path: &Path) -> Result<DataFileInfo, InfoError> {
+        let mut reader = DataReader::open(path)?;
+        let scan = scan_threads(&mut reader, &FilterSpec::default()).map_err(InfoError::Read)?;
+        Ok(DataFileInfo {
+            metadata: reader.metadata().clone(),
+            functions: reader.functions().clone(),
+            statistics: reader.statistics().cloned(),
+            scan,
+            cut_short: reader.cut_short(),
+        })
+    }
+
+    pub fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
+        let m = &self.metadata;
+        writeln!(out, "command:     {}", m.command_line())?;
+        writeln!(out, "pid:         {}", m.pid)?;
+        writeln!(out, "host:        {}", m.hostname)?;
+        writeln!(out, "kernel:      {}", m.kernel)?;
+        writeln!(out, "recorded by: utrace {}", m.utrace_version)?;
+        writeln!(out, "started:     {}", utc_text(m.start_realtime_ns))?;
+        match &self.statistics {
+            Some(s) => writeln!(out, "duration:    {}", HumanDuration(s.duration_ns))?,
+            None => writeln!(out, "duration:    unknown (cut short)")?,
+        }
+        let modules = &self.functions.modules;
+        writeln!(
+            out,
+            "functions:   {} planned in {} {}",
+            self.functions.functions.len(),
+            modules.len(),
+            if modules.len() == 1 {
+                "module"
+            } else {
+                "modules"
+            }
+        )?;
+        for (index, module) in modules.iter().enumerate() {
+            let count = self
+                .functions
+                .functions
+                .iter()
+                .filter(|f| f.module as usize == index)
+                .count();
+            writeln!(out, "  {module} ({count})")?;
+        }
+        writeln!(out, "events:      {}", self.scan.events)?;
+        match &self.statistics {
+            Some(s) => writeln!(out, "lost events: {}", s.lost_events)?,
+            None => writeln!(out, "lost events: unknown (cut short)")?,
+        }
+        let tids: Vec<String> = self.scan.tids.iter().map(u32::to_string).collect();
+        writeln!(out, "threads:     {} ({})", tids.len(), tids.join(", "))?;
+        if self.cut_short {
+            writeln!(
+                out,
+                "complete:    no: cut short (the recorder did not finish); events up to its last complete block"
+            )
+        } else {
+            writeln!(out, "complete:    yes")
+        }
+    }
+}
+
+/// A CLOCK_REALTIME time as `2024-05-01 12:34:56.789 UTC`.
+pub fn utc_text(realtime_ns: u64) -> String {
+    let secs = realtime_ns / 1_000_000_000;
+    let millis = realtime_ns % 1_000_000_000 / 1_000_000;
+    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
+    let of_day = secs % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{millis:03} UTC",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar: Howard
+/// Hinnant's algorithm, counted in 400-year eras of 146097 days.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    // Months counted from March, so the leap day is the last day of the year.
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::DataWriter;
+    use crate::event::Event;
+    use crate::plan::{FunctionKind, TracedFunction};
+
+    #[test]
+    fn info_utc_times() {
+        assert_eq!(utc_text(0), "1970-01-01 00:00:00.000 UTC");
+        assert_eq!(
+            utc_text(1_700_000_000_123_456_789),
+            "2023-11-14 22:13:20.123 UTC"
+        );
+        // A leap day, and the last second of a leap year.
+        assert_eq!(
+            utc_text(951_782_400_000_000_000),
+            "2000-02-29 00:00:00.000 UTC"
+        );
+        assert_eq!(
+            utc_text(1_735_689_599_999_000_000),
+            "2024-12-31 23:59:59.999 UTC"
+        );
+    }
+
+    fn write_file(path: &Path, finish: bool) {
+        let metadata = Metadata {
+            command: vec!["./calls".into(), "3".into()],
+            pid: 4242,
+            start_monotonic_ns: 1_000,
+            start_realtime_ns: 1_700_000_000_000_000_000,
+            hostname: "bench".into(),
+            kernel: "6.8.0".into(),
+            utrace_version: "0.1.0".into(),
+        };
+        let function = |name: &str, module| TracedFunction {
+            name: name.into(),
+            module,
+            offset: 0x1000,
+            size: 8,
+            kind: FunctionKind::Function,
+        };
+        let table = FunctionTable {
+            modules: vec!["/bin/calls".into(), "/lib/libc.so.6".into()],
+            functions: vec![function("main", 0), function("fib", 0), function("puts", 1)],
+        };
+        let mut writer = DataWriter::create(path, &metadata, &table).unwrap();
+        writer
+            .write_events(&[
+                Event::entry(1_000, 7, 0),
+                Event::entry(1_100, 9, 1),
+                Event::exit(1_200, 9, 1),
+                Event::exit(2_000, 7, 0),
+            ])
+            .unwrap();
+        if finish {
+            writer
+                .finish(&Statistics {
+                    events: 4,
+                    lost_events: 2,
+                    duration_ns: 1_500_000,
+                })
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn info_of_a_finished_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("utrace.data");
+        write_file(&path, true);
+        let info = DataFileInfo::read(&path).unwrap();
+        let mut out = Vec::new();
+        info.write_text(&mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "command:     ./calls 3
+pid:         4242
+host:        bench
+kernel:      6.8.0
+recorded by: utrace 0.1.0
+started:     2023-11-14 22:13:20.000 UTC
+duration:    1.500 ms
+functions:   3 planned in 2 modules
+  /bin/calls (2)
+  /lib/libc.so.6 (1)
+events:      4
+lost events: 2
+threads:     2 (7, 9)
+complete:    yes
+"
+        );
+    }
+
+    #[test]
+    fn info_of_a_file_cut_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("utrace.data");
+        write_file(&path, false);
+        let info = DataFileInfo::read(&path).unwrap();
+        assert!(info.cut_short);
+        assert_eq!(info.scan.events, 4);
+        let mut out = Vec::new();
+        info.write_text(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("duration:    unknown (cut short)"), "{text}");
+        assert!(text.contains("complete:    no: cut short"), "{text}");
+    }
+}

@@ -1,0 +1,145 @@
+//! `chrome`: the Chrome trace-event format, for Perfetto (ui.perfetto.dev) and
+//! `chrome://tracing`.
+//!
+//! ```json
+//! {"traceEvents":[
+//! {"ph":"M","pid":42,"tid":42,"name":"process_name","args":{"name":"./sort 5000"}},
+//! {"ph":"M","pid":42,"tid":42,"name":"thread_name","args":{"name":"thread 42"}},
+//! {"ph":"B","pid":42,"tid":42,"ts":0.120,"name":"main","cat":"function"},
+//! {"ph":"E","pid":42,"tid":42,"ts":2.500,"name":"main","cat":"function"}
+//! ],
+//! "displayTimeUnit":"ns",
+//! "metadata":{"command":"./sort 5000","pid":42,...}}
+//! ```
+//!
+//! One `B` event per call entry and one `E` per exit, one event per line, written as the calls
+//! come, so the trace is never held in memory. `ts` is in µs since the start of the recording,
+//! written with all three decimals so no nanosecond is lost. A thread gets its `thread_name` event
+//! before its first call. Calls whose exit was never seen get their `E` when the replayer closes
+//! them at the end of the trace, so `B` and `E` balance on every thread.
+
+use std::io::{self, Write};
+
+use super::TraceInfo;
+use crate::plan::{FunctionId, FunctionTable};
+use crate::replay::{CallEntry, CallSink, FastHashMap, FinishedCall, ReplayStats};
+
+/// Streams a Chrome trace; a [`CallSink`] that needs entries. Write errors are kept and returned
+/// by [`finish`](Self::finish); after one, nothing more is written.
+pub struct ChromeTrace<W: Write> {
+    out: W,
+    pid: u32,
+    /// CLOCK_MONOTONIC at the start of the recording: `ts` 0.
+    start_ns: u64,
+    /// Each function's name as a JSON string, quotes included, escaped once here rather than on
+    /// every event.
+    names: Vec<String>,
+    /// Threads that have had their `thread_name` event.
+    named_threads: FastHashMap<u32, ()>,
+    /// The thread of the previous event, named: spares a lookup per event.
+    last_tid: Option<u32>,
+    error: Option<io::Error>,
+}
+
+impl<W: Write> ChromeTrace<W> {
+    /// Starts the trace on `out`: the opening and the process name. `info` needs the metadata
+    /// only (command, pid, start).
+    pub fn new(table: &FunctionTable, info: &TraceInfo, mut out: W) -> io::Result<Self> {
+        let names = table
+            .functions
+            .iter()
+            .map(|f| json_string(&f.name))
+            .collect();
+        write!(
+            out,
+            "{{\"traceEvents\":[\n{{\"ph\":\"M\",\"pid\":{pid},\"tid\":{pid},\"name\":\"process_name\",\"args\":{{\"name\":{command}}}}}",
+            pid = info.pid,
+            command = json_string(&info.command),
+        )?;
+        Ok(ChromeTrace {
+            out,
+            pid: info.pid,
+            start_ns: info.start_monotonic_ns,
+            names,
+            named_threads: FastHashMap::default(),
+            last_tid: None,
+            error: None,
+        })
+    }
+
+    /// Ends the trace with its metadata (`info` as read to the end of the file) and returns the
+    /// writer. Every call must have been finished (the replayer's `finish` does that).
+    pub fn finish(mut self, info: &TraceInfo, replay: &ReplayStats) -> io::Result<W> {
+        if let Some(error) = self.error.take() {
+            return Err(error);
+        }
+        writeln!(
+            self.out,
+            "\n],\n\"displayTimeUnit\":\"ns\",\n\"metadata\":{{\"command\":{},\"pid\":{},\"duration_ns\":{},\"events\":{},\"lost_events\":{},\"unfinished_calls\":{},\"unmatched_exits\":{}}}}}",
+            json_string(&info.command),
+            info.pid,
+            info.duration_ns,
+            info.events,
+            info.lost_events,
+            replay.unfinished_calls,
+            replay.unmatched_exits,
+        )?;
+        Ok(self.out)
+    }
+
+    fn event(&mut self, phase: char, tid: u32, ts_ns: u64, function: FunctionId) {
+        if self.error.is_some() {
+            return;
+        }
+        let result = self.write_event(phase, tid, ts_ns, function);
+        if let Err(error) = result {
+            self.error = Some(error);
+        }
+    }
+
+    fn write_event(
+        &mut self,
+        phase: char,
+        tid: u32,
+        ts_ns: u64,
+        function: FunctionId,
+    ) -> io::Result<()> {
+        let pid = self.pid;
+        if self.last_tid != Some(tid) {
+            if self.named_threads.insert(tid, ()).is_none() {
+                write!(
+                    self.out,
+                    ",\n{{\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":\"thread {tid}\"}}}}"
+                )?;
+            }
+            self.last_tid = Some(tid);
+        }
+        let ts = ts_ns.saturating_sub(self.start_ns);
+        let name = self
+            .names
+            .get(function as usize)
+            .map_or("\"?\"", String::as_str);
+        write!(
+            self.out,
+            ",\n{{\"ph\":\"{phase}\",\"pid\":{pid},\"tid\":{tid},\"ts\":{}.{:03},\"name\":{name},\"cat\":\"function\"}}",
+            ts / 1_000,
+            ts % 1_000,
+        )
+    }
+}
+
+/// `text` as a JSON string literal, quotes included.
+fn json_string(text: &str) -> String {
+    serde_json::to_string(text).expect("a string always serializes")
+}
+
+impl<W: Write> CallSink for ChromeTrace<W> {
+    fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
+        self.event('B', entry.tid, entry.start_ns, entry.function);
+    }
+
+    fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
+        let end_ns = call.start_ns.saturating_add(call.duration_ns);
+        self.event('E', call.tid, end_ns, call.function);
+    }
+}

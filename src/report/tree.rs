@@ -1,0 +1,195 @@
+//! `replay`: the call tree as it happened, uftrace-style.
+//!
+//! ```text
+//! # DURATION   FUNCTION
+//!            | main() {
+//!     500 ns |   fib();
+//!   3.000 us | } /* main */
+//! ```
+//!
+//! A call with children opens a block (`fib() {`) and closes it with its duration
+//! (`} /* fib */`); a call without children is one line (`fib();`). When the trace has several
+//! threads, a thread id column (`[  1234]`) follows the duration. A call whose exit was never
+//! seen is marked `/* no exit */` (`fib(); /* no exit */`, `} /* fib: no exit */`).
+//!
+//! [`TreePrinter`] is fed call by call, so the same printer serves a data file and, later, the
+//! live ring buffer, with the same output. A call is only known to be a leaf at its exit, so
+//! each thread holds back at most one line: the entry it saw last. The next call of that thread
+//! decides it: its own exit prints the one-line form, anything else prints the open line first.
+//! Lines come in the order the calls were decided, threads interleaved; memory grows with the
+//! number of threads, not with the trace.
+
+use std::fmt;
+use std::io::{self, Write};
+
+use super::summary::{replay_note, HumanDuration};
+use crate::plan::{FunctionId, FunctionTable};
+use crate::replay::{CallEntry, CallSink, FastHashMap, FinishedCall, ReplayStats};
+
+/// Prints the call tree; a [`CallSink`] that needs entries. Write errors are kept and returned by
+/// [`finish`](Self::finish), since a sink cannot return them; after one, nothing more is written.
+pub struct TreePrinter<'t, W: Write> {
+    table: &'t FunctionTable,
+    /// `"()"` after names that have no parameter list of their own (C, Rust), `""` after
+    /// demangled C++ names that already end in one.
+    parens: Vec<&'static str>,
+    show_tids: bool,
+    out: W,
+    /// Per thread, the entry whose line is held back.
+    pending: Vec<(u32, Option<CallEntry>)>,
+    /// Thread id → index into `pending`.
+    index: FastHashMap<u32, usize>,
+    error: Option<io::Error>,
+}
+
+/// What one line shows after the duration and the thread id.
+enum Line {
+    Open,
+    Leaf { complete: bool },
+    Close { complete: bool },
+}
+
+impl<'t, W: Write> TreePrinter<'t, W> {
+    /// A printer that writes to `out`, starting with the header line. `show_tids` adds the
+    /// thread id column: set it when the trace (as filtered) has more than one thread.
+    pub fn new(table: &'t FunctionTable, show_tids: bool, mut out: W) -> io::Result<Self> {
+        if show_tids {
+            writeln!(out, "{:<10} {:^8}   FUNCTION", "# DURATION", "TID")?;
+        } else {
+            writeln!(out, "{:<10}   FUNCTION", "# DURATION")?;
+        }
+        let parens = table
+            .functions
+            .iter()
+            .map(|f| if f.name.contains('(') { "" } else { "()" })
+            .collect();
+        Ok(TreePrinter {
+            table,
+            parens,
+            show_tids,
+            out,
+            pending: Vec::new(),
+            index: FastHashMap::default(),
+            error: None,
+        })
+    }
+
+    /// Ends the tree: a note on what the replayer worked around, if anything, then the writer.
+    /// Every call must have been finished (the replayer's `finish` does that).
+    pub fn finish(mut self, replay: &ReplayStats) -> io::Result<W> {
+        if let Some(error) = self.error.take() {
+            return Err(error);
+        }
+        debug_assert!(self.pending.iter().all(|(_, entry)| entry.is_none()));
+        if let Some(note) = replay_note(replay) {
+            writeln!(self.out, "\n# note: {note}")?;
+        }
+        Ok(self.out)
+    }
+
+    fn thread_index(&mut self, tid: u32) -> usize {
+        let pending = &mut self.pending;
+        *self.index.entry(tid).or_insert_with(|| {
+            pending.push((tid, None));
+            pending.len() - 1
+        })
+    }
+
+    fn line(
+        &mut self,
+        duration: Option<u64>,
+        tid: u32,
+        depth: u32,
+        function: FunctionId,
+        line: Line,
+    ) {
+        if self.error.is_some() {
+            return;
+        }
+        let name = self
+            .table
+            .function(function)
+            .map_or("?", |f| f.name.as_str());
+        let parens = self.parens.get(function as usize).copied().unwrap_or("()");
+        let result = write_line(
+            &mut self.out,
+            duration,
+            self.show_tids.then_some(tid),
+            depth,
+            name,
+            parens,
+            line,
+        );
+        if let Err(error) = result {
+            self.error = Some(error);
+        }
+    }
+}
+
+fn write_line(
+    out: &mut impl Write,
+    duration: Option<u64>,
+    tid: Option<u32>,
+    depth: u32,
+    name: &str,
+    parens: &str,
+    line: Line,
+) -> io::Result<()> {
+    match duration {
+        Some(ns) => write!(out, "{:>10}", HumanDuration(ns))?,
+        None => write!(out, "{:10}", "")?,
+    }
+    if let Some(tid) = tid {
+        write!(out, " [{tid:>6}]")?;
+    }
+    write!(out, " | {:indent$}", "", indent = 2 * depth as usize)?;
+    match line {
+        Line::Open => writeln!(out, "{name}{parens} {{"),
+        Line::Leaf { complete } => writeln!(out, "{name}{parens};{}", NoExit(complete)),
+        Line::Close { complete: true } => writeln!(out, "}} /* {name} */"),
+        Line::Close { complete: false } => writeln!(out, "}} /* {name}: no exit */"),
+    }
+}
+
+/// ` /* no exit */` after a leaf whose exit was never seen.
+struct NoExit(bool);
+
+impl fmt::Display for NoExit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 {
+            Ok(())
+        } else {
+            f.write_str(" /* no exit */")
+        }
+    }
+}
+
+impl<W: Write> CallSink for TreePrinter<'_, W> {
+    fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
+        let index = self.thread_index(entry.tid);
+        // The held-back entry has a child after all: it opens a block.
+        if let Some(open) = self.pending[index].1.replace(*entry) {
+            self.line(None, open.tid, open.depth, open.function, Line::Open);
+        }
+    }
+
+    fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
+        let index = self.thread_index(call.tid);
+        // Calls end innermost first, so a held-back entry on this thread is this very call.
+        let line = match self.pending[index].1.take() {
+            Some(_) => Line::Leaf {
+                complete: call.complete,
+            },
+            None => Line::Close {
+                complete: call.complete,
+            },
+        };
+        self.line(
+            Some(call.duration_ns),
+            call.tid,
+            call.depth,
+            call.function,
+            line,
+        );
+    }
+}
