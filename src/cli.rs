@@ -137,31 +137,16 @@ pub struct InfoArgs {
     pub input: PathBuf,
 }
 
-/// Parses `5s`, `250ms`, `1.5s`, `2m`, `100us`, `10ns`, `1h`.
+/// Parses a recording's length: a duration with its unit (`5s`, `250ms`, `2m`), since a bare
+/// number of nanoseconds is never what was meant here.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let seconds_per_unit = match unit {
-        "ns" => 1e-9,
-        "us" | "µs" => 1e-6,
-        "ms" => 1e-3,
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => {
-            return Err(format!(
-                "{text:?}: give a unit: ns, us, ms, s, m or h (e.g. 5s)"
-            ))
-        }
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 5s or 250ms"))?;
-    Duration::try_from_secs_f64(value * seconds_per_unit)
-        .map_err(|_| format!("{text:?} is out of range"))
+    let bad = || format!("{text:?} is not a duration like 5s, 250ms or 2m");
+    if text.trim().ends_with(|c: char| c.is_ascii_digit()) {
+        return Err(bad());
+    }
+    utrace::filter::parse_duration(text)
+        .map(Duration::from_nanos)
+        .ok_or_else(bad)
 }
 
 /// Parses `4096`, `64K`, `16M`, `1G` (binary units; an optional trailing `B`/`iB`).

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::elf::FunctionSymbol;
+use crate::filter::{parse_globs, FilterError, Glob};
 
 /// Index into [`FunctionTable::functions`].
 pub type FunctionId = u32;
@@ -71,60 +72,35 @@ impl FunctionTable {
     }
 }
 
-/// Errors of the user's selection of what to trace.
-#[derive(Debug, thiserror::Error)]
-pub enum PlanError {
-    #[error("{flag} {pattern:?}: not a valid glob: {reason}")]
-    BadGlob {
-        flag: &'static str,
-        pattern: String,
-        reason: String,
-    },
-}
-
 /// Globs on library file names (`--nest-lib`): repeatable, each a comma-separated list.
 #[derive(Debug, Default)]
 pub struct LibraryPatterns {
-    patterns: Vec<(String, glob::Pattern)>,
+    globs: Vec<Glob>,
 }
 
 impl LibraryPatterns {
-    pub fn parse(flag: &'static str, arguments: &[String]) -> Result<LibraryPatterns, PlanError> {
-        let patterns = arguments
-            .iter()
-            .flat_map(|argument| argument.split(','))
-            .filter(|text| !text.is_empty())
-            .map(|text| {
-                glob::Pattern::new(text)
-                    .map(|pattern| (text.to_string(), pattern))
-                    .map_err(|error| PlanError::BadGlob {
-                        flag,
-                        pattern: text.to_string(),
-                        reason: error.msg.to_string(),
-                    })
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(LibraryPatterns { patterns })
+    pub fn parse(flag: &'static str, arguments: &[String]) -> Result<LibraryPatterns, FilterError> {
+        Ok(LibraryPatterns {
+            globs: parse_globs(flag, arguments)?,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
-        self.patterns.is_empty()
+        self.globs.is_empty()
     }
 
     /// Whether the file name of `path` matches one of the globs.
     pub fn matches(&self, path: &str) -> bool {
         let name = file_name(path);
-        self.patterns
-            .iter()
-            .any(|(_, pattern)| pattern.matches(name))
+        self.globs.iter().any(|glob| glob.matches(name))
     }
 
     /// The globs that match none of `paths`, as the user wrote them.
     pub fn unmatched<'a>(&'a self, paths: &[&str]) -> Vec<&'a str> {
-        self.patterns
+        self.globs
             .iter()
-            .filter(|(_, pattern)| !paths.iter().any(|p| pattern.matches(file_name(p))))
-            .map(|(text, _)| text.as_str())
+            .filter(|glob| !paths.iter().any(|p| glob.matches(file_name(p))))
+            .map(Glob::as_str)
             .collect()
     }
 }
@@ -177,7 +153,7 @@ mod tests {
         );
         assert!(matches!(
             LibraryPatterns::parse("--nest-lib", &["lib[c".into()]),
-            Err(PlanError::BadGlob { .. })
+            Err(FilterError::Glob { .. })
         ));
     }
 }

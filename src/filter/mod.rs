@@ -105,7 +105,8 @@ impl FilterSpec {
     }
 }
 
-fn parse_globs(flag: &'static str, values: &[String]) -> Result<Vec<Glob>, FilterError> {
+/// Parses a repeatable flag's globs, each value a comma list; errors name `flag`.
+pub fn parse_globs(flag: &'static str, values: &[String]) -> Result<Vec<Glob>, FilterError> {
     values
         .iter()
         .flat_map(|value| split_list(value))
@@ -147,7 +148,7 @@ pub fn split_list(value: &str) -> Vec<&str> {
     parts
 }
 
-/// Parses `1500`, `500ns`, `2us` (or `µs`), `1.5ms`, `1s` into nanoseconds; a bare number is
+/// Parses `1500`, `500ns`, `2us` (or `µs`), `1.5ms`, `1s`, `2m`, `1h` into nanoseconds; a bare number is
 /// in ns. Decimals are exact to the nanosecond (`1.2345us` is 1234 ns: truncated, never
 /// rounded up past what was written).
 pub fn parse_duration(text: &str) -> Option<u64> {
@@ -161,6 +162,8 @@ pub fn parse_duration(text: &str) -> Option<u64> {
         "us" | "µs" => 1_000,
         "ms" => 1_000_000,
         "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
         _ => return None,
     };
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
@@ -196,6 +199,7 @@ mod tests {
         assert_eq!(parse_duration("2µs"), Some(2_000));
         assert_eq!(parse_duration("1.5ms"), Some(1_500_000));
         assert_eq!(parse_duration("1s"), Some(1_000_000_000));
+        assert_eq!(parse_duration("2m"), Some(120_000_000_000));
         assert_eq!(parse_duration(".5us"), Some(500));
         assert_eq!(parse_duration("1.2345us"), Some(1_234));
         assert_eq!(parse_duration(" 3 ms "), Some(3_000_000));
