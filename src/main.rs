@@ -7,15 +7,13 @@ use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::Parser;
-
-use cli::{Cli, Command, RecordArgs, ReportArgs};
+use cli::{Command, RecordArgs, ReportArgs};
 use utrace::data::{DataReader, Statistics};
 use utrace::record::{self, split_command, RecordOptions};
 use utrace::report::{write_report, TraceInfo};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = cli::parse();
     let result = match cli.command {
         Command::Record(args) => run_record(args),
         Command::Report(args) => run_report(args).map(|()| 0),

@@ -62,7 +62,12 @@ pub struct DataReader {
 impl DataReader {
     /// Opens `path` and reads its header, metadata and function table.
     pub fn open(path: &Path) -> Result<DataReader, DataError> {
-        let file = File::open(path).map_err(|error| DataError::io(path, error))?;
+        let file = File::open(path).map_err(|error| match error.kind() {
+            io::ErrorKind::NotFound => DataError::Missing {
+                path: path.to_path_buf(),
+            },
+            _ => DataError::io(path, error),
+        })?;
         let mut input = BufReader::with_capacity(BUFFER_CAPACITY, file);
 
         let mut header = [0u8; FILE_HEADER_LEN];

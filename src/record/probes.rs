@@ -22,13 +22,14 @@ pub enum ProbeError {
     #[error("cannot load the BPF programs: {0}")]
     Load(libbpf_rs::Error),
     #[error(
-        "cannot attach {count} {direction} probes to {path}: {source} (uprobe_multi needs Linux 6.6 or newer)"
+        "cannot attach {count} {direction} probes to {path}: {error} (uprobe_multi needs Linux 6.6 or newer)"
     )]
     Attach {
         count: usize,
         direction: &'static str,
         path: String,
-        source: libbpf_rs::Error,
+        // Not `source`: the message shows it already, and anyhow would repeat a source.
+        error: libbpf_rs::Error,
     },
 }
 
@@ -116,11 +117,11 @@ impl<'obj> LoadedProbes<'obj> {
                 };
                 let link = program
                     .attach_uprobe_multi_with_opts(pid as i32, Path::new(module), "", opts)
-                    .map_err(|source| ProbeError::Attach {
+                    .map_err(|error| ProbeError::Attach {
                         count: offsets.len(),
                         direction,
                         path: module.clone(),
-                        source,
+                        error,
                     })?;
                 links.push(link);
             }
@@ -173,7 +174,7 @@ pub fn ring_buffer_size(requested: u64) -> io::Result<u32> {
     u32::try_from(size).map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("buffer size {requested} is too large (at most 2 GiB)"),
+            format!("--buffer-size {requested} is too large: at most 2G"),
         )
     })
 }
