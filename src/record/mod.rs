@@ -67,15 +67,31 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     probes::show_libbpf_messages(options.debug);
     // Fork before any thread exists: the child only waits and execs.
     let mut child = HeldChild::spawn(&program, &options.command)?;
+    // Created before anything is loaded or attached: an output that cannot be written stops
+    // utrace while the command is still held, before it has run at all.
+    let writer = DataWriter::create(
+        &options.output,
+        &metadata(&options.command, child.pid()),
+        &table,
+    )
+    .context("cannot create the data file (-o FILE chooses another)")?;
     let mut storage = ObjectStorage::uninit();
-    let loaded = LoadedProbes::load(
+    let probes = LoadedProbes::load(
         &mut storage,
         &ProbeConfig {
             tgid: child.pid(),
             buffer_bytes: options.buffer_bytes,
         },
-    )?;
-    let attached = loaded.attach(&table, child.pid())?;
+    )
+    .and_then(|loaded| loaded.attach(&table, child.pid()).map(|a| (loaded, a)));
+    let (loaded, attached) = match probes {
+        Ok(probes) => probes,
+        Err(error) => {
+            // Nothing was recorded: a file without events would only mislead.
+            writer.discard();
+            return Err(error.into());
+        }
+    };
     if options.debug {
         eprintln!(
             "utrace: attached {} entry and return probes with uprobe_multi in {:.3} ms",
@@ -84,12 +100,6 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         );
     }
 
-    let writer = DataWriter::create(
-        &options.output,
-        &metadata(&options.command, child.pid()),
-        &table,
-    )
-    .with_context(|| format!("cannot create {}", options.output.display()))?;
     let writer = WriterThread::start(writer);
     signals::install().context("installing signal handlers")?;
 
@@ -111,6 +121,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     let mut last_flush = Instant::now();
     let mut progress = Progress::new();
     let mut watch = SignalWatch::default();
+    let mut writer_stopped = false;
     let flush = |force: bool, events: &mut u64| -> bool {
         let mut pending = batch.borrow_mut();
         if pending.is_empty() || !(force || pending.len() >= BATCH_EVENTS / 2) {
@@ -127,7 +138,8 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         ring.consume_raw();
         let due = last_flush.elapsed() >= FLUSH_INTERVAL;
         if !flush(due, &mut events) {
-            // The writer stopped on an error; `finish` below reports it.
+            // The writer stopped on an error (a full disk, say); `finish` below reports it.
+            writer_stopped = true;
             break None;
         }
         if due {
@@ -154,9 +166,17 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     let duration = started.elapsed();
     let lost_events = loaded.lost_events();
     drop(ring);
-    let writer = writer
-        .finish()
-        .with_context(|| format!("writing {}", options.output.display()))?;
+    let stopped = |error| {
+        // The probes are gone: the command runs on untraced. Waited for rather than left behind
+        // (unless a second signal asked to stop at once), so it ends before utrace does.
+        if writer_stopped {
+            let _ = child.wait();
+        }
+        anyhow::anyhow!(
+            "{error}: recording stopped there; the file reads up to its last complete chunk"
+        )
+    };
+    let writer = writer.finish().map_err(stopped)?;
     let bytes = writer.bytes_written();
     writer
         .finish(&Statistics {
@@ -164,7 +184,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
             lost_events,
             duration_ns: duration.as_nanos() as u64,
         })
-        .with_context(|| format!("finishing {}", options.output.display()))?;
+        .map_err(stopped)?;
 
     eprintln!(
         "utrace: traced {} functions of {}: {} events in {:.3} s, {} lost, {} bytes written to {}",
