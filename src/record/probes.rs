@@ -93,7 +93,8 @@ impl<'obj> LoadedProbes<'obj> {
     /// Attaches entry and return probes for every function of `table`, filtered to `pid`.
     pub fn attach(&self, table: &FunctionTable, pid: u32) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
-        let mut links = Vec::new();
+        let mut entry_links = Vec::new();
+        let mut return_links = Vec::new();
         for (module_index, module) in table.modules.iter().enumerate() {
             let (offsets, cookies): (Vec<usize>, Vec<u64>) = table
                 .functions
@@ -123,11 +124,16 @@ impl<'obj> LoadedProbes<'obj> {
                         path: module.clone(),
                         error,
                     })?;
-                links.push(link);
+                if retprobe {
+                    return_links.push(link);
+                } else {
+                    entry_links.push(link);
+                }
             }
         }
         Ok(AttachedProbes {
-            links,
+            return_links,
+            entry_links,
             attach_time: started.elapsed(),
         })
     }
@@ -151,9 +157,17 @@ impl<'obj> LoadedProbes<'obj> {
     }
 }
 
-/// Attached links; dropping them detaches every probe.
+/// Attached links; dropping them detaches every probe, return probes first.
+///
+/// The order matters. Releasing a link waits for the kernel's uretprobe SRCU grace period,
+/// which a pending return (`main`'s, say) holds until the kernel's return-instance timer expires
+/// it, and every new uretprobe hit pushes that timer back. While a return probe stays attached
+/// to a hot function, detaching the entry probes waited until the traced program ended (seen on
+/// 6.18). With the return probes gone first, no hit re-arms the timer and detach takes
+/// milliseconds. Fields drop in declaration order, so an implicit drop keeps the order too.
 pub struct AttachedProbes {
-    links: Vec<Link>,
+    return_links: Vec<Link>,
+    entry_links: Vec<Link>,
     pub attach_time: Duration,
 }
 
@@ -161,7 +175,8 @@ impl AttachedProbes {
     /// Detaches every probe and says how long it took.
     pub fn detach(self) -> Duration {
         let started = Instant::now();
-        drop(self.links);
+        drop(self.return_links);
+        drop(self.entry_links);
         started.elapsed()
     }
 }
