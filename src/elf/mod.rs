@@ -20,6 +20,8 @@ pub mod site;
 mod symbols;
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;
 
 use std::io;
