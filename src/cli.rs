@@ -24,7 +24,8 @@ pub struct Cli {
 /// prints them.
 pub fn parse() -> Cli {
     Cli::try_parse().unwrap_or_else(|error| {
-        if !error.use_stderr() || error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        if !error.use_stderr()
+            || error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
         {
             error.exit();
         }

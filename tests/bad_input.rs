@@ -170,8 +170,7 @@ fn program_cases(dir: &Path) -> Vec<Case> {
     };
 
     let script = write(dir, "script.sh", b"#!/bin/sh\necho hi\n");
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let program = std::fs::read(compile("exitcode.c", "exitcode", &[])).unwrap();
     let executable = |name: &str, bytes: &[u8]| {
         let path = write(dir, name, bytes);
@@ -201,7 +200,11 @@ fn program_cases(dir: &Path) -> Vec<Case> {
         case(
             "not in PATH",
             record(&"no-such-program-utrace"),
-            &["no-such-program-utrace", "not found in PATH", "give its path"],
+            &[
+                "no-such-program-utrace",
+                "not found in PATH",
+                "give its path",
+            ],
         ),
         case(
             "a directory",
@@ -238,11 +241,7 @@ fn program_cases(dir: &Path) -> Vec<Case> {
             &[&"record", &"-c", &" "],
             &["the command is empty"],
         ),
-        Case::new(
-            "no command",
-            &[&"record"],
-            &["<COMMAND>", "--help"],
-        ),
+        Case::new("no command", &[&"record"], &["<COMMAND>", "--help"]),
         Case::new(
             "buffer size not a size",
             &[&"record", &"--buffer-size=lots", &"/bin/true"],
@@ -270,11 +269,7 @@ fn program_cases(dir: &Path) -> Vec<Case> {
 fn report_cases(dir: &Path) -> Vec<Case> {
     let recording = small_recording(dir);
     let report = |name: &str, bytes: &[u8]| -> Vec<OsString> {
-        vec![
-            "report".into(),
-            "-i".into(),
-            write(dir, name, bytes).into(),
-        ]
+        vec!["report".into(), "-i".into(), write(dir, name, bytes).into()]
     };
     let case = |name, args: Vec<OsString>, expected: &[&str]| Case {
         name,
@@ -318,7 +313,11 @@ fn report_cases(dir: &Path) -> Vec<Case> {
         case(
             "wrong version",
             report("version.data", &version),
-            &["version.data", "format version 7", "the utrace that recorded it"],
+            &[
+                "version.data",
+                "format version 7",
+                "the utrace that recorded it",
+            ],
         ),
         case(
             "first chunk claims 4 GiB",
@@ -326,7 +325,11 @@ fn report_cases(dir: &Path) -> Vec<Case> {
                 "hostile-metadata.data",
                 &with_chunk_length(&recording.bytes, first_chunk, u32::MAX),
             ),
-            &["hostile-metadata.data", "corrupt chunk at byte 16", "more than"],
+            &[
+                "hostile-metadata.data",
+                "corrupt chunk at byte 16",
+                "more than",
+            ],
         ),
         case(
             "events chunk claims 4 GiB",
@@ -363,7 +366,13 @@ fn report_cases(dir: &Path) -> Vec<Case> {
     let data = write(dir, "good.data", &recording.bytes);
     cases.push(Case::new(
         "unwritable report output",
-        &[&"report", &"-i", &data, &"-o", &"/nonexistent/dir/report.txt"],
+        &[
+            &"report",
+            &"-i",
+            &data,
+            &"-o",
+            &"/nonexistent/dir/report.txt",
+        ],
         &["/nonexistent/dir/report.txt", "No such file"],
     ));
     // A cut anywhere before the end of the function table leaves nothing to report.
@@ -421,7 +430,10 @@ fn unwritable_output_fails_before_the_command_runs() {
         .output()
         .unwrap();
     assert_clear_failure(&output, &["/nonexistent/dir/x.data", "-o FILE"]);
-    assert!(!marker.exists(), "the command ran although nothing could be recorded");
+    assert!(
+        !marker.exists(),
+        "the command ran although nothing could be recorded"
+    );
 }
 
 #[test]
@@ -460,7 +472,10 @@ fn recording_without_bpf_permission_says_what_is_missing() {
         !dir.path().join("utrace.data").exists(),
         "nothing is written when nothing can be recorded"
     );
-    assert!(!marker.exists(), "the command ran although nothing could be recorded");
+    assert!(
+        !marker.exists(),
+        "the command ran although nothing could be recorded"
+    );
 }
 
 /// A file cut anywhere after its function table still reports every whole events chunk before
@@ -482,11 +497,19 @@ fn a_cut_after_the_function_table_reports_what_is_left_with_a_warning() {
         (recording.bytes.len() - 1, 3),
     ];
     for (cut, chunks) in cuts {
-        let path = write(dir.path(), &format!("cut-{cut}.data"), &recording.bytes[..cut]);
+        let path = write(
+            dir.path(),
+            &format!("cut-{cut}.data"),
+            &recording.bytes[..cut],
+        );
         let output = report_output(&path, &["--format=json"]);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "cut at {cut}: {stderr}");
-        assert_eq!(stderr.trim_end().lines().count(), 1, "cut at {cut}: {stderr}");
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "cut at {cut}: {stderr}"
+        );
         assert!(
             stderr.contains("cut short") && stderr.contains(&format!("cut-{cut}.data")),
             "cut at {cut}: {stderr}"

@@ -92,7 +92,10 @@ fn sigterm_is_forwarded_and_the_recording_completes() {
     let output = recorder.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     let out = stdout(&output);
-    assert!(out.contains("loop: SIGTERM received"), "not forwarded: {out}");
+    assert!(
+        out.contains("loop: SIGTERM received"),
+        "not forwarded: {out}"
+    );
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("utrace: traced"), "{stderr}");
 
@@ -169,7 +172,10 @@ impl Drop for TinyDisk {
             .is_ok_and(|s| s.success());
         // A lazy unmount still frees the directory when a file there is held open.
         if !unmounted {
-            let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(self.dir.path())
+                .status();
         }
     }
 }
@@ -191,7 +197,10 @@ fn a_full_disk_stops_the_recording_not_the_program() {
         &[&data.display().to_string(), "No space left on device"],
     );
     let out = stdout(&output);
-    assert!(out.contains("loop: done"), "the program did not finish: {out}");
+    assert!(
+        out.contains("loop: done"),
+        "the program did not finish: {out}"
+    );
     assert!(own_counts(&output.stdout)["tick"] > 0, "{stderr}");
 
     // Readable up to its last whole chunk, and said to be cut short.
