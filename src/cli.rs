@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use utrace::filter::{FilterError, FilterSpec};
 use utrace::report::flame_graph::Weight;
@@ -19,6 +20,31 @@ use utrace::report::Format;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Parses the command line. A usage error is one line, like utrace's own errors (scripts and
+/// logs get one line per failure; the usage it would repeat is what `--help` is for), and exits
+/// with 2, as clap does. Help and version, asked for or shown for a bare `utrace`, print as clap
+/// prints them.
+pub fn parse() -> Cli {
+    Cli::try_parse().unwrap_or_else(|error| {
+        if !error.use_stderr()
+            || error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        {
+            error.exit();
+        }
+        // clap's message is its first paragraph; usage and the --help hint follow a blank line.
+        let rendered = error.render().to_string();
+        let message = rendered
+            .lines()
+            .map(str::trim)
+            .take_while(|line| !line.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let message = message.strip_prefix("error: ").unwrap_or(&message);
+        eprintln!("utrace: error: {message} (see --help)");
+        std::process::exit(2)
+    })
 }
 
 #[derive(Subcommand)]

@@ -7,9 +7,8 @@ use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
 
-use cli::{Cli, Command, InfoArgs, RecordArgs, ReportArgs};
+use cli::{Command, InfoArgs, RecordArgs, ReportArgs};
 use utrace::data::{DataReader, Statistics};
 use utrace::info::DataFileInfo;
 use utrace::plan::LibraryPatterns;
@@ -19,7 +18,7 @@ use utrace::report::summary::SortKey;
 use utrace::report::{scan_threads, write_report, Format, ReportOptions, TraceInfo};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = cli::parse();
     let result = match cli.command {
         Command::Record(args) => run_record(args),
         Command::Report(args) => run_report(args).map(|()| 0),

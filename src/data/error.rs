@@ -11,14 +11,18 @@ pub enum DataError {
     #[error("{}: {error}", path.display())]
     Io { path: PathBuf, error: io::Error },
 
-    #[error("{}: empty file: nothing was recorded", path.display())]
+    #[error("{}: no such file: record one with `utrace record`, or name another with -i", path.display())]
+    Missing { path: PathBuf },
+
+    #[error("{}: empty file: nothing was recorded; record again", path.display())]
     Empty { path: PathBuf },
 
-    #[error("{}: not a utrace.data file", path.display())]
+    #[error("{}: not a utrace.data file: give a file written by `utrace record`", path.display())]
     NotUtrace { path: PathBuf },
 
     #[error(
-        "{}: format version {found}, this utrace reads {supported}",
+        "{}: format version {found}, this utrace reads {supported}: report it with the utrace \
+         that recorded it",
         path.display()
     )]
     Version {
@@ -27,7 +31,7 @@ pub enum DataError {
         supported: u32,
     },
 
-    #[error("{} ends before its function table: nothing was recorded", path.display())]
+    #[error("{} ends before its function table: nothing was recorded; record again", path.display())]
     NoFunctionTable { path: PathBuf },
 
     #[error("{}: corrupt chunk at byte {offset} (checksum mismatch)", path.display())]

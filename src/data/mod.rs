@@ -10,6 +10,8 @@ mod reader;
 mod writer;
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;
 
 use serde::{Deserialize, Serialize};

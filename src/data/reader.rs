@@ -44,9 +44,9 @@ enum Next {
 
 /// Reads one recording: the metadata and function table at [`open`](Self::open), then the event
 /// blocks one at a time with [`next_events`](Self::next_events).
-pub struct DataReader {
+pub struct DataReader<R = File> {
     path: PathBuf,
-    input: BufReader<File>,
+    input: BufReader<R>,
     /// Byte offset of the next chunk header.
     offset: u64,
     metadata: Metadata,
@@ -59,11 +59,24 @@ pub struct DataReader {
     events_read: u64,
 }
 
-impl DataReader {
+impl DataReader<File> {
     /// Opens `path` and reads its header, metadata and function table.
     pub fn open(path: &Path) -> Result<DataReader, DataError> {
-        let file = File::open(path).map_err(|error| DataError::io(path, error))?;
-        let mut input = BufReader::with_capacity(BUFFER_CAPACITY, file);
+        let file = File::open(path).map_err(|error| match error.kind() {
+            io::ErrorKind::NotFound => DataError::Missing {
+                path: path.to_path_buf(),
+            },
+            _ => DataError::io(path, error),
+        })?;
+        DataReader::from_reader(path, file)
+    }
+}
+
+impl<R: Read> DataReader<R> {
+    /// Reads a recording from `input` (the fuzz tests give it bytes in memory); `path` only
+    /// names it in errors.
+    pub fn from_reader(path: &Path, input: R) -> Result<DataReader<R>, DataError> {
+        let mut input = BufReader::with_capacity(BUFFER_CAPACITY, input);
 
         let mut header = [0u8; FILE_HEADER_LEN];
         let got = read_full(&mut input, &mut header).map_err(|error| DataError::io(path, error))?;
@@ -249,14 +262,14 @@ impl DataReader {
 }
 
 /// Reads the chunks up to the function table, which must all be there.
-struct Opening<'a> {
+struct Opening<'a, R> {
     path: &'a Path,
-    input: &'a mut BufReader<File>,
+    input: &'a mut BufReader<R>,
     offset: u64,
     payload: Vec<u8>,
 }
 
-impl Opening<'_> {
+impl<R: Read> Opening<'_, R> {
     /// Reads the next known chunk, which must be of `kind`, skipping unknown ones.
     fn read_table_chunk<T: DeserializeOwned>(&mut self, kind: ChunkKind) -> Result<T, DataError> {
         let no_table = || DataError::NoFunctionTable {
@@ -399,7 +412,7 @@ fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(filled)
 }
 
-impl crate::report::EventSource for DataReader {
+impl<R: Read> crate::report::EventSource for DataReader<R> {
     type Error = DataError;
 
     fn next_block(&mut self) -> Result<Option<&[Event]>, DataError> {

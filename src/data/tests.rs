@@ -296,7 +296,10 @@ fn empty_file() {
     assert!(matches!(error, DataError::Empty { .. }));
     assert_eq!(
         error.to_string(),
-        format!("{}: empty file: nothing was recorded", path.display())
+        format!(
+            "{}: empty file: nothing was recorded; record again",
+            path.display()
+        )
     );
 }
 
@@ -305,7 +308,7 @@ fn missing_file() {
     let dir = TempDir::new().unwrap();
     let path = dir.path().join("absent.data");
     let error = DataReader::open(&path).err().unwrap();
-    assert!(matches!(error, DataError::Io { .. }));
+    assert!(matches!(error, DataError::Missing { .. }));
     assert!(error
         .to_string()
         .starts_with(&format!("{}: ", path.display())));
@@ -320,7 +323,10 @@ fn wrong_magic() {
     let error = DataReader::open(&path).err().unwrap();
     assert_eq!(
         error.to_string(),
-        format!("{}: not a utrace.data file", path.display())
+        format!(
+            "{}: not a utrace.data file: give a file written by `utrace record`",
+            path.display()
+        )
     );
     // A short file that is not the start of a header either.
     let path = write_file(&dir, "short.data", b"ELF");
@@ -340,7 +346,8 @@ fn wrong_version() {
     assert_eq!(
         error.to_string(),
         format!(
-            "{}: format version 7, this utrace reads {}",
+            "{}: format version 7, this utrace reads {}: report it with the utrace that \
+             recorded it",
             path.display(),
             format::VERSION
         )

@@ -84,6 +84,14 @@ impl DataWriter {
         self.write(|out| write_chunk(out, ChunkKind::Statistics, &payload))
     }
 
+    /// Closes and removes the file, for a recording that never started: a file without events
+    /// would read as a recording of nothing.
+    pub fn discard(self) {
+        drop(self.out);
+        // Best effort: the error that made the recording fail is the one to report.
+        let _ = std::fs::remove_file(&self.path);
+    }
+
     /// Events written so far.
     pub fn events_written(&self) -> u64 {
         self.events_written

@@ -22,6 +22,8 @@ pub mod site;
 mod symbols;
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;
 
 use std::io;

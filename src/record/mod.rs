@@ -96,17 +96,36 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         }
     }
 
+    // Created before anything is loaded or attached: an output that cannot be written stops
+    // utrace while a started command is still held, before it has run at all.
+    let writer = DataWriter::create(
+        &options.output,
+        &metadata(target.command_line(&options.target), target.pid()),
+        &table,
+    )
+    .context("cannot create the data file (-o FILE chooses another)")?;
     let mut storage = ObjectStorage::uninit();
-    let mut loaded = LoadedProbes::load(
+    let open_paths: Vec<PathBuf> = files.iter().map(|f| f.open_path.clone()).collect();
+    let probes = LoadedProbes::load(
         &mut storage,
         &ProbeConfig {
             tgid: target.pid(),
             buffer_bytes: options.buffer_bytes,
             wait_for_exec: matches!(target, Target::Started(_)),
         },
-    )?;
-    let open_paths: Vec<PathBuf> = files.iter().map(|f| f.open_path.clone()).collect();
-    let attached = loaded.attach(&table, &open_paths, target.pid())?;
+    )
+    .and_then(|loaded| {
+        let attached = loaded.attach(&table, &open_paths, target.pid())?;
+        Ok((loaded, attached))
+    });
+    let (mut loaded, attached) = match probes {
+        Ok(probes) => probes,
+        Err(error) => {
+            // Nothing was recorded: a file without events would only mislead.
+            writer.discard();
+            return Err(error.into());
+        }
+    };
     loaded.set_recording(true);
     if options.debug {
         eprintln!(
@@ -116,12 +135,6 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         );
     }
 
-    let writer = DataWriter::create(
-        &options.output,
-        &metadata(target.command_line(&options.target), target.pid()),
-        &table,
-    )
-    .with_context(|| format!("cannot create {}", options.output.display()))?;
     let writer = WriterThread::start(writer);
     signals::install().context("installing signal handlers")?;
 
@@ -191,9 +204,17 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     let duration = started.elapsed();
     let lost_events = loaded.lost_events();
     drop(ring);
-    let writer = writer
-        .finish()
-        .with_context(|| format!("writing {}", options.output.display()))?;
+    let stopped = |error| {
+        // The probes are gone: the command runs on untraced. Waited for rather than left behind,
+        // so it ends before utrace does.
+        if matches!(stop, Stop::WriterFailed) {
+            let _ = target.wait();
+        }
+        anyhow::anyhow!(
+            "{error}: recording stopped there; the file reads up to its last complete chunk"
+        )
+    };
+    let writer = writer.finish().map_err(stopped)?;
     let bytes = writer.bytes_written();
     writer
         .finish(&Statistics {
@@ -201,7 +222,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
             lost_events,
             duration_ns: duration.as_nanos() as u64,
         })
-        .with_context(|| format!("finishing {}", options.output.display()))?;
+        .map_err(stopped)?;
 
     eprintln!(
         "utrace: traced {} functions of {} (pid {}): {} events in {:.3} s, {} lost, {} bytes written to {}",
@@ -227,7 +248,9 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         Stop::Ended(status) => (status, false),
         // The command runs on untraced; utrace still ends with it, as it would have.
         Stop::Asked => (target.wait()?, false),
-        Stop::Interrupted | Stop::WriterFailed => (None, true),
+        Stop::Interrupted => (None, true),
+        // The writer's own error is reported above; this is only reached if it vanished.
+        Stop::WriterFailed => anyhow::bail!("writing {} stopped early", options.output.display()),
     };
     Ok(RecordOutcome {
         exit_status,

@@ -22,13 +22,14 @@ pub enum ProbeError {
     #[error("cannot load the BPF programs: {0}")]
     Load(libbpf_rs::Error),
     #[error(
-        "cannot attach {count} {direction} probes to {path}: {source} (uprobe_multi needs Linux 6.6 or newer)"
+        "cannot attach {count} {direction} probes to {path}: {error} (uprobe_multi needs Linux 6.6 or newer)"
     )]
     Attach {
         count: usize,
         direction: &'static str,
         path: String,
-        source: libbpf_rs::Error,
+        // Not `source`: the message shows it already, and anyhow would repeat a source.
+        error: libbpf_rs::Error,
     },
 }
 
@@ -105,7 +106,8 @@ impl<'obj> LoadedProbes<'obj> {
         pid: u32,
     ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
-        let mut links = Vec::new();
+        let mut entry_links = Vec::new();
+        let mut return_links = Vec::new();
         for (module_index, (module, file)) in table.modules.iter().zip(files).enumerate() {
             let (offsets, cookies): (Vec<usize>, Vec<u64>) = table
                 .functions
@@ -129,17 +131,22 @@ impl<'obj> LoadedProbes<'obj> {
                 };
                 let link = program
                     .attach_uprobe_multi_with_opts(pid as i32, file, "", opts)
-                    .map_err(|source| ProbeError::Attach {
+                    .map_err(|error| ProbeError::Attach {
                         count: offsets.len(),
                         direction,
                         path: module.clone(),
-                        source,
+                        error,
                     })?;
-                links.push(link);
+                if retprobe {
+                    return_links.push(link);
+                } else {
+                    entry_links.push(link);
+                }
             }
         }
         Ok(AttachedProbes {
-            links,
+            return_links,
+            entry_links,
             attach_time: started.elapsed(),
         })
     }
@@ -176,9 +183,17 @@ impl<'obj> LoadedProbes<'obj> {
     }
 }
 
-/// Attached links; dropping them detaches every probe.
+/// Attached links; dropping them detaches every probe, return probes first.
+///
+/// The order matters. Releasing a link waits for the kernel's uretprobe SRCU grace period,
+/// which a pending return (`main`'s, say) holds until the kernel's return-instance timer expires
+/// it, and every new uretprobe hit pushes that timer back. While a return probe stays attached
+/// to a hot function, detaching the entry probes waited until the traced program ended (seen on
+/// 6.18). With the return probes gone first, no hit re-arms the timer and detach takes
+/// milliseconds. Fields drop in declaration order, so an implicit drop keeps the order too.
 pub struct AttachedProbes {
-    links: Vec<Link>,
+    return_links: Vec<Link>,
+    entry_links: Vec<Link>,
     pub attach_time: Duration,
 }
 
@@ -186,7 +201,8 @@ impl AttachedProbes {
     /// Detaches every probe and says how long it took.
     pub fn detach(self) -> Duration {
         let started = Instant::now();
-        drop(self.links);
+        drop(self.return_links);
+        drop(self.entry_links);
         started.elapsed()
     }
 }
@@ -199,7 +215,7 @@ pub fn ring_buffer_size(requested: u64) -> io::Result<u32> {
     u32::try_from(size).map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("buffer size {requested} is too large (at most 2 GiB)"),
+            format!("--buffer-size {requested} is too large: at most 2G"),
         )
     })
 }

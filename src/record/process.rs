@@ -16,16 +16,17 @@ pub enum ProcessError {
     EmptyCommand,
     #[error("cannot parse the command {command:?}: {reason}")]
     BadQuoting { command: String, reason: String },
-    #[error("{0}: command not found in PATH")]
+    #[error("{0}: command not found in PATH: give its path, or check the spelling")]
     NotInPath(String),
-    #[error("{path}: {source}")]
-    NotExecutable { path: PathBuf, source: io::Error },
+    // `error`, not `source`: the message shows it already, and anyhow would repeat a source.
+    #[error("cannot run {}: {error}: give the path of an executable program", path.display())]
+    NotExecutable { path: PathBuf, error: io::Error },
     #[error("{0}: an argument contains a NUL byte")]
     NulByte(String),
     #[error("cannot start the command: {0}")]
     Fork(io::Error),
-    #[error("cannot execute {path}: {source}")]
-    Exec { path: PathBuf, source: io::Error },
+    #[error("cannot execute {}: {error}", path.display())]
+    Exec { path: PathBuf, error: io::Error },
     #[error("waiting for the traced process: {0}")]
     Wait(io::Error),
     #[error("cannot switch the command to the user of -u: {0}")]
@@ -63,9 +64,9 @@ pub fn resolve_program(program: &str) -> Result<PathBuf, ProcessError> {
 }
 
 fn check_executable(path: &Path) -> Result<(), ProcessError> {
-    let not_executable = |source| ProcessError::NotExecutable {
+    let not_executable = |error| ProcessError::NotExecutable {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let metadata = std::fs::metadata(path).map_err(not_executable)?;
     if metadata.is_dir() {
@@ -220,17 +221,13 @@ impl HeldChild {
         // The child has exited with 127; reap it so it leaves no zombie.
         let _ = self.wait();
         let [stage, errno] = report;
-        let source = io::Error::from_raw_os_error(errno);
+        let error = io::Error::from_raw_os_error(errno);
         Err(match stage {
-            STAGE_EXEC => ProcessError::Exec {
-                path: self.path.clone(),
-                source,
-            },
-            STAGE_USER => ProcessError::SwitchUser(source),
-            STAGE_PERSONALITY => ProcessError::Personality(source),
+            STAGE_USER => ProcessError::SwitchUser(error),
+            STAGE_PERSONALITY => ProcessError::Personality(error),
             _ => ProcessError::Exec {
                 path: self.path.clone(),
-                source,
+                error,
             },
         })
     }

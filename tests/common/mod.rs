@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 
 /// Flags every test program is compiled with: tail calls would make the machine's calls differ
@@ -210,4 +210,63 @@ pub fn assert_counts_match(program_counts: &BTreeMap<String, u64>, traced: &BTre
         "counts differ:\n{}",
         mismatches.join("\n")
     );
+}
+
+/// Asserts that utrace failed the way a user can act on (see [`unclear_failure`]).
+pub fn assert_clear_failure(output: &Output, expected: &[&str]) {
+    if let Some(problem) = unclear_failure(output, expected) {
+        panic!("{problem}");
+    }
+}
+
+/// What is wrong with a failure, if anything: it must exit non-zero, not panic, and say on
+/// exactly one line of stderr every one of `expected` (the file or flag, and what to do).
+pub fn unclear_failure(output: &Output, expected: &[&str]) -> Option<String> {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if output.status.success() {
+        return Some(format!("expected a failure, got success: {stderr}"));
+    }
+    if stderr.contains("panicked") {
+        return Some(format!("utrace panicked: {stderr}"));
+    }
+    if stderr.trim_end().lines().count() != 1 {
+        return Some(format!("expected one line on stderr, got: {stderr}"));
+    }
+    expected
+        .iter()
+        .find(|text| !stderr.contains(**text))
+        .map(|text| format!("expected {text:?} in: {stderr}"))
+}
+
+/// Runs `utrace report -i data` with extra arguments.
+pub fn report_output(data: &Path, args: &[&str]) -> Output {
+    utrace()
+        .arg("report")
+        .arg("-i")
+        .arg(data)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Starts `utrace record -o data program args` in the background, its output piped.
+pub fn spawn_record(data: &Path, program: &Path, args: &[&str]) -> Child {
+    utrace()
+        .arg("record")
+        .arg("-o")
+        .arg(data)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Sends `signal` to `pid`.
+pub fn send_signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill has no memory effects.
+    let result = unsafe { libc::kill(pid as libc::pid_t, signal) };
+    assert_eq!(result, 0, "kill({pid}, {signal})");
 }

@@ -1,0 +1,248 @@
+//! Property tests of the reader and the reports over hostile input: arbitrary bytes, mutations
+//! of a valid recording, and well-formed files full of arbitrary events. None may panic, and a
+//! damaged file may lose events but never invent one. Cases are fixed per run (see
+//! [`CASES`]) so the suite stays well under a minute in release builds.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use super::format::{self, ChunkHeader, ChunkKind};
+use super::{DataReader, Metadata, Statistics};
+use crate::event::Event;
+use crate::plan::{FunctionKind, FunctionTable, TracedFunction};
+use crate::report::{write_report, Format, ReportOptions, TraceInfo};
+
+/// Cases per property; `PROPTEST_CASES` overrides it.
+const CASES: u32 = 20_000;
+
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(CASES);
+    ProptestConfig::with_cases(cases)
+}
+
+const PATH: &str = "fuzz.data";
+
+/// A whole recording in memory, built chunk by chunk with the format module.
+fn recording(functions: usize, blocks: &[Vec<Event>], statistics: bool) -> Vec<u8> {
+    let metadata = Metadata {
+        command: vec!["./prog".into(), "a b".into()],
+        pid: 77,
+        start_monotonic_ns: 5,
+        start_realtime_ns: 6,
+        hostname: "h".into(),
+        kernel: "k".into(),
+        utrace_version: "v".into(),
+    };
+    let table = FunctionTable {
+        modules: vec!["/bin/prog".into()],
+        functions: (0..functions)
+            .map(|i| TracedFunction {
+                name: format!("f{i}"),
+                module: 0,
+                offset: 16 * i as u64,
+                size: 16,
+                kind: FunctionKind::Function,
+            })
+            .collect(),
+    };
+    let mut bytes = format::file_header().to_vec();
+    let mut chunk = |kind, payload: &[u8]| {
+        bytes.extend(ChunkHeader::for_payload(kind, payload).encode());
+        bytes.extend_from_slice(payload);
+    };
+    chunk(ChunkKind::Metadata, &format::encode(&metadata).unwrap());
+    chunk(ChunkKind::FunctionTable, &format::encode(&table).unwrap());
+    let mut scratch = Vec::new();
+    let events: usize = blocks.iter().map(Vec::len).sum();
+    for block in blocks {
+        chunk(
+            ChunkKind::Events,
+            format::events_payload(block, &mut scratch),
+        );
+    }
+    if statistics {
+        let statistics = Statistics {
+            events: events as u64,
+            lost_events: 0,
+            duration_ns: 1,
+        };
+        chunk(ChunkKind::Statistics, &format::encode(&statistics).unwrap());
+    }
+    bytes
+}
+
+/// A small valid recording: nested calls on two threads in three blocks.
+fn valid_recording() -> (Vec<u8>, Vec<Event>) {
+    let blocks: Vec<Vec<Event>> = (0..3u64)
+        .map(|block| {
+            (0..8u64)
+                .flat_map(|i| {
+                    let t = block * 1000 + i * 10;
+                    let tid = 100 + (i % 2) as u32;
+                    let function = (i % 3) as u32;
+                    [
+                        Event::entry(t, tid, function),
+                        Event::exit(t + 5, tid, function),
+                    ]
+                })
+                .collect()
+        })
+        .collect();
+    let events = blocks.concat();
+    (recording(3, &blocks, true), events)
+}
+
+/// Reads everything `bytes` holds; the events up to the end or the first error.
+fn read_events(bytes: &[u8]) -> Vec<Event> {
+    let Ok(mut reader) = DataReader::from_reader(Path::new(PATH), bytes) else {
+        return Vec::new();
+    };
+    let mut events = Vec::new();
+    while let Ok(Some(block)) = reader.next_events() {
+        events.extend_from_slice(block);
+    }
+    // Fused after the end or an error.
+    assert!(matches!(reader.next_events(), Ok(None)));
+    events
+}
+
+/// Makes every report but the SVG (inferno's own input checks are not ours to fuzz) from `bytes`,
+/// into memory.
+fn report_all(bytes: &[u8]) {
+    let formats = [
+        Format::Summary,
+        Format::FlameGraph,
+        Format::Json,
+        Format::Replay,
+        Format::Chrome,
+    ];
+    for format in formats {
+        let Ok(mut reader) = DataReader::from_reader(Path::new(PATH), bytes) else {
+            return;
+        };
+        let table = reader.functions().clone();
+        let mut out = Vec::new();
+        let info = |reader: &DataReader<&[u8]>| TraceInfo {
+            command: reader.metadata().command_line(),
+            ..TraceInfo::default()
+        };
+        let options = ReportOptions::default();
+        let _ = write_report(format, &options, info, &table, &mut reader, &mut out);
+    }
+}
+
+/// A change to a valid file: bytes overwritten, a cut, bytes inserted or removed.
+#[derive(Clone, Debug)]
+enum Mutation {
+    Overwrite(Vec<(usize, u8)>),
+    Cut(usize),
+    Insert(usize, Vec<u8>),
+    Remove(usize, usize),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        4 => prop::collection::vec((any::<usize>(), any::<u8>()), 1..8).prop_map(Mutation::Overwrite),
+        1 => any::<usize>().prop_map(Mutation::Cut),
+        1 => (any::<usize>(), prop::collection::vec(any::<u8>(), 1..32))
+            .prop_map(|(at, bytes)| Mutation::Insert(at, bytes)),
+        1 => (any::<usize>(), 1..64usize).prop_map(|(at, n)| Mutation::Remove(at, n)),
+    ]
+}
+
+fn mutate(bytes: &[u8], mutation: &Mutation) -> Vec<u8> {
+    let mut bytes = bytes.to_vec();
+    let len = bytes.len();
+    match mutation {
+        Mutation::Overwrite(changes) => {
+            for &(at, value) in changes {
+                bytes[at % len] = value;
+            }
+        }
+        Mutation::Cut(at) => bytes.truncate(at % len),
+        Mutation::Insert(at, inserted) => {
+            let at = at % len;
+            bytes.splice(at..at, inserted.iter().copied());
+        }
+        Mutation::Remove(at, n) => {
+            let at = at % len;
+            bytes.drain(at..(at + n).min(len));
+        }
+    }
+    bytes
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    // Few threads and functions, so calls nest and pair up; some ids beyond the table.
+    (0..1_000u64, 1..4u32, 0..6u32, any::<bool>()).prop_map(|(t, tid, function, entry)| {
+        if entry {
+            Event::entry(t, tid, function)
+        } else {
+            Event::exit(t, tid, function)
+        }
+    })
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
+        prop_assert!(read_events(&bytes).is_empty() || bytes.starts_with(&format::MAGIC));
+        report_all(&bytes);
+    }
+
+    #[test]
+    fn arbitrary_bytes_after_a_valid_header_never_panic(
+        tail in prop::collection::vec(any::<u8>(), 0..2048),
+    ) {
+        let mut bytes = format::file_header().to_vec();
+        bytes.extend(tail);
+        read_events(&bytes);
+        report_all(&bytes);
+    }
+
+    /// A damaged file loses events, but every event it gives was recorded.
+    #[test]
+    fn mutated_recordings_never_panic_nor_invent_events(mutation in mutation()) {
+        let (bytes, recorded) = valid_recording();
+        let damaged = mutate(&bytes, &mutation);
+        for event in read_events(&damaged) {
+            prop_assert!(recorded.contains(&event), "invented {event:?}");
+        }
+        report_all(&damaged);
+    }
+
+    /// Well-formed files of arbitrary events (exits without entries, unknown functions, time
+    /// going backwards, a missing end) go through every report.
+    #[test]
+    fn arbitrary_events_go_through_every_report(
+        blocks in prop::collection::vec(prop::collection::vec(event(), 0..64), 0..4),
+        functions in 0..5usize,
+        statistics in any::<bool>(),
+    ) {
+        let bytes = recording(functions, &blocks, statistics);
+        prop_assert_eq!(read_events(&bytes), blocks.concat());
+        report_all(&bytes);
+    }
+}
+
+#[test]
+fn from_reader_reads_what_open_reads() {
+    let (bytes, events) = valid_recording();
+    assert_eq!(read_events(&bytes), events);
+    let dir = tempfile::TempDir::new().unwrap();
+    let path = dir.path().join("valid.data");
+    std::fs::write(&path, &bytes).unwrap();
+    let mut reader = DataReader::open(&path).unwrap();
+    let mut read = Vec::new();
+    while let Some(block) = reader.next_events().unwrap() {
+        read.extend_from_slice(block);
+    }
+    assert_eq!(read, events);
+    assert!(!reader.cut_short());
+}
