@@ -63,11 +63,11 @@ fn run_record(args: RecordArgs) -> Result<u8> {
         },
         debug: args.debug,
     })?;
-    let code = match outcome.exit_status {
-        Some(status) => status.code(),
+    let code = match (outcome.exit_status, outcome.interrupted_by) {
+        (Some(status), _) => status.code(),
         // Stopped by a second signal before the command ended: the shell's code for it.
-        None if outcome.interrupted => 128 + libc::SIGINT,
-        None => 0,
+        (None, Some(signal)) => 128 + signal,
+        (None, None) => 0,
     };
     Ok(u8::try_from(code).unwrap_or(u8::MAX))
 }

@@ -229,7 +229,12 @@ fn program_cases(dir: &Path) -> Vec<Case> {
         case(
             "stripped binary",
             record(&stripped),
-            &["stripped", "no function symbols", "build with symbols"],
+            &[
+                "stripped",
+                "no function symbols",
+                "build with symbols",
+                "--nest-lib",
+            ],
         ),
         Case::new(
             "unbalanced quotes",

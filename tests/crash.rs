@@ -14,24 +14,6 @@ use common::*;
 /// Lets the traced program run under its probes for a while before the test acts.
 const WARM_UP: Duration = Duration::from_millis(1000);
 
-/// The JSON report of `data`, and its stderr.
-fn json_report(data: &Path) -> (serde_json::Value, String) {
-    let output = report_output(data, &["--format=json"]);
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "report failed: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    (serde_json::from_slice(&output.stdout).unwrap(), stderr)
-}
-
-fn calls_of(json: &serde_json::Value, name: &str) -> u64 {
-    json["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == name)
-        .map_or(0, |f| f["calls"].as_u64().unwrap())
-}
-
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -58,7 +40,7 @@ fn a_killed_recorder_leaves_the_program_running_and_a_readable_file() {
     let output = recorder.wait_with_output().unwrap();
     assert_eq!(shell_code(output.status), 128 + libc::SIGKILL);
 
-    let (json, stderr) = json_report(&data);
+    let (json, stderr) = report_json_and_stderr(&data);
     assert!(stderr.contains("cut short"), "no warning: {stderr}");
     let pid = json["pid"].as_u64().unwrap() as libc::pid_t;
     let mut status = 0;
@@ -99,7 +81,7 @@ fn sigterm_is_forwarded_and_the_recording_completes() {
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("utrace: traced"), "{stderr}");
 
-    let (json, stderr) = json_report(&data);
+    let (json, stderr) = report_json_and_stderr(&data);
     assert!(stderr.is_empty(), "the recording is complete: {stderr}");
     // Recording went on until the program ended: every call is in the file.
     assert_eq!(calls_of(&json, "tick"), own_counts(&output.stdout)["tick"]);
@@ -126,9 +108,9 @@ fn a_second_sigterm_stops_at_once_with_a_complete_file() {
         second.elapsed()
     );
     assert_ne!(status.code(), Some(0), "stopped before the command ended");
-    assert_eq!(shell_code(status), 128 + libc::SIGINT);
+    assert_eq!(shell_code(status), 128 + libc::SIGTERM);
 
-    let (json, stderr) = json_report(&data);
+    let (json, stderr) = report_json_and_stderr(&data);
     assert!(stderr.is_empty(), "statistics must be written: {stderr}");
     assert!(calls_of(&json, "tick") > 0, "{json}");
     assert!(json["duration_ns"].as_u64().unwrap() > 0);
@@ -204,7 +186,46 @@ fn a_full_disk_stops_the_recording_not_the_program() {
     assert!(own_counts(&output.stdout)["tick"] > 0, "{stderr}");
 
     // Readable up to its last whole chunk, and said to be cut short.
-    let (json, stderr) = json_report(&data);
+    let (json, stderr) = report_json_and_stderr(&data);
     assert!(stderr.contains("cut short"), "{stderr}");
     assert!(json["functions"].is_array(), "{json}");
+}
+
+#[test]
+fn a_stopped_and_continued_program_is_recorded_to_its_end() {
+    if !bpf_available("a_stopped_and_continued_program_is_recorded_to_its_end") {
+        return;
+    }
+    // Job control (Ctrl-Z, then fg) stops and continues the traced program; utrace waits it out.
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("utrace.data");
+    let program = compile("loop.c", "loop", &[]);
+    let recorder = spawn_record(&data, &program, &["2"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = traced_pid(recorder.id());
+    send_signal(pid, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(300));
+    send_signal(pid, libc::SIGCONT);
+    let output = recorder.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (json, stderr) = report_json_and_stderr(&data);
+    assert!(stderr.is_empty(), "the recording is complete: {stderr}");
+    assert_eq!(calls_of(&json, "tick"), own_counts(&output.stdout)["tick"]);
+}
+
+/// The pid of the program a recorder started: its only child.
+fn traced_pid(recorder: u32) -> u32 {
+    let children = std::fs::read_to_string(format!("/proc/{recorder}/task/{recorder}/children"))
+        .expect("reading the recorder's children");
+    children
+        .split_whitespace()
+        .next()
+        .expect("the recorder has started the program")
+        .parse()
+        .unwrap()
 }

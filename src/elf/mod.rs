@@ -106,7 +106,11 @@ pub enum ElfError {
     )]
     UnsupportedType { path: PathBuf, kind: &'static str },
 
-    #[error("{} has no function symbols (stripped?): use a build with symbols", path.display())]
+    #[error(
+        "{} has no function symbols (stripped?): use a build with symbols, or trace the \
+         libraries it calls with --nest-lib",
+        path.display()
+    )]
     NoFunctionSymbols { path: PathBuf },
 
     #[error("{} is a malformed ELF file ({message}): check it with `readelf -a` or rebuild it", path.display())]

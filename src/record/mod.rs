@@ -62,8 +62,8 @@ pub struct RecordOutcome {
     /// The traced command's status; `None` for an attached process, or when utrace stopped
     /// before the command ended.
     pub exit_status: Option<ExitStatus>,
-    /// A second Ctrl-C or SIGTERM ended utrace before the command.
-    pub interrupted: bool,
+    /// The second Ctrl-C or SIGTERM that ended utrace before the command.
+    pub interrupted_by: Option<libc::c_int>,
 }
 
 /// Why the recording loop ended.
@@ -72,8 +72,8 @@ enum Stop {
     Ended(Option<ExitStatus>),
     /// `--duration` passed, or a signal asked to stop.
     Asked,
-    /// A second signal: stop without waiting for anything.
-    Interrupted,
+    /// A second signal (this one): stop without waiting for anything.
+    Interrupted(libc::c_int),
     /// The writer failed; its error is reported when it is finished.
     WriterFailed,
 }
@@ -104,6 +104,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         &table,
     )
     .context("cannot create the data file (-o FILE chooses another)")?;
+    give_to_sudo_user(&options.output);
     let mut storage = ObjectStorage::uninit();
     let open_paths: Vec<PathBuf> = files.iter().map(|f| f.open_path.clone()).collect();
     let probes = LoadedProbes::load(
@@ -191,7 +192,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
             match (target.on_signal(received), received.count) {
                 (SignalAction::Continue, _) => {}
                 (SignalAction::Stop, 1) => break Stop::Asked,
-                (SignalAction::Stop, _) => break Stop::Interrupted,
+                (SignalAction::Stop, _) => break Stop::Interrupted(received.signal),
             }
         }
     };
@@ -244,18 +245,36 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
             detach_time.as_secs_f64() * 1e3
         );
     }
-    let (exit_status, interrupted) = match stop {
-        Stop::Ended(status) => (status, false),
+    let (exit_status, interrupted_by) = match stop {
+        Stop::Ended(status) => (status, None),
         // The command runs on untraced; utrace still ends with it, as it would have.
-        Stop::Asked => (target.wait()?, false),
-        Stop::Interrupted => (None, true),
+        Stop::Asked => (target.wait()?, None),
+        Stop::Interrupted(signal) => (None, Some(signal)),
         // The writer's own error is reported above; this is only reached if it vanished.
         Stop::WriterFailed => anyhow::bail!("writing {} stopped early", options.output.display()),
     };
     Ok(RecordOutcome {
         exit_status,
-        interrupted,
+        interrupted_by,
     })
+}
+
+/// Under sudo, the data file belongs to the user who ran sudo, as a file they made themselves
+/// would; its mode already follows their umask. Best effort: a file root keeps is still usable.
+fn give_to_sudo_user(path: &std::path::Path) {
+    let id = |name| std::env::var(name).ok()?.parse::<u32>().ok();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    if let (Some(uid), Some(gid)) = (id("SUDO_UID"), id("SUDO_GID")) {
+        if let Err(error) = std::os::unix::fs::chown(path, Some(uid), Some(gid)) {
+            eprintln!(
+                "utrace: warning: cannot give {} to the sudo user: {error}",
+                path.display()
+            );
+        }
+    }
 }
 
 /// The functions to probe, file by file.

@@ -134,21 +134,27 @@ impl Recording {
     }
 }
 
+/// `utrace report --format=json` of a data file, and what it said on stderr (a file cut short
+/// is reported with a warning there).
+pub fn report_json_and_stderr(data: &Path) -> (serde_json::Value, String) {
+    let output = report_output(data, &["--format=json"]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "utrace report failed: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (
+        serde_json::from_slice(&output.stdout).expect("report is JSON"),
+        stderr,
+    )
+}
+
 /// `utrace report --format=json` of a data file.
 pub fn report_json(data: &Path) -> serde_json::Value {
-    let output = utrace()
-        .arg("report")
-        .arg("-i")
-        .arg(data)
-        .arg("--format=json")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "utrace report failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("report is JSON")
+    report_json_and_stderr(data).0
+}
+
+/// The calls of `name` in a JSON report; 0 when it is not there.
+pub fn calls_of(json: &serde_json::Value, name: &str) -> u64 {
+    counts_of(json).get(name).copied().unwrap_or(0)
 }
 
 /// Calls per function name in a JSON report (a name in two modules: the counts added).
