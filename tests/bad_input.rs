@@ -271,6 +271,31 @@ fn program_cases(dir: &Path) -> Vec<Case> {
             &[&"record", &"--frobnicate", &"/bin/true"],
             &["--frobnicate", "--help"],
         ),
+        Case::new(
+            "bad library glob",
+            &[&"record", &"--nest-lib", &"libc[", &"/bin/true"],
+            &["--nest-lib", "libc[", "without a closing"],
+        ),
+        Case::new(
+            "duration without a unit",
+            &[&"record", &"--duration", &"5", &"/bin/true"],
+            &["--duration", "like 5s"],
+        ),
+        Case::new(
+            "duration not a duration",
+            &[&"record", &"--duration", &"soon", &"/bin/true"],
+            &["--duration", "soon"],
+        ),
+        Case::new(
+            "pid not a number",
+            &[&"record", &"-p", &"init"],
+            &["--pid", "init"],
+        ),
+        Case::new(
+            "unknown user",
+            &[&"record", &"-u", &"no-such-user-utrace", &"/bin/true"],
+            &["-u no-such-user-utrace", "no such user"],
+        ),
     ]
 }
 
@@ -373,6 +398,28 @@ fn report_cases(dir: &Path) -> Vec<Case> {
         ),
     ];
     let data = write(dir, "good.data", &recording.bytes);
+    for (name, flag, value, expected) in [
+        (
+            "bad function glob",
+            "--function",
+            "fib[",
+            "without a closing",
+        ),
+        ("bad excluded glob", "--no-function", "a\\", "at the end"),
+        (
+            "bad time filter",
+            "--time-filter",
+            "quick",
+            "not a duration",
+        ),
+        ("zero depth", "--max-depth", "0", "use 1 or more"),
+    ] {
+        cases.push(Case::new(
+            name,
+            &[&"report", &"-i", &data, &flag, &value],
+            &[flag, expected],
+        ));
+    }
     cases.push(Case::new(
         "unwritable report output",
         &[
