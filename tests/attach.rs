@@ -242,3 +242,47 @@ fn address_randomization_can_be_turned_off() {
     };
     assert_eq!(main_address(), main_address());
 }
+
+#[test]
+fn a_process_whose_binary_was_deleted_is_still_traced() {
+    if !bpf_available("a_process_whose_binary_was_deleted_is_still_traced") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("server");
+    std::fs::copy(compile("server.c", "server", &[]), &copy).unwrap();
+    let mut process = Command::new(&copy).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
+    wait_for_line(&mut lines, "ready");
+    std::fs::remove_file(&copy).unwrap();
+
+    let data = dir.path().join("utrace.data");
+    let output = utrace()
+        .args([
+            "record",
+            "-p",
+            &process.id().to_string(),
+            "--duration",
+            "500ms",
+            "-o",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    unsafe { libc::kill(process.id() as i32, libc::SIGTERM) };
+    assert!(process.wait().unwrap().success());
+    let json = report_json(&data);
+    assert!(calls_of(&json, "tick") > 10, "{json}");
+    // Reports name the file as the process mapped it.
+    let tick = json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "tick");
+    assert_eq!(tick.unwrap()["module"], "server");
+}

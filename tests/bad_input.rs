@@ -523,7 +523,7 @@ fn recording_without_bpf_permission_says_what_is_missing() {
         .arg(format!("--marker={}", marker.display()))
         .output()
         .unwrap();
-    assert_clear_failure(&output, &["CAP_BPF"]);
+    assert_clear_failure(&output, &["CAP_BPF and CAP_PERFMON missing", "run as root"]);
     assert!(
         !dir.path().join("utrace.data").exists(),
         "nothing is written when nothing can be recorded"
