@@ -15,7 +15,7 @@ use utrace::report::Format;
     name = "utrace",
     version,
     about = "Trace every function of an unmodified program with eBPF uprobes, and report where the time goes",
-    after_help = "Examples:\n  utrace record -c \"./prog arg\"          # writes ./utrace.data\n  utrace report --format=summary\n  utrace report --format=replay -f 'fib*'\n  utrace report --format=svg -o flame.svg\n  utrace info"
+    after_help = "Examples:\n  utrace record -c \"./prog arg\"          # writes ./utrace.data\n  utrace report --format=summary\n  utrace report --format=replay -f 'fib*'\n  utrace live -c \"./prog arg\"            # the call tree as it happens\n  utrace report --format=svg -o flame.svg\n  utrace info"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -51,15 +51,18 @@ pub fn parse() -> Cli {
 pub enum Command {
     /// Run a command and record every call of its functions into a data file.
     Record(RecordArgs),
+    /// Run a command (or watch a process) and print its call tree as it happens.
+    Live(LiveArgs),
     /// Read a data file and print a report.
     Report(ReportArgs),
     /// Say what a data file holds: command, host, times, functions, events, threads.
     Info(InfoArgs),
 }
 
+/// What to trace and how: the flags `record` and `live` share.
 #[derive(Args)]
 #[command(group = clap::ArgGroup::new("target").required(true).args(["command", "pid", "args"]))]
-pub struct RecordArgs {
+pub struct TraceArgs {
     /// The command to run and trace, split into words like a shell would.
     #[arg(short = 'c', long = "command", value_name = "CMD")]
     pub command: Option<String>,
@@ -69,10 +72,7 @@ pub struct RecordArgs {
     /// The command and its arguments, as separate words (instead of -c).
     #[arg(value_name = "COMMAND", trailing_var_arg = true)]
     pub args: Vec<String>,
-    /// Where to write the trace.
-    #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
-    pub output: PathBuf,
-    /// Stop recording after this long (e.g. 5s, 250ms, 2m); a started command runs on.
+    /// Stop tracing after this long (e.g. 5s, 250ms, 2m); a started command runs on.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Also trace the functions inside the shared libraries whose file name matches the glob
@@ -96,6 +96,31 @@ pub struct RecordArgs {
     /// Say what was planned, attached and measured.
     #[arg(short, long)]
     pub debug: bool,
+    /// Functions left out by -f/--no-function get no probes at all; the depth, time and thread
+    /// filters decide which calls are kept.
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+#[derive(Args)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// Where to write the trace.
+    #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
+    pub output: PathBuf,
+}
+
+#[derive(Args)]
+pub struct LiveArgs {
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// Write the call tree to FILE instead of standard error.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Show the thread id column from the start (it appears anyway once a second thread calls).
+    #[arg(long)]
+    pub tid: bool,
 }
 
 #[derive(Args)]

@@ -8,11 +8,14 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 
-use cli::{Command, InfoArgs, RecordArgs, ReportArgs};
+use cli::{Command, InfoArgs, LiveArgs, RecordArgs, ReportArgs, TraceArgs};
 use utrace::data::{DataReader, Statistics};
 use utrace::info::DataFileInfo;
 use utrace::plan::LibraryPatterns;
-use utrace::record::{self, split_command, ChildSetup, RecordOptions, TargetSpec, UserIds};
+use utrace::record::{
+    self, split_command, ChildSetup, LiveOptions, RecordOptions, RecordOutcome, TargetSpec,
+    TraceOptions, UserIds,
+};
 use utrace::report::flame_graph::Weight;
 use utrace::report::summary::SortKey;
 use utrace::report::{scan_threads, write_report, Format, ReportOptions, TraceInfo};
@@ -21,6 +24,7 @@ fn main() -> ExitCode {
     let cli = cli::parse();
     let result = match cli.command {
         Command::Record(args) => run_record(args),
+        Command::Live(args) => run_live(args),
         Command::Report(args) => run_report(args).map(|()| 0),
         Command::Info(args) => run_info(args).map(|()| 0),
     };
@@ -45,15 +49,38 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
 
 /// Records, and exits as the traced command did.
 fn run_record(args: RecordArgs) -> Result<u8> {
+    let outcome = record::record(&RecordOptions {
+        trace: trace_options(args.trace)?,
+        output: args.output,
+    })?;
+    Ok(exit_code(&outcome))
+}
+
+/// Prints the call tree live, and exits as the traced command did.
+fn run_live(args: LiveArgs) -> Result<u8> {
+    let out: Box<dyn Write + Send> = match &args.output {
+        Some(path) => Box::new(
+            File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+        ),
+        None => Box::new(std::io::stderr()),
+    };
+    let outcome = record::live(LiveOptions {
+        trace: trace_options(args.trace)?,
+        out,
+        show_thread_ids: args.tid,
+    })?;
+    Ok(exit_code(&outcome))
+}
+
+fn trace_options(args: TraceArgs) -> Result<TraceOptions> {
     let target = match (args.pid, args.command) {
         (Some(pid), _) => TargetSpec::Pid(pid),
         (None, Some(line)) => TargetSpec::Command(split_command(&line)?),
         (None, None) => TargetSpec::Command(args.args),
     };
     let user = args.user.as_deref().map(UserIds::lookup).transpose()?;
-    let outcome = record::record(&RecordOptions {
+    Ok(TraceOptions {
         target,
-        output: args.output,
         buffer_bytes: record::ring_buffer_size(args.buffer_size)?,
         duration: args.duration,
         nest_libs: LibraryPatterns::parse("--nest-lib", &args.nest_lib)?,
@@ -61,15 +88,20 @@ fn run_record(args: RecordArgs) -> Result<u8> {
             user,
             no_randomize_addr: args.no_randomize_addr,
         },
+        filter: args.filter.spec()?,
         debug: args.debug,
-    })?;
+    })
+}
+
+/// utrace ends as the traced command did; a second signal ends it as that signal would.
+fn exit_code(outcome: &RecordOutcome) -> u8 {
     let code = match (outcome.exit_status, outcome.interrupted_by) {
         (Some(status), _) => status.code(),
         // Stopped by a second signal before the command ended: the shell's code for it.
         (None, Some(signal)) => 128 + signal,
         (None, None) => 0,
     };
-    Ok(u8::try_from(code).unwrap_or(u8::MAX))
+    u8::try_from(code).unwrap_or(u8::MAX)
 }
 
 fn run_report(args: ReportArgs) -> Result<()> {

@@ -75,6 +75,12 @@ impl FilterSpec {
         })
     }
 
+    /// Whether depth, time or thread filters are set: what only the events can tell, where
+    /// function globs can already decide which functions are probed.
+    pub fn filters_events(&self) -> bool {
+        self.max_depth.is_some() || self.min_duration_ns > 0 || !self.tids.is_empty()
+    }
+
     /// Whether every call is shown: the reports can then skip the filtering layer.
     pub fn shows_everything(&self) -> bool {
         self.functions.is_empty()

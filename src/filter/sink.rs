@@ -50,6 +50,11 @@ struct ShownFrame {
 }
 
 impl<'s, S: CallSink> FilteredSink<'s, S> {
+    /// The sink the shown calls go to.
+    pub fn inner_mut(&mut self) -> &mut S {
+        self.inner
+    }
+
     pub fn new(spec: &FilterSpec, table: &FunctionTable, inner: &'s mut S) -> FilteredSink<'s, S> {
         FilteredSink {
             inner,

@@ -1,10 +1,13 @@
 //! Recording: start the target, load and attach BPF, drain the ring buffer into `utrace.data`.
 
 mod attach;
+mod encode;
+mod live;
 mod probes;
 mod proc_maps;
 mod process;
 mod progress;
+mod session;
 mod signals;
 mod target;
 mod user;
@@ -17,44 +20,26 @@ mod skel {
 
 use std::cell::RefCell;
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use anyhow::{Context, Result};
-use libbpf_rs::RingBufferBuilder;
 
 use crate::data::{DataWriter, Metadata, Statistics};
-use crate::event::Event;
-use crate::plan::{FunctionTable, LibraryPatterns};
+use crate::filter::FilteredSink;
+use crate::replay::Replayer;
+use encode::EventEncoder;
+pub use live::{live, LiveOptions};
 pub use probes::ring_buffer_size;
-use probes::{LoadedProbes, ObjectStorage, ProbeConfig};
 pub use process::{split_command, ChildSetup, ExitStatus};
-use progress::Progress;
-use signals::SignalWatch;
+pub use session::{Session, Stop, TraceOptions};
 pub use target::TargetSpec;
-use target::{SignalAction, Target, TracedFile};
 pub use user::UserIds;
 use writer::{WriterThread, BATCH_EVENTS};
 
-/// How long the consumer sleeps when the probes have not woken it. Bounds the delay of events
-/// at low rates; at high rates the fill-level wake-up comes first.
-const POLL_INTERVAL: Duration = Duration::from_millis(10);
-/// A batch is handed to the writer when it is full or this old, so a killed recorder loses at
-/// most this much.
-const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
-
 /// What `utrace record` was asked to do.
 pub struct RecordOptions {
-    pub target: TargetSpec,
+    pub trace: TraceOptions,
     pub output: PathBuf,
-    /// Ring buffer size in bytes (rounded up to a power of two).
-    pub buffer_bytes: u32,
-    /// Stop recording after this long.
-    pub duration: Option<Duration>,
-    /// Libraries whose own functions are traced too (`--nest-lib`).
-    pub nest_libs: LibraryPatterns,
-    /// How the started command runs (`-u`, `--no-randomize-addr`).
-    pub child_setup: ChildSetup,
-    pub debug: bool,
 }
 
 /// How a recording ended.
@@ -66,197 +51,113 @@ pub struct RecordOutcome {
     pub interrupted_by: Option<libc::c_int>,
 }
 
-/// Why the recording loop ended.
-enum Stop {
-    /// The process ended; its status when it was ours.
-    Ended(Option<ExitStatus>),
-    /// `--duration` passed, or a signal asked to stop.
-    Asked,
-    /// A second signal (this one): stop without waiting for anything.
-    Interrupted(libc::c_int),
-    /// The writer failed; its error is reported when it is finished.
-    WriterFailed,
+impl RecordOutcome {
+    fn after(stop: Stop, session: &Session) -> Result<RecordOutcome> {
+        let (exit_status, interrupted_by) = match stop {
+            Stop::Ended(status) => (status, None),
+            // The command runs on untraced; utrace still ends with it, as it would have.
+            Stop::Asked | Stop::DrainFailed => (session.wait_for_command()?, None),
+            Stop::Interrupted(signal) => (None, Some(signal)),
+        };
+        Ok(RecordOutcome {
+            exit_status,
+            interrupted_by,
+        })
+    }
 }
 
 /// Traces the target and writes `options.output`.
 pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
-    probes::show_libbpf_messages(options.debug);
-    // Fork (for -c) before any thread exists: the child only waits and execs.
-    let (mut target, files) =
-        Target::prepare(&options.target, &options.child_setup, &options.nest_libs)?;
-    let table = plan(&files)?;
-    if options.debug {
-        for (index, file) in files.iter().enumerate() {
-            let count = table
-                .functions
-                .iter()
-                .filter(|f| f.module as usize == index)
-                .count();
-            eprintln!("utrace: planned {count} functions in {}", file.path);
-        }
-    }
-
+    let trace = &options.trace;
+    let mut session = Session::prepare(trace)?;
     // Created before anything is loaded or attached: an output that cannot be written stops
     // utrace while a started command is still held, before it has run at all.
     let writer = DataWriter::create(
         &options.output,
-        &metadata(target.command_line(&options.target), target.pid()),
-        &table,
+        &metadata(
+            session.target.command_line(&trace.target),
+            session.target.pid(),
+        ),
+        &session.table,
     )
     .context("cannot create the data file (-o FILE chooses another)")?;
     give_to_sudo_user(&options.output);
-    let mut storage = ObjectStorage::uninit();
-    let open_paths: Vec<PathBuf> = files.iter().map(|f| f.open_path.clone()).collect();
-    let probes = LoadedProbes::load(
-        &mut storage,
-        &ProbeConfig {
-            tgid: target.pid(),
-            buffer_bytes: options.buffer_bytes,
-            wait_for_exec: matches!(target, Target::Started(_)),
-        },
-    )
-    .and_then(|loaded| {
-        let attached = loaded.attach(&table, &open_paths, target.pid())?;
-        Ok((loaded, attached))
-    });
-    let (mut loaded, attached) = match probes {
-        Ok(probes) => probes,
-        Err(error) => {
-            // Nothing was recorded: a file without events would only mislead.
-            writer.discard();
-            return Err(error.into());
-        }
-    };
-    loaded.set_recording(true);
-    if options.debug {
-        eprintln!(
-            "utrace: attached {} entry and return probes with uprobe_multi in {:.3} ms",
-            table.functions.len(),
-            attached.attach_time.as_secs_f64() * 1e3
-        );
-    }
-
     let writer = WriterThread::start(writer);
-    signals::install().context("installing signal handlers")?;
 
-    let batch = RefCell::new(writer.empty_batch());
-    let mut ring = RingBufferBuilder::new();
-    ring.add(loaded.events_map(), |bytes: &[u8]| {
-        let mut event = Event::default();
-        // A short record cannot come from our programs; skipping it beats stopping the trace.
-        if plain::copy_from_bytes(&mut event, bytes).is_ok() {
-            batch.borrow_mut().push(event);
-        }
-        0
-    })?;
-    let ring = ring.build()?;
-
-    let started = Instant::now();
-    target.start()?;
-    let mut events: u64 = 0;
-    let mut last_flush = Instant::now();
-    let mut progress = Progress::new();
-    let mut watch = SignalWatch::default();
-    let flush = |force: bool, events: &mut u64| -> bool {
-        let mut pending = batch.borrow_mut();
-        if pending.is_empty() || !(force || pending.len() >= BATCH_EVENTS / 2) {
+    // With depth, time or thread filters, only the calls they show are written (see encode.rs).
+    let shown = RefCell::new(Vec::new());
+    let mut encoder = EventEncoder::new(&shown);
+    let mut filtered = trace
+        .filter
+        .filters_events()
+        .then(|| FilteredSink::new(&trace.filter, &session.table, &mut encoder));
+    let mut replayer = Replayer::new(session.table.functions.len());
+    let ran = session.run(trace, true, |pending, due| {
+        if pending.is_empty() || !(due || pending.len() >= BATCH_EVENTS / 2) {
             return true;
         }
-        *events += pending.len() as u64;
-        let full = std::mem::replace(&mut *pending, writer.empty_batch());
-        writer.send(full)
-    };
-
-    let stop = loop {
-        // Negative results are EINTR from our own signals; the next round handles them.
-        ring.poll_raw(POLL_INTERVAL);
-        ring.consume_raw();
-        let due = last_flush.elapsed() >= FLUSH_INTERVAL;
-        if !flush(due, &mut events) {
-            break Stop::WriterFailed;
-        }
-        if due {
-            last_flush = Instant::now();
-        }
-        progress.update(events + batch.borrow().len() as u64, loaded.lost_events());
-        if let Some(status) = target.ended()? {
-            break Stop::Ended(status);
-        }
-        if options
-            .duration
-            .is_some_and(|limit| started.elapsed() >= limit)
-        {
-            break Stop::Asked;
-        }
-        if let Some(received) = watch.take() {
-            match (target.on_signal(received), received.count) {
-                (SignalAction::Continue, _) => {}
-                (SignalAction::Stop, 1) => break Stop::Asked,
-                (SignalAction::Stop, _) => break Stop::Interrupted(received.signal),
+        let kept = match &mut filtered {
+            Some(filtered) => {
+                replayer.push_all(pending, filtered);
+                pending.clear();
+                let mut kept = writer.empty_batch();
+                kept.append(&mut shown.borrow_mut());
+                kept
             }
+            None => std::mem::replace(pending, writer.empty_batch()),
+        };
+        writer.send(kept)
+    });
+    let end = match ran {
+        Ok(end) => end,
+        Err(error) => {
+            // Nothing was recorded: a file without events would only mislead.
+            if let Ok(writer) = writer.finish() {
+                writer.discard();
+            }
+            return Err(error);
         }
     };
+    if let Some(filtered) = &mut filtered {
+        // Calls still open and entries the time filter held back.
+        let end_ns = replayer.stats().last_timestamp_ns;
+        replayer.finish(end_ns, filtered);
+        writer.send(shown.take());
+    }
 
-    loaded.set_recording(false);
-    let detach_time = attached.detach();
-    ring.consume_raw();
-    flush(true, &mut events);
-    progress.clear();
-    let duration = started.elapsed();
-    let lost_events = loaded.lost_events();
-    drop(ring);
     let stopped = |error| {
         // The probes are gone: the command runs on untraced. Waited for rather than left behind,
         // so it ends before utrace does.
-        if matches!(stop, Stop::WriterFailed) {
-            let _ = target.wait();
+        if end.stop == Stop::DrainFailed {
+            let _ = session.wait_for_command();
         }
         anyhow::anyhow!(
             "{error}: recording stopped there; the file reads up to its last complete chunk"
         )
     };
     let writer = writer.finish().map_err(stopped)?;
-    let bytes = writer.bytes_written();
+    let (events, bytes) = (writer.events_written(), writer.bytes_written());
     writer
         .finish(&Statistics {
             events,
-            lost_events,
-            duration_ns: duration.as_nanos() as u64,
+            lost_events: end.lost_events,
+            duration_ns: end.duration.as_nanos() as u64,
         })
         .map_err(stopped)?;
 
     eprintln!(
         "utrace: traced {} functions of {} (pid {}): {} events in {:.3} s, {} lost, {} bytes written to {}",
-        table.functions.len(),
-        files[0].path.rsplit('/').next().unwrap_or_default(),
-        target.pid(),
+        session.table.functions.len(),
+        session.program_name(),
+        session.target.pid(),
         events,
-        duration.as_secs_f64(),
-        lost_events,
+        end.duration.as_secs_f64(),
+        end.lost_events,
         bytes,
         options.output.display()
     );
-    if lost_events > 0 {
-        eprintln!("utrace: warning: {lost_events} events were lost (ring buffer full): try a larger --buffer-size");
-    }
-    if options.debug {
-        eprintln!(
-            "utrace: detached in {:.3} ms",
-            detach_time.as_secs_f64() * 1e3
-        );
-    }
-    let (exit_status, interrupted_by) = match stop {
-        Stop::Ended(status) => (status, None),
-        // The command runs on untraced; utrace still ends with it, as it would have.
-        Stop::Asked => (target.wait()?, None),
-        Stop::Interrupted(signal) => (None, Some(signal)),
-        // The writer's own error is reported above; this is only reached if it vanished.
-        Stop::WriterFailed => anyhow::bail!("writing {} stopped early", options.output.display()),
-    };
-    Ok(RecordOutcome {
-        exit_status,
-        interrupted_by,
-    })
+    session.report_end(&end, trace.debug);
+    RecordOutcome::after(end.stop, &session)
 }
 
 /// Under sudo, the data file belongs to the user who ran sudo, as a file they made themselves
@@ -275,40 +176,6 @@ fn give_to_sudo_user(path: &std::path::Path) {
             );
         }
     }
-}
-
-/// The functions to probe, file by file.
-fn plan(files: &[TracedFile]) -> Result<FunctionTable> {
-    let mut table = FunctionTable::default();
-    for file in files {
-        let elf = crate::elf::read_elf_functions(&file.open_path)
-            .with_context(|| format!("reading the symbols of {}", file.path))?;
-        warn_unprobeable(&elf.unprobeable);
-        table.add_module(file.path.clone(), elf.functions);
-    }
-    Ok(table)
-}
-
-/// Says which functions will never show up in the trace, and why.
-fn warn_unprobeable(unprobeable: &[crate::elf::Unprobeable]) {
-    const SHOWN: usize = 5;
-    if unprobeable.is_empty() {
-        return;
-    }
-    let mut names: Vec<&str> = unprobeable
-        .iter()
-        .map(|f| f.name.as_str())
-        .take(SHOWN)
-        .collect();
-    if unprobeable.len() > SHOWN {
-        names.push("…");
-    }
-    eprintln!(
-        "utrace: warning: {} functions cannot be probed (their first instruction has a LOCK or \
-         segment prefix and no equivalent site follows): {}",
-        unprobeable.len(),
-        names.join(", ")
-    );
 }
 
 fn metadata(command: Vec<String>, pid: u32) -> Metadata {

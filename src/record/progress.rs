@@ -13,9 +13,10 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn new() -> Progress {
+    /// A progress line, if `wanted` and stderr is a terminal (live mode prints its tree there).
+    pub fn new(wanted: bool) -> Progress {
         Progress {
-            enabled: std::io::stderr().is_terminal(),
+            enabled: wanted && std::io::stderr().is_terminal(),
             last_shown: Instant::now(),
             last_events: 0,
             shown: false,

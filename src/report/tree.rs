@@ -34,6 +34,8 @@ pub struct TreePrinter<'t, W: Write> {
     /// demangled C++ names that already end in one.
     parens: Vec<&'static str>,
     show_tids: bool,
+    /// Live mode: turn the thread id column on when a second thread shows up.
+    tids_when_threaded: bool,
     out: W,
     /// Per thread, the entry whose line is held back.
     pending: Vec<(u32, Option<CallEntry>)>,
@@ -53,11 +55,7 @@ impl<'t, W: Write> TreePrinter<'t, W> {
     /// A printer that writes to `out`, starting with the header line. `show_tids` adds the
     /// thread id column: set it when the trace (as filtered) has more than one thread.
     pub fn new(table: &'t FunctionTable, show_tids: bool, mut out: W) -> io::Result<Self> {
-        if show_tids {
-            writeln!(out, "{:<10} {:^8}   FUNCTION", "# DURATION", "TID")?;
-        } else {
-            writeln!(out, "{:<10}   FUNCTION", "# DURATION")?;
-        }
+        write_header(&mut out, show_tids)?;
         let parens = table
             .functions
             .iter()
@@ -67,11 +65,41 @@ impl<'t, W: Write> TreePrinter<'t, W> {
             table,
             parens,
             show_tids,
+            tids_when_threaded: false,
             out,
             pending: Vec::new(),
             index: FastHashMap::default(),
             error: None,
         })
+    }
+
+    /// A printer for a stream whose threads are not known in advance (live mode): the thread id
+    /// column comes on, under a new header line, when a second thread first calls.
+    pub fn live(table: &'t FunctionTable, show_tids: bool, out: W) -> io::Result<Self> {
+        let mut printer = TreePrinter::new(table, show_tids, out)?;
+        printer.tids_when_threaded = !show_tids;
+        Ok(printer)
+    }
+
+    /// Prints the held-back entries that started before `before_ns` as open blocks (`fib() {`),
+    /// so a call that takes long does not hold its line back: live mode's bound on delay. Their
+    /// exits then close the block, as for any call with children.
+    pub fn open_entries_before(&mut self, before_ns: u64) {
+        for index in 0..self.pending.len() {
+            let (tid, held) = self.pending[index];
+            if let Some(entry) = held.filter(|entry| entry.start_ns < before_ns) {
+                self.pending[index].1 = None;
+                self.line(None, tid, entry.depth, entry.function, Line::Open);
+            }
+        }
+    }
+
+    /// Hands what was printed to the writer's destination.
+    pub fn flush(&mut self) -> io::Result<()> {
+        match self.error.take() {
+            Some(error) => Err(error),
+            None => self.out.flush(),
+        }
     }
 
     /// Ends the tree: a note on what the replayer worked around, if anything, then the writer.
@@ -89,10 +117,17 @@ impl<'t, W: Write> TreePrinter<'t, W> {
 
     fn thread_index(&mut self, tid: u32) -> usize {
         let pending = &mut self.pending;
-        *self.index.entry(tid).or_insert_with(|| {
+        let index = *self.index.entry(tid).or_insert_with(|| {
             pending.push((tid, None));
             pending.len() - 1
-        })
+        });
+        if index == 1 && self.tids_when_threaded && !self.show_tids {
+            self.show_tids = true;
+            if let Err(error) = write_header(&mut self.out, true) {
+                self.error.get_or_insert(error);
+            }
+        }
+        index
     }
 
     fn line(
@@ -123,6 +158,14 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         if let Err(error) = result {
             self.error = Some(error);
         }
+    }
+}
+
+fn write_header(out: &mut impl Write, show_tids: bool) -> io::Result<()> {
+    if show_tids {
+        writeln!(out, "{:<10} {:^8}   FUNCTION", "# DURATION", "TID")
+    } else {
+        writeln!(out, "{:<10}   FUNCTION", "# DURATION")
     }
 }
 

@@ -1,0 +1,97 @@
+//! Record-time filtering (`--max-depth`, `--time-filter`, `--tid-filter`): the drained events go
+//! through the replayer and the same filter the reports use, and the calls it shows are written
+//! back as events, so the file holds only what is shown and reads like any other.
+
+use std::cell::RefCell;
+
+use crate::event::Event;
+use crate::plan::FunctionId;
+use crate::replay::{CallEntry, CallSink, FinishedCall};
+
+/// A sink that turns calls back into entry and exit events, in the order it gets them (per
+/// thread, the order they happened). A call whose exit was never seen gets no exit event, as in
+/// the raw trace.
+pub struct EventEncoder<'a> {
+    out: &'a RefCell<Vec<Event>>,
+}
+
+impl<'a> EventEncoder<'a> {
+    pub fn new(out: &'a RefCell<Vec<Event>>) -> EventEncoder<'a> {
+        EventEncoder { out }
+    }
+}
+
+impl CallSink for EventEncoder<'_> {
+    fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
+        self.out
+            .borrow_mut()
+            .push(Event::entry(entry.start_ns, entry.tid, entry.function));
+    }
+
+    fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
+        if call.complete {
+            let end = call.start_ns + call.duration_ns;
+            self.out
+                .borrow_mut()
+                .push(Event::exit(end, call.tid, call.function));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::{FilterSpec, FilteredSink};
+    use crate::plan::{FunctionKind, FunctionTable, TracedFunction};
+    use crate::replay::Replayer;
+
+    fn table(names: &[&str]) -> FunctionTable {
+        FunctionTable {
+            modules: vec!["/bin/prog".into()],
+            functions: names
+                .iter()
+                .map(|name| TracedFunction {
+                    name: name.to_string(),
+                    module: 0,
+                    offset: 0,
+                    size: 1,
+                    kind: FunctionKind::Function,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_shown_calls_come_back_as_the_same_events() {
+        let (main, a, b) = (0, 1, 2);
+        let events = [
+            Event::entry(0, 7, main),
+            Event::entry(10, 7, a),
+            Event::entry(20, 7, b),
+            Event::exit(25, 7, b),
+            Event::exit(40, 7, a),
+            Event::exit(100, 7, main),
+        ];
+        let table = table(&["main", "a", "b"]);
+        let out = RefCell::new(Vec::new());
+        let mut encoder = EventEncoder::new(&out);
+        // Depth 2 hides b: its events go, the others stay exactly as they were.
+        let spec = FilterSpec::parse(&[], &[], Some(2), None, &[]).unwrap();
+        let mut filtered = FilteredSink::new(&spec, &table, &mut encoder);
+        let mut replayer = Replayer::new(3);
+        replayer.push_all(&events, &mut filtered);
+        replayer.finish(100, &mut filtered);
+        let kept: Vec<Event> = [0, 1, 4, 5].iter().map(|&i| events[i]).collect();
+        assert_eq!(out.into_inner(), kept);
+    }
+
+    #[test]
+    fn a_call_that_never_returned_keeps_only_its_entry() {
+        let out = RefCell::new(Vec::new());
+        let mut encoder = EventEncoder::new(&out);
+        let mut replayer = Replayer::new(1);
+        replayer.push(&Event::entry(5, 1, 0), &mut encoder);
+        replayer.finish(50, &mut encoder);
+        assert_eq!(out.into_inner(), [Event::entry(5, 1, 0)]);
+    }
+}

@@ -1,0 +1,274 @@
+//! One tracing session, shared by `record` and `live`: plan the target's functions, load and
+//! attach the probes, drain the ring buffer until the target ends or utrace is asked to stop,
+//! detach. Where the drained events go is the caller's business.
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use libbpf_rs::RingBufferBuilder;
+
+use super::probes::{self, LoadedProbes, ObjectStorage, ProbeConfig};
+use super::process::{ChildSetup, ExitStatus};
+use super::progress::Progress;
+use super::signals::{self, SignalWatch};
+use super::target::{SignalAction, Target, TargetSpec, TracedFile};
+use crate::event::Event;
+use crate::filter::FilterSpec;
+use crate::plan::{FunctionTable, LibraryPatterns};
+
+/// How long the consumer sleeps when the probes have not woken it. Bounds the delay of events
+/// at low rates; at high rates the fill-level wake-up comes first.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// How often the drain is told a flush is due, so a killed recorder loses at most this much and
+/// live output is never held longer.
+const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// What to trace and how: the options `record` and `live` share.
+pub struct TraceOptions {
+    pub target: TargetSpec,
+    /// Ring buffer size in bytes (rounded up to a power of two).
+    pub buffer_bytes: u32,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Libraries whose own functions are traced too (`--nest-lib`).
+    pub nest_libs: LibraryPatterns,
+    /// How the started command runs (`-u`, `--no-randomize-addr`).
+    pub child_setup: ChildSetup,
+    /// `-f`/`--no-function` leave the other functions unprobed; the rest of the filter applies to
+    /// the events.
+    pub filter: FilterSpec,
+    pub debug: bool,
+}
+
+/// Why the session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The process ended; its status when it was ours.
+    Ended(Option<ExitStatus>),
+    /// `--duration` passed, or a signal asked to stop.
+    Asked,
+    /// A second signal (this one): stop without waiting for anything.
+    Interrupted(libc::c_int),
+    /// The drain could take no more (a writer that failed).
+    DrainFailed,
+}
+
+/// What a finished session measured.
+pub struct SessionEnd {
+    pub stop: Stop,
+    /// Events drained from the ring buffer.
+    pub events: u64,
+    /// Events the ring buffer had no room for.
+    pub lost_events: u64,
+    pub duration: Duration,
+    pub attach_time: Duration,
+    pub detach_time: Duration,
+}
+
+/// The target and its planned functions, ready to be traced.
+pub struct Session {
+    pub target: Target,
+    pub files: Vec<TracedFile>,
+    pub table: FunctionTable,
+}
+
+impl Session {
+    /// Starts the command (held before exec) or finds the process, and plans its functions.
+    pub fn prepare(options: &TraceOptions) -> Result<Session> {
+        probes::show_libbpf_messages(options.debug);
+        // Fork (for -c) before any thread exists: the child only waits and execs.
+        let (target, files) =
+            Target::prepare(&options.target, &options.child_setup, &options.nest_libs)?;
+        let table = plan(&files, &options.filter)?;
+        if options.debug {
+            for (index, file) in files.iter().enumerate() {
+                let count = table
+                    .functions
+                    .iter()
+                    .filter(|f| f.module as usize == index)
+                    .count();
+                eprintln!("utrace: planned {count} functions in {}", file.path);
+            }
+        }
+        Ok(Session {
+            target,
+            files,
+            table,
+        })
+    }
+
+    /// The traced file's name, for messages.
+    pub fn program_name(&self) -> &str {
+        let path = self.files.first().map_or("", |f| f.path.as_str());
+        path.rsplit('/').next().unwrap_or(path)
+    }
+
+    /// Traces until the target ends, `--duration` passes or a signal says stop. After every poll
+    /// of the ring buffer, `drain` gets the events so far and `true` when a flush is due (every
+    /// [`FLUSH_INTERVAL`]); it takes what it wants from the vector (what it leaves stays for the
+    /// next call) and returns false when it can take no more. Errors before the target starts
+    /// leave nothing attached.
+    pub fn run(
+        &mut self,
+        options: &TraceOptions,
+        show_progress: bool,
+        mut drain: impl FnMut(&mut Vec<Event>, bool) -> bool,
+    ) -> Result<SessionEnd> {
+        let target = &mut self.target;
+        let mut storage = ObjectStorage::uninit();
+        let mut loaded = LoadedProbes::load(
+            &mut storage,
+            &ProbeConfig {
+                tgid: target.pid(),
+                buffer_bytes: options.buffer_bytes,
+                wait_for_exec: matches!(target, Target::Started(_)),
+            },
+        )?;
+        let open_paths: Vec<PathBuf> = self.files.iter().map(|f| f.open_path.clone()).collect();
+        let attached = loaded.attach(&self.table, &open_paths, target.pid())?;
+        loaded.set_recording(true);
+        if options.debug {
+            eprintln!(
+                "utrace: attached {} entry and return probes with uprobe_multi in {:.3} ms",
+                self.table.functions.len(),
+                attached.attach_time.as_secs_f64() * 1e3
+            );
+        }
+        signals::install().context("installing signal handlers")?;
+
+        let batch = RefCell::new(Vec::new());
+        let mut ring = RingBufferBuilder::new();
+        ring.add(loaded.events_map(), |bytes: &[u8]| {
+            let mut event = Event::default();
+            // A short record cannot come from our programs; skipping it beats stopping.
+            if plain::copy_from_bytes(&mut event, bytes).is_ok() {
+                batch.borrow_mut().push(event);
+            }
+            0
+        })?;
+        let ring = ring.build()?;
+
+        let started = Instant::now();
+        target.start()?;
+        let mut events: u64 = 0;
+        let mut last_flush = Instant::now();
+        let mut progress = Progress::new(show_progress);
+        let mut watch = SignalWatch::default();
+        let mut drain_batch = |due: bool, events: &mut u64| {
+            let mut pending = batch.borrow_mut();
+            let before = pending.len();
+            let taken = drain(&mut pending, due);
+            *events += (before - pending.len()) as u64;
+            taken
+        };
+
+        let stop = loop {
+            // Negative results are EINTR from our own signals; the next round handles them.
+            ring.poll_raw(POLL_INTERVAL);
+            ring.consume_raw();
+            let due = last_flush.elapsed() >= FLUSH_INTERVAL;
+            if !drain_batch(due, &mut events) {
+                break Stop::DrainFailed;
+            }
+            if due {
+                last_flush = Instant::now();
+            }
+            progress.update(events + batch.borrow().len() as u64, loaded.lost_events());
+            if let Some(status) = target.ended()? {
+                break Stop::Ended(status);
+            }
+            if options
+                .duration
+                .is_some_and(|limit| started.elapsed() >= limit)
+            {
+                break Stop::Asked;
+            }
+            if let Some(received) = watch.take() {
+                match (target.on_signal(received), received.count) {
+                    (SignalAction::Continue, _) => {}
+                    (SignalAction::Stop, 1) => break Stop::Asked,
+                    (SignalAction::Stop, _) => break Stop::Interrupted(received.signal),
+                }
+            }
+        };
+
+        loaded.set_recording(false);
+        let attach_time = attached.attach_time;
+        let detach_time = attached.detach();
+        ring.consume_raw();
+        drain_batch(true, &mut events);
+        progress.clear();
+        Ok(SessionEnd {
+            stop,
+            events,
+            lost_events: loaded.lost_events(),
+            duration: started.elapsed(),
+            attach_time,
+            detach_time,
+        })
+    }
+
+    /// After the session stopped early: waits for a started command to end (it runs on,
+    /// untraced), so utrace still ends with it.
+    pub fn wait_for_command(&self) -> Result<Option<ExitStatus>> {
+        self.target.wait()
+    }
+
+    /// Says what was lost and, under `--debug`, how long attaching and detaching took.
+    pub fn report_end(&self, end: &SessionEnd, debug: bool) {
+        if end.lost_events > 0 {
+            eprintln!(
+                "utrace: warning: {} events were lost (ring buffer full): try a larger --buffer-size",
+                end.lost_events
+            );
+        }
+        if debug {
+            eprintln!(
+                "utrace: detached in {:.3} ms",
+                end.detach_time.as_secs_f64() * 1e3
+            );
+        }
+    }
+}
+
+/// The functions to probe, file by file: those `filter`'s function globs show.
+fn plan(files: &[TracedFile], filter: &FilterSpec) -> Result<FunctionTable> {
+    let mut table = FunctionTable::default();
+    for file in files {
+        let mut elf = crate::elf::read_elf_functions(&file.open_path)
+            .with_context(|| format!("reading the symbols of {}", file.path))?;
+        warn_unprobeable(&elf.unprobeable);
+        elf.functions.retain(|f| filter.shows_name(&f.name));
+        table.add_module(file.path.clone(), elf.functions);
+    }
+    anyhow::ensure!(
+        !table.functions.is_empty(),
+        "no function of {} matches --function/--no-function: nothing to trace",
+        files.first().map_or("the program", |f| f.path.as_str())
+    );
+    Ok(table)
+}
+
+/// Says which functions will never show up in the trace, and why.
+fn warn_unprobeable(unprobeable: &[crate::elf::Unprobeable]) {
+    const SHOWN: usize = 5;
+    if unprobeable.is_empty() {
+        return;
+    }
+    let mut names: Vec<&str> = unprobeable
+        .iter()
+        .map(|f| f.name.as_str())
+        .take(SHOWN)
+        .collect();
+    if unprobeable.len() > SHOWN {
+        names.push("…");
+    }
+    eprintln!(
+        "utrace: warning: {} functions cannot be probed (their first instruction has a LOCK or \
+         segment prefix and no equivalent site follows): {}",
+        unprobeable.len(),
+        names.join(", ")
+    );
+}

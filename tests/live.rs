@@ -1,0 +1,172 @@
+//! End to end: `utrace live` prints the call tree while the program runs, the same tree that
+//! `report --format=replay` prints from a recording; filters given at record time.
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The duration column blanked: the tree's shape and names are what must match.
+fn mask_durations(tree: &str) -> String {
+    tree.lines()
+        .map(|line| match line.char_indices().nth(10) {
+            Some((at, _)) => format!("{:10}{}", "", &line[at..]),
+            None => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+fn expected(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/live")
+        .join(name);
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[test]
+fn live_and_replay_print_the_expected_tree() {
+    if !bpf_available("live_and_replay_print_the_expected_tree") {
+        return;
+    }
+    let sort = compile("sort.c", "sort", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("live.txt");
+    let output = utrace()
+        .args(["live", "-o"])
+        .arg(&tree)
+        .arg("--")
+        .arg(&sort)
+        .arg("4")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The program's own output is untouched by the tree.
+    assert_eq!(output.stdout, run_untraced(&sort, &["4"]).stdout);
+    let live = std::fs::read_to_string(&tree).unwrap();
+    assert_eq!(mask_durations(&live), expected("sort4.tree"));
+
+    let recording = record(&sort, &["4"], &[]);
+    let replay = recording.report(&["--format=replay"]);
+    assert_eq!(mask_durations(&replay), expected("sort4.tree"));
+}
+
+#[test]
+fn live_lines_appear_while_the_program_runs() {
+    if !bpf_available("live_lines_appear_while_the_program_runs") {
+        return;
+    }
+    let program = compile("loop.c", "loop", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("live.txt");
+    let mut live = utrace()
+        .args(["live", "-o"])
+        .arg(&tree)
+        .arg("--")
+        .arg(&program)
+        .arg("3")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The program calls tick() all the time: lines must show up long before it ends.
+    let started = Instant::now();
+    let mut seen = false;
+    while started.elapsed() < Duration::from_millis(1500) && !seen {
+        std::thread::sleep(Duration::from_millis(100));
+        seen = std::fs::read_to_string(&tree).is_ok_and(|t| t.contains("tick();"));
+    }
+    assert!(seen, "no line within 1.5 s");
+    assert!(
+        live.try_wait().unwrap().is_none(),
+        "the program should still run"
+    );
+    assert!(live.wait().unwrap().success());
+}
+
+#[test]
+fn live_shows_thread_ids_once_there_are_threads() {
+    if !bpf_available("live_shows_thread_ids_once_there_are_threads") {
+        return;
+    }
+    let calls = compile("calls.c", "calls", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("live.txt");
+    let output = utrace()
+        .args(["live", "--max-depth", "1", "-o"])
+        .arg(&tree)
+        .arg("--")
+        .arg(&calls)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let live = std::fs::read_to_string(&tree).unwrap();
+    // The first thread's lines come before the column exists; then a new header brings it.
+    assert!(live
+        .lines()
+        .next()
+        .unwrap()
+        .starts_with("# DURATION   FUNCTION"));
+    let workers: std::collections::BTreeSet<&str> = live
+        .lines()
+        // A worker runs long enough that live mode may print it as an open block rather than
+        // hold its line back: either form counts.
+        .filter(|l| l.ends_with("| worker();") || l.ends_with("| worker() {"))
+        .map(|l| l[10..].split(']').next().unwrap())
+        .collect();
+    assert_eq!(
+        workers.len(),
+        4,
+        "four worker threads, each with its id:\n{live}"
+    );
+    assert!(live.contains("TID"), "{live}");
+}
+
+#[test]
+fn filters_at_record_time_keep_only_what_they_show() {
+    if !bpf_available("filters_at_record_time_keep_only_what_they_show") {
+        return;
+    }
+    let calls = compile("calls.c", "calls", &[]);
+    // Only fib is probed: every call of it, and nothing else.
+    let recording = record(&calls, &[], &["-f", "fib"]);
+    let json = recording.json();
+    assert_eq!(
+        counts_of(&json).into_iter().collect::<Vec<_>>(),
+        [("fib".to_string(), 23573)]
+    );
+    assert_eq!(json["events"], 2 * 23573);
+
+    // Depth 1: main and the four thread roots; everything below counts in their self time.
+    let recording = record(&calls, &[], &["--max-depth", "1"]);
+    let json = recording.json();
+    let counts = counts_of(&json);
+    assert_eq!(counts.get("main"), Some(&1));
+    assert_eq!(counts.get("worker"), Some(&4));
+    assert_eq!(counts.get("fib"), None);
+    for f in json["functions"].as_array().unwrap() {
+        assert_eq!(
+            f["self_ns"], f["total_ns"],
+            "{}: nothing below depth 1",
+            f["name"]
+        );
+    }
+
+    // A time filter hides the short calls: op_add takes microseconds, main far longer.
+    let recording = record(&calls, &[], &["--time-filter", "1ms"]);
+    let counts = recording.traced_counts();
+    assert_eq!(counts.get("main"), Some(&1));
+    assert_eq!(counts.get("op_add"), None);
+}
