@@ -7,14 +7,32 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if ((${#missing[@]})); then
-  echo "tools/setup.sh: installing ${missing[*]}" >&2
+# Headless Chromium renders the SVG flame graph in tests/svg_render.rs. Debian's package is
+# `chromium`; where apt has none (Ubuntu ships Chromium as a snap), warn and go on: that test is
+# then skipped outside CI.
+browser=(chromium)
+for b in chromium chromium-browser google-chrome; do
+  command -v "$b" >/dev/null && browser=()
+done
+if ((${#browser[@]})) && ((${#missing[@]} == 0)) && [ "$(id -u)" -ne 0 ]; then
+  echo "tools/setup.sh: warning: Chromium is missing (run as root to install it); tests/svg_render.rs is skipped" >&2
+  browser=()
+fi
+if ((${#missing[@]} + ${#browser[@]})); then
   if [ "$(id -u)" -ne 0 ]; then
     echo "tools/setup.sh: run as root to install packages" >&2
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq "${missing[@]}" >/dev/null
+  if ((${#browser[@]})) && ! apt-cache show chromium >/dev/null 2>&1; then
+    echo "tools/setup.sh: warning: apt has no chromium package here; install Chromium another way (Ubuntu: snap install chromium) or tests/svg_render.rs is skipped" >&2
+    browser=()
+  fi
+  install=("${missing[@]}" "${browser[@]}")
+  if ((${#install[@]})); then
+    echo "tools/setup.sh: installing ${install[*]}" >&2
+    apt-get install -y -qq "${install[@]}" >/dev/null
+  fi
 fi
 command -v cargo >/dev/null || { echo "tools/setup.sh: cargo is missing: install Rust from https://rustup.rs" >&2; exit 1; }
