@@ -121,6 +121,12 @@ pub struct LiveArgs {
     /// Show the thread id column from the start (it appears anyway once a second thread calls).
     #[arg(long)]
     pub tid: bool,
+    /// Show when each line's event happened (CLOCK_MONOTONIC seconds).
+    #[arg(long)]
+    pub timestamp: bool,
+    /// One line per entry and per exit, as they come, instead of the tree.
+    #[arg(long, conflicts_with_all = ["tid", "timestamp"])]
+    pub flat: bool,
 }
 
 #[derive(Args)]
@@ -144,6 +150,9 @@ pub struct ReportArgs {
     /// Flame graphs: weigh each call by its self time, or count it once (time | calls).
     #[arg(long, value_name = "WEIGHT", default_value = "time")]
     pub weight: Weight,
+    /// Replay: show when each line's event happened (CLOCK_MONOTONIC seconds).
+    #[arg(long)]
+    pub timestamp: bool,
     #[command(flatten)]
     pub filter: FilterArgs,
 }

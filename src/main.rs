@@ -18,6 +18,7 @@ use utrace::record::{
 };
 use utrace::report::flame_graph::Weight;
 use utrace::report::summary::SortKey;
+use utrace::report::tree::Columns;
 use utrace::report::{scan_threads, write_report, Format, ReportOptions, TraceInfo};
 
 fn main() -> ExitCode {
@@ -67,7 +68,11 @@ fn run_live(args: LiveArgs) -> Result<u8> {
     let outcome = record::live(LiveOptions {
         trace: trace_options(args.trace)?,
         out,
-        show_thread_ids: args.tid,
+        columns: Columns {
+            thread_ids: args.tid,
+            timestamps: args.timestamp,
+        },
+        flat: args.flat,
     })?;
     Ok(exit_code(&outcome))
 }
@@ -145,6 +150,9 @@ fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
     if args.sort != SortKey::Total && !matches!(format, Format::Summary | Format::Json) {
         bail!("--sort applies to --format=summary and json, not {format}");
     }
+    if args.timestamp && format != Format::Replay {
+        bail!("--timestamp applies to --format=replay, not {format}");
+    }
     if args.weight != Weight::Time && !matches!(format, Format::FlameGraph | Format::Svg) {
         bail!("--weight applies to --format=flame-graph and svg, not {format}");
     }
@@ -161,6 +169,7 @@ fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
         weight: args.weight,
         filter,
         show_thread_ids,
+        show_timestamps: args.timestamp,
     })
 }
 

@@ -251,7 +251,19 @@ fn a_process_whose_binary_was_deleted_is_still_traced() {
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("server");
     std::fs::copy(compile("server.c", "server", &[]), &copy).unwrap();
-    let mut process = Command::new(&copy).stdout(Stdio::piped()).spawn().unwrap();
+    // Another test thread forking while the copy was open for writing holds it open a moment
+    // longer: exec then fails with ETXTBSY until that child has exec'ed too.
+    let mut process = (0..100)
+        .find_map(
+            |_| match Command::new(&copy).stdout(Stdio::piped()).spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    None
+                }
+                spawned => Some(spawned.unwrap()),
+            },
+        )
+        .expect("the copy stayed busy");
     let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
     wait_for_line(&mut lines, "ready");
     std::fs::remove_file(&copy).unwrap();

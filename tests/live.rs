@@ -170,3 +170,62 @@ fn filters_at_record_time_keep_only_what_they_show() {
     assert_eq!(counts.get("main"), Some(&1));
     assert_eq!(counts.get("op_add"), None);
 }
+
+#[test]
+fn flat_and_timestamp_output() {
+    if !bpf_available("flat_and_timestamp_output") {
+        return;
+    }
+    let sort = compile("sort.c", "sort", &[]);
+    let live = |flags: &[&str]| {
+        let output = utrace()
+            .arg("live")
+            .args(flags)
+            .arg("--")
+            .arg(&sort)
+            .arg("4")
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stderr).unwrap()
+    };
+    // One line per event: as many entries as exits of the tree's calls, in time order.
+    let flat = live(&["--flat"]);
+    let tree_calls = expected("sort4.tree")
+        .lines()
+        .filter(|l| l.ends_with(");") || l.contains("} /* "))
+        .count();
+    let events: Vec<&str> = flat
+        .lines()
+        .filter(|l| l.contains("==> ") || l.contains("<== "))
+        .collect();
+    assert_eq!(
+        events.iter().filter(|l| l.contains("==> ")).count(),
+        tree_calls
+    );
+    assert_eq!(
+        events.iter().filter(|l| l.contains("<== ")).count(),
+        tree_calls
+    );
+    let times: Vec<f64> = events
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{flat}");
+
+    // --timestamp adds a column and leaves the tree as it was.
+    let stamped = live(&["--timestamp"]);
+    let unstamped: String = stamped
+        .lines()
+        .skip_while(|l| !l.starts_with("# DURATION"))
+        .map(|l| match l.char_indices().nth(31) {
+            Some((at, _)) if !l.starts_with('#') => format!("{:10}{}\n", "", &l[at..]),
+            _ => format!("{:10}   FUNCTION\n", ""),
+        })
+        .collect();
+    assert_eq!(unstamped, expected("sort4.tree"));
+}

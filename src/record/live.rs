@@ -1,15 +1,18 @@
 //! `utrace live`: the call tree printed while the program runs, from the same replayer and
-//! printer that `report --format=replay` uses on a data file.
+//! printer that `report --format=replay` uses on a data file (or, with `--flat`, one line per
+//! event).
 
-use std::io::Write;
+use std::io::{self, Write};
 
 use anyhow::{Context, Result};
 
 use super::session::{Session, TraceOptions};
 use super::{monotonic_now_ns, RecordOutcome};
 use crate::filter::FilteredSink;
-use crate::replay::Replayer;
-use crate::report::tree::TreePrinter;
+use crate::plan::FunctionTable;
+use crate::replay::{CallSink, ReplayStats, Replayer};
+use crate::report::flat::FlatPrinter;
+use crate::report::tree::{Columns, TreePrinter};
 
 /// A call held back longer than this (it may still turn out to be a leaf) is printed as an open
 /// block, so no line waits longer for a slow call.
@@ -20,45 +23,82 @@ pub struct LiveOptions {
     pub trace: TraceOptions,
     /// Where the tree goes (standard error unless `-o`).
     pub out: Box<dyn Write + Send>,
-    /// Show the thread id column from the start.
-    pub show_thread_ids: bool,
+    /// The tree's optional columns; the thread id column also comes on by itself with a
+    /// second thread.
+    pub columns: Columns,
+    /// One line per event instead of the tree.
+    pub flat: bool,
 }
 
-/// Traces the target and prints its call tree as it happens.
+/// What live mode needs of a printer beyond being a sink.
+trait LivePrinter: CallSink {
+    /// Called every flush interval: print what should not wait any longer, and flush.
+    fn tick(&mut self, now_ns: u64) -> io::Result<()>;
+    /// After the last call: any closing words, and a final flush.
+    fn end(self, stats: &ReplayStats) -> io::Result<()>;
+}
+
+impl<W: Write> LivePrinter for TreePrinter<'_, W> {
+    fn tick(&mut self, now_ns: u64) -> io::Result<()> {
+        self.open_entries_before(now_ns.saturating_sub(MAX_HELD_NS));
+        self.flush()
+    }
+
+    fn end(self, stats: &ReplayStats) -> io::Result<()> {
+        self.finish(stats)?.flush()
+    }
+}
+
+impl<W: Write> LivePrinter for FlatPrinter<'_, W> {
+    fn tick(&mut self, _now_ns: u64) -> io::Result<()> {
+        self.flush()
+    }
+
+    fn end(mut self, _stats: &ReplayStats) -> io::Result<()> {
+        self.flush()
+    }
+}
+
+/// Traces the target and prints its calls as they happen.
 pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
-    let trace = &options.trace;
-    let mut session = Session::prepare(trace)?;
+    let mut session = Session::prepare(&options.trace)?;
     let table = session.table.clone();
-    let mut printer = TreePrinter::live(&table, options.show_thread_ids, options.out)
-        .context("writing the call tree")?;
+    if options.flat {
+        let printer = FlatPrinter::new(&table, options.out).context("writing the calls")?;
+        print_live(&mut session, &options.trace, &table, printer)
+    } else {
+        let printer = TreePrinter::live(&table, options.columns, options.out)
+            .context("writing the call tree")?;
+        print_live(&mut session, &options.trace, &table, printer)
+    }
+}
+
+fn print_live<P: LivePrinter>(
+    session: &mut Session,
+    trace: &TraceOptions,
+    table: &FunctionTable,
+    mut printer: P,
+) -> Result<RecordOutcome> {
     let mut replayer = Replayer::new(table.functions.len());
     let mut write_error = None;
-    {
-        let mut filtered = FilteredSink::new(&trace.filter, &table, &mut printer);
-        let end = session.run(trace, false, |pending, due| {
-            replayer.push_all(pending, &mut filtered);
-            pending.clear();
-            if due {
-                let printer = filtered.inner_mut();
-                printer.open_entries_before(monotonic_now_ns().saturating_sub(MAX_HELD_NS));
-                if let Err(error) = printer.flush() {
-                    write_error = Some(error);
-                    return false;
-                }
+    let mut filtered = FilteredSink::new(&trace.filter, table, &mut printer);
+    let end = session.run(trace, false, |pending, due| {
+        replayer.push_all(pending, &mut filtered);
+        pending.clear();
+        if due {
+            if let Err(error) = filtered.inner_mut().tick(monotonic_now_ns()) {
+                write_error = Some(error);
+                return false;
             }
-            true
-        })?;
-        let end_ns = replayer.stats().last_timestamp_ns;
-        let stats = replayer.finish(end_ns, &mut filtered);
-        session.report_end(&end, trace.debug);
-        if let Some(error) = write_error {
-            return Err(error).context("writing the call tree");
         }
-        drop(filtered);
-        printer
-            .finish(&stats)
-            .and_then(|mut out| out.flush())
-            .context("writing the call tree")?;
-        RecordOutcome::after(end.stop, &session)
+        true
+    })?;
+    let end_ns = replayer.stats().last_timestamp_ns;
+    let stats = replayer.finish(end_ns, &mut filtered);
+    session.report_end(&end, trace.debug);
+    if let Some(error) = write_error {
+        return Err(error).context("writing the calls");
     }
+    printer.end(&stats).context("writing the calls")?;
+    RecordOutcome::after(end.stop, session)
 }

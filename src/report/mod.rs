@@ -8,6 +8,7 @@
 
 pub mod chrome;
 pub mod flame_graph;
+pub mod flat;
 pub mod json;
 pub mod summary;
 pub mod svg;
@@ -28,7 +29,7 @@ use crate::replay::{CallSink, FastHashMap, ReplayStats, Replayer};
 use chrome::ChromeTrace;
 use flame_graph::{FoldedStacks, Weight};
 use summary::{SortKey, Summary, ThreadSummaries};
-use tree::TreePrinter;
+use tree::{Columns, TreePrinter};
 
 /// What the data file says about the recording, for reports that show it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -177,6 +178,8 @@ pub struct ReportOptions {
     /// Replay: show the thread id column. Set it when the trace, as filtered, has more than one
     /// thread ([`scan_threads`] finds out); a stream cannot know before its end.
     pub show_thread_ids: bool,
+    /// Replay: show when each line's event happened (`--timestamp`).
+    pub show_timestamps: bool,
 }
 
 /// Replays every block of `source` into `sink`, then closes the calls still open at the latest
@@ -315,7 +318,11 @@ where
             Ok(outcome)
         }
         Format::Replay => {
-            let mut printer = TreePrinter::new(table, options.show_thread_ids, &mut *out)?;
+            let columns = Columns {
+                thread_ids: options.show_thread_ids,
+                timestamps: options.show_timestamps,
+            };
+            let mut printer = TreePrinter::new(table, columns, &mut *out)?;
             let outcome = replay_filtered(source, table, filter, &mut printer)?;
             printer.finish(&outcome.replay)?;
             Ok(outcome)

@@ -34,6 +34,8 @@ pub struct TreePrinter<'t, W: Write> {
     /// demangled C++ names that already end in one.
     parens: Vec<&'static str>,
     show_tids: bool,
+    /// Show the timestamp column (`--timestamp`).
+    show_timestamps: bool,
     /// Live mode: turn the thread id column on when a second thread shows up.
     tids_when_threaded: bool,
     out: W,
@@ -54,8 +56,8 @@ enum Line {
 impl<'t, W: Write> TreePrinter<'t, W> {
     /// A printer that writes to `out`, starting with the header line. `show_tids` adds the
     /// thread id column: set it when the trace (as filtered) has more than one thread.
-    pub fn new(table: &'t FunctionTable, show_tids: bool, mut out: W) -> io::Result<Self> {
-        write_header(&mut out, show_tids)?;
+    pub fn new(table: &'t FunctionTable, columns: Columns, mut out: W) -> io::Result<Self> {
+        write_header(&mut out, columns.thread_ids, columns.timestamps)?;
         let parens = table
             .functions
             .iter()
@@ -64,7 +66,8 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         Ok(TreePrinter {
             table,
             parens,
-            show_tids,
+            show_tids: columns.thread_ids,
+            show_timestamps: columns.timestamps,
             tids_when_threaded: false,
             out,
             pending: Vec::new(),
@@ -75,9 +78,9 @@ impl<'t, W: Write> TreePrinter<'t, W> {
 
     /// A printer for a stream whose threads are not known in advance (live mode): the thread id
     /// column comes on, under a new header line, when a second thread first calls.
-    pub fn live(table: &'t FunctionTable, show_tids: bool, out: W) -> io::Result<Self> {
-        let mut printer = TreePrinter::new(table, show_tids, out)?;
-        printer.tids_when_threaded = !show_tids;
+    pub fn live(table: &'t FunctionTable, columns: Columns, out: W) -> io::Result<Self> {
+        let mut printer = TreePrinter::new(table, columns, out)?;
+        printer.tids_when_threaded = !columns.thread_ids;
         Ok(printer)
     }
 
@@ -86,10 +89,10 @@ impl<'t, W: Write> TreePrinter<'t, W> {
     /// exits then close the block, as for any call with children.
     pub fn open_entries_before(&mut self, before_ns: u64) {
         for index in 0..self.pending.len() {
-            let (tid, held) = self.pending[index];
+            let held = self.pending[index].1;
             if let Some(entry) = held.filter(|entry| entry.start_ns < before_ns) {
                 self.pending[index].1 = None;
-                self.line(None, tid, entry.depth, entry.function, Line::Open);
+                self.line(Place::entry(&entry), entry.function, Line::Open);
             }
         }
     }
@@ -123,21 +126,14 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         });
         if index == 1 && self.tids_when_threaded && !self.show_tids {
             self.show_tids = true;
-            if let Err(error) = write_header(&mut self.out, true) {
+            if let Err(error) = write_header(&mut self.out, true, self.show_timestamps) {
                 self.error.get_or_insert(error);
             }
         }
         index
     }
 
-    fn line(
-        &mut self,
-        duration: Option<u64>,
-        tid: u32,
-        depth: u32,
-        function: FunctionId,
-        line: Line,
-    ) {
+    fn line(&mut self, place: Place, function: FunctionId, line: Line) {
         if self.error.is_some() {
             return;
         }
@@ -146,43 +142,81 @@ impl<'t, W: Write> TreePrinter<'t, W> {
             .function(function)
             .map_or("?", |f| f.name.as_str());
         let parens = self.parens.get(function as usize).copied().unwrap_or("()");
-        let result = write_line(
-            &mut self.out,
-            duration,
-            self.show_tids.then_some(tid),
-            depth,
-            name,
-            parens,
-            line,
-        );
+        let columns = Columns {
+            thread_ids: self.show_tids,
+            timestamps: self.show_timestamps,
+        };
+        let result = write_line(&mut self.out, &place, columns, name, parens, line);
         if let Err(error) = result {
             self.error = Some(error);
         }
     }
 }
 
-fn write_header(out: &mut impl Write, show_tids: bool) -> io::Result<()> {
+/// The optional columns of the tree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Columns {
+    /// The thread id of each line (`[  1234]`).
+    pub thread_ids: bool,
+    /// When each line's event happened, CLOCK_MONOTONIC seconds (`1234.567890123`).
+    pub timestamps: bool,
+}
+
+fn write_header(out: &mut impl Write, show_tids: bool, show_timestamps: bool) -> io::Result<()> {
+    write!(out, "{:<10}", "# DURATION")?;
+    if show_timestamps {
+        write!(out, " {:>20}", "TIMESTAMP")?;
+    }
     if show_tids {
-        writeln!(out, "{:<10} {:^8}   FUNCTION", "# DURATION", "TID")
-    } else {
-        writeln!(out, "{:<10}   FUNCTION", "# DURATION")
+        write!(out, " {:^8}", "TID")?;
+    }
+    writeln!(out, "   FUNCTION")
+}
+
+/// What a line shows before the function: its columns and its indentation.
+struct Place {
+    /// Empty on lines that open a block.
+    duration: Option<u64>,
+    timestamp_ns: u64,
+    tid: u32,
+    depth: u32,
+}
+
+impl Place {
+    /// The line of an entry that opens a block.
+    fn entry(entry: &CallEntry) -> Place {
+        Place {
+            duration: None,
+            timestamp_ns: entry.start_ns,
+            tid: entry.tid,
+            depth: entry.depth,
+        }
     }
 }
 
 fn write_line(
     out: &mut impl Write,
-    duration: Option<u64>,
-    tid: Option<u32>,
-    depth: u32,
+    place: &Place,
+    columns: Columns,
     name: &str,
     parens: &str,
     line: Line,
 ) -> io::Result<()> {
+    let Place {
+        duration,
+        timestamp_ns,
+        tid,
+        depth,
+    } = *place;
     match duration {
         Some(ns) => write!(out, "{:>10}", HumanDuration(ns))?,
         None => write!(out, "{:10}", "")?,
     }
-    if let Some(tid) = tid {
+    if columns.timestamps {
+        let (seconds, nanoseconds) = (timestamp_ns / 1_000_000_000, timestamp_ns % 1_000_000_000);
+        write!(out, " {seconds:>10}.{nanoseconds:09}")?;
+    }
+    if columns.thread_ids {
         write!(out, " [{tid:>6}]")?;
     }
     write!(out, " | {:indent$}", "", indent = 2 * depth as usize)?;
@@ -212,7 +246,7 @@ impl<W: Write> CallSink for TreePrinter<'_, W> {
         let index = self.thread_index(entry.tid);
         // The held-back entry has a child after all: it opens a block.
         if let Some(open) = self.pending[index].1.replace(*entry) {
-            self.line(None, open.tid, open.depth, open.function, Line::Open);
+            self.line(Place::entry(&open), open.function, Line::Open);
         }
     }
 
@@ -227,12 +261,17 @@ impl<W: Write> CallSink for TreePrinter<'_, W> {
                 complete: call.complete,
             },
         };
-        self.line(
-            Some(call.duration_ns),
-            call.tid,
-            call.depth,
-            call.function,
-            line,
-        );
+        // A leaf's line stands for its call, a closing line for its exit.
+        let timestamp_ns = match line {
+            Line::Leaf { .. } => call.start_ns,
+            _ => call.start_ns + call.duration_ns,
+        };
+        let place = Place {
+            duration: Some(call.duration_ns),
+            timestamp_ns,
+            tid: call.tid,
+            depth: call.depth,
+        };
+        self.line(place, call.function, line);
     }
 }

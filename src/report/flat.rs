@@ -1,0 +1,122 @@
+//! `--flat`: one line per entry and per exit, as they come, for following a live trace event by
+//! event rather than as a tree.
+//!
+//! ```text
+//!       1234.567890123 [  1234] ==> fib
+//!       1234.567890612 [  1234] <== fib 489 ns
+//! ```
+
+use std::io::{self, Write};
+
+use super::summary::HumanDuration;
+use crate::plan::{FunctionId, FunctionTable};
+use crate::replay::{CallEntry, CallSink, FinishedCall};
+
+/// Prints each call's entry and exit on a line of its own. Write errors are kept and returned by
+/// [`flush`](Self::flush), since a sink cannot return them.
+pub struct FlatPrinter<'t, W: Write> {
+    table: &'t FunctionTable,
+    out: W,
+    error: Option<io::Error>,
+}
+
+impl<'t, W: Write> FlatPrinter<'t, W> {
+    pub fn new(table: &'t FunctionTable, mut out: W) -> io::Result<Self> {
+        writeln!(out, "# {:>18} {:^8}     FUNCTION", "TIMESTAMP", "TID")?;
+        Ok(FlatPrinter {
+            table,
+            out,
+            error: None,
+        })
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        match self.error.take() {
+            Some(error) => Err(error),
+            None => self.out.flush(),
+        }
+    }
+
+    fn line(&mut self, timestamp_ns: u64, tid: u32, arrow: &str, function: FunctionId, tail: &str) {
+        if self.error.is_some() {
+            return;
+        }
+        let name = self
+            .table
+            .function(function)
+            .map_or("?", |f| f.name.as_str());
+        let result = writeln!(
+            self.out,
+            "{:>10}.{:09} [{tid:>6}] {arrow} {name}{tail}",
+            timestamp_ns / 1_000_000_000,
+            timestamp_ns % 1_000_000_000
+        );
+        if let Err(error) = result {
+            self.error = Some(error);
+        }
+    }
+}
+
+impl<W: Write> CallSink for FlatPrinter<'_, W> {
+    fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
+        self.line(entry.start_ns, entry.tid, "==>", entry.function, "");
+    }
+
+    fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
+        let end = call.start_ns + call.duration_ns;
+        let tail = if call.complete {
+            format!(" {}", HumanDuration(call.duration_ns))
+        } else {
+            " (no exit)".to_string()
+        };
+        self.line(end, call.tid, "<==", call.function, &tail);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Event;
+    use crate::plan::{FunctionKind, TracedFunction};
+    use crate::replay::Replayer;
+
+    #[test]
+    fn one_line_per_event() {
+        let table = FunctionTable {
+            modules: vec!["/bin/prog".into()],
+            functions: ["main", "fib"]
+                .iter()
+                .map(|name| TracedFunction {
+                    name: name.to_string(),
+                    module: 0,
+                    offset: 0,
+                    size: 1,
+                    kind: FunctionKind::Function,
+                })
+                .collect(),
+        };
+        let mut out = Vec::new();
+        let mut printer = FlatPrinter::new(&table, &mut out).unwrap();
+        let mut replayer = Replayer::new(2);
+        let events = [
+            Event::entry(1_000_000_000, 7, 0),
+            Event::entry(1_000_000_500, 7, 1),
+            Event::exit(1_000_001_000, 7, 1),
+        ];
+        replayer.push_all(&events, &mut printer);
+        replayer.finish(1_000_002_000, &mut printer);
+        printer.flush().unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "#          TIMESTAMP   TID        FUNCTION",
+                "         1.000000000 [     7] ==> main",
+                "         1.000000500 [     7] ==> fib",
+                "         1.000001000 [     7] <== fib 500 ns",
+                "         1.000002000 [     7] <== main (no exit)",
+            ]
+        );
+    }
+}
