@@ -121,6 +121,7 @@ mod tests {
             size: 8,
             kind: FunctionKind::Function,
             site: crate::elf::ProbeSite::ENTRY,
+            plt_symbol: None,
         }
     }
 
