@@ -631,7 +631,8 @@ fn stripped_binary_has_no_function_symbols() {
     assert_eq!(
         error.to_string(),
         format!(
-            "{} has no function symbols (stripped?): use a build with symbols",
+            "{} has no function symbols (stripped?): use a build with symbols, or trace the \
+             libraries it calls with --nest-lib",
             stripped.display()
         )
     );
