@@ -23,8 +23,9 @@ use anyhow::{Context, Result};
 use libbpf_rs::RingBufferBuilder;
 
 use crate::data::{DataWriter, Metadata, Statistics};
+use crate::elf::binding::BindingScope;
 use crate::event::Event;
-use crate::plan::{FunctionTable, LibraryPatterns};
+use crate::plan::{FunctionTable, LibraryPatterns, PltLibraries};
 pub use probes::ring_buffer_size;
 use probes::{LoadedProbes, ObjectStorage, ProbeConfig};
 pub use process::{split_command, ChildSetup, ExitStatus};
@@ -52,6 +53,8 @@ pub struct RecordOptions {
     pub duration: Option<Duration>,
     /// Libraries whose own functions are traced too (`--nest-lib`).
     pub nest_libs: LibraryPatterns,
+    /// Which PLT calls are traced and how they are named (`--lib`, `--no-lib`, `--libname`).
+    pub plt_libraries: PltLibraries,
     /// How the started command runs (`-u`, `--no-randomize-addr`).
     pub child_setup: ChildSetup,
     pub debug: bool,
@@ -82,9 +85,13 @@ enum Stop {
 pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     probes::show_libbpf_messages(options.debug);
     // Fork (for -c) before any thread exists: the child only waits and execs.
-    let (mut target, files) =
-        Target::prepare(&options.target, &options.child_setup, &options.nest_libs)?;
-    let table = plan(&files)?;
+    let (mut target, files, scope) = Target::prepare(
+        &options.target,
+        &options.child_setup,
+        &options.nest_libs,
+        &options.plt_libraries,
+    )?;
+    let table = plan(&files, &options.plt_libraries, &scope)?;
     if options.debug {
         for (index, file) in files.iter().enumerate() {
             let count = table
@@ -278,13 +285,18 @@ fn give_to_sudo_user(path: &std::path::Path) {
 }
 
 /// The functions to probe, file by file.
-fn plan(files: &[TracedFile]) -> Result<FunctionTable> {
+fn plan(
+    files: &[TracedFile],
+    libraries: &PltLibraries,
+    scope: &BindingScope,
+) -> Result<FunctionTable> {
     let mut table = FunctionTable::default();
     for file in files {
         let elf = crate::elf::read_elf_functions(&file.open_path)
             .with_context(|| format!("reading the symbols of {}", file.path))?;
         warn_unprobeable(&elf.unprobeable);
-        table.add_module(file.path.clone(), elf.functions);
+        let functions = libraries.apply(&file.path, elf.functions, scope);
+        table.add_module(file.path.clone(), functions);
     }
     Ok(table)
 }
