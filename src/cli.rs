@@ -79,6 +79,16 @@ pub struct TraceArgs {
     /// (repeatable; comma-separated lists; e.g. 'libc.so*').
     #[arg(long = "nest-lib", value_name = "GLOB")]
     pub nest_lib: Vec<String>,
+    /// Trace only the PLT calls into the shared libraries whose file name matches the glob
+    /// (repeatable; comma-separated lists; e.g. 'libm*').
+    #[arg(short = 'l', long = "lib", value_name = "GLOB")]
+    pub lib: Vec<String>,
+    /// Do not trace the PLT calls into the shared libraries whose file name matches the glob.
+    #[arg(long = "no-lib", value_name = "GLOB")]
+    pub no_lib: Vec<String>,
+    /// Name PLT calls after the library they call into (`cos@libm.so.6`, not `cos@plt`).
+    #[arg(long)]
+    pub libname: bool,
     /// Run the command as this user (name or uid), with its groups.
     #[arg(
         short = 'u',

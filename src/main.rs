@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use cli::{Command, InfoArgs, LiveArgs, RecordArgs, ReportArgs, TraceArgs};
 use utrace::data::{DataReader, Statistics};
 use utrace::info::DataFileInfo;
-use utrace::plan::LibraryPatterns;
+use utrace::plan::{LibraryPatterns, PltLibraries};
 use utrace::record::{
     self, split_command, ChildSetup, LiveOptions, RecordOptions, RecordOutcome, TargetSpec,
     TraceOptions, UserIds,
@@ -89,6 +89,11 @@ fn trace_options(args: TraceArgs) -> Result<TraceOptions> {
         buffer_bytes: record::ring_buffer_size(args.buffer_size)?,
         duration: args.duration,
         nest_libs: LibraryPatterns::parse("--nest-lib", &args.nest_lib)?,
+        plt_libraries: PltLibraries {
+            only: LibraryPatterns::parse("--lib", &args.lib)?,
+            except: LibraryPatterns::parse("--no-lib", &args.no_lib)?,
+            name_by_library: args.libname,
+        },
         child_setup: ChildSetup {
             user,
             no_randomize_addr: args.no_randomize_addr,

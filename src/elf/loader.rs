@@ -37,6 +37,7 @@ pub struct LoadOrder {
 
 /// What the loader needs of one ELF file.
 struct DynamicInfo {
+    soname: Option<String>,
     needed: Vec<String>,
     rpath: Vec<String>,
     runpath: Vec<String>,
@@ -54,6 +55,7 @@ fn dynamic_info(path: &Path) -> Option<DynamicInfo> {
             .collect()
     };
     Some(DynamicInfo {
+        soname: elf.soname.map(str::to_owned),
         needed: elf.libraries.iter().map(|s| s.to_string()).collect(),
         rpath: split(&elf.rpaths),
         runpath: split(&elf.runpaths),
@@ -120,6 +122,50 @@ pub fn load_order(executable: &Path, cache: &LdCache) -> LoadOrder {
         }
         order.libraries.push(NeededLibrary { name, path });
     }
+    order
+}
+
+/// The order in which a running process loaded its libraries, from the files it has mapped:
+/// `libraries` are (path as mapped, path that opens the file), in any order (`/proc/PID/maps`
+/// lists them by address, which is not load order). DT_NEEDED is followed breadth first from
+/// `executable`, each name matched to a mapped library by its DT_SONAME or file name (as the
+/// loader recognises a library it has already loaded); libraries no DT_NEEDED reaches (opened
+/// with dlopen) follow in the order given. Returns indices into `libraries`.
+pub fn mapped_load_order(executable: &Path, libraries: &[(String, PathBuf)]) -> Vec<usize> {
+    let infos: Vec<Option<DynamicInfo>> = libraries
+        .iter()
+        .map(|(_, open)| dynamic_info(open))
+        .collect();
+    let matches = |name: &str, index: usize| {
+        let path = &libraries[index].0;
+        if name.contains('/') {
+            return path == name;
+        }
+        let soname = infos[index].as_ref().and_then(|i| i.soname.as_deref());
+        soname == Some(name) || Path::new(path).file_name() == Some(name.as_ref())
+    };
+    let mut order: Vec<usize> = Vec::new();
+    let mut queue: VecDeque<String> = dynamic_info(executable)
+        .map(|info| info.needed.into())
+        .unwrap_or_default();
+    let mut seen: HashSet<String> = HashSet::new();
+    while let Some(name) = queue.pop_front() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let Some(index) = (0..libraries.len()).find(|&i| matches(&name, i)) else {
+            continue;
+        };
+        if order.contains(&index) {
+            continue;
+        }
+        order.push(index);
+        if let Some(info) = &infos[index] {
+            queue.extend(info.needed.iter().cloned());
+        }
+    }
+    let reached = order.clone();
+    order.extend((0..libraries.len()).filter(|i| !reached.contains(i)));
     order
 }
 

@@ -13,6 +13,7 @@
 //!   cannot probe, for one);
 //! - `demangle`: Rust (legacy and v0) and C++ names.
 
+pub mod binding;
 mod demangle;
 pub mod ldcache;
 pub mod loader;
@@ -53,6 +54,10 @@ pub struct FunctionSymbol {
     pub kind: FunctionKind,
     /// Where in the function the probes sit: the entry, unless the kernel cannot probe it.
     pub site: ProbeSite,
+    /// For a PLT stub, the symbol its GOT slot is bound to, as the file spells it (mangled):
+    /// what the dynamic loader looks up (see [`binding`]). `None` for functions, and for stubs
+    /// of the file's own ifuncs (`R_X86_64_IRELATIVE`), which call into the file itself.
+    pub plt_symbol: Option<String>,
 }
 
 /// The functions of an ELF file: those a uprobe can attach to, and those it cannot.
@@ -159,6 +164,7 @@ fn functions_in(path: &Path, bytes: &[u8]) -> Result<ElfFunctions, ElfError> {
                 size: function.size,
                 kind: FunctionKind::Function,
                 site,
+                plt_symbol: None,
             }),
             Err(reason) => unprobeable.push(Unprobeable {
                 name: demangle(function.name),
@@ -179,6 +185,7 @@ fn functions_in(path: &Path, bytes: &[u8]) -> Result<ElfFunctions, ElfError> {
                 kind: FunctionKind::Plt,
                 // `[endbr64] jmp *GOT(%rip)`: always probeable.
                 site: ProbeSite::ENTRY,
+                plt_symbol: stub.symbol,
             });
         }
     }

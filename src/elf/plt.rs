@@ -44,6 +44,9 @@ const MAX_STUB_SIZE: u64 = 16;
 pub(super) struct PltStub {
     /// The demangled name of the function the stub jumps to (without `@plt`).
     pub target: String,
+    /// The symbol of the slot's relocation as the file spells it (mangled), which the dynamic
+    /// loader looks up; `None` for the file's own ifuncs (`R_X86_64_IRELATIVE`).
+    pub symbol: Option<String>,
     pub address: u64,
     pub size: u64,
 }
@@ -80,11 +83,11 @@ fn section_stubs(
     code: &[u8],
     base: u64,
     entsize: u64,
-    slots: &HashMap<u64, String>,
+    slots: &HashMap<u64, SlotTarget>,
 ) -> Vec<PltStub> {
     let known_size = (8..=64).contains(&entsize);
     let step = if known_size { entsize } else { SCAN_STEP };
-    let mut found: Vec<(u64, &str)> = Vec::new(); // (offset in section, target)
+    let mut found: Vec<(u64, &SlotTarget)> = Vec::new(); // (offset in section, target)
     let mut offset = 0u64;
     while offset < code.len() as u64 {
         let Some(entry) = usize::try_from(offset).ok().and_then(|at| code.get(at..)) else {
@@ -111,7 +114,8 @@ fn section_stubs(
         };
         if let Some(address) = base.checked_add(offset) {
             stubs.push(PltStub {
-                target: target.to_owned(),
+                target: target.name.clone(),
+                symbol: target.symbol.clone(),
                 address,
                 size,
             });
@@ -140,9 +144,17 @@ pub(super) fn jump_slot(code: &[u8], address: u64) -> Option<u64> {
     next_instruction.checked_add_signed(i64::from(disp))
 }
 
-/// The GOT slots filled by PLT-related relocations, each with the demangled name of the
-/// function it ends up holding.
-fn got_slot_targets(elf: &Elf) -> HashMap<u64, String> {
+/// The function a GOT slot ends up holding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct SlotTarget {
+    /// Demangled.
+    name: String,
+    /// The relocation's symbol, raw; `None` for `R_X86_64_IRELATIVE`.
+    symbol: Option<String>,
+}
+
+/// The GOT slots filled by PLT-related relocations, each with the function it ends up holding.
+fn got_slot_targets(elf: &Elf) -> HashMap<u64, SlotTarget> {
     let ifuncs = ifunc_names(elf);
     let mut slots = HashMap::new();
     let dynamic = [&elf.pltrelocs, &elf.dynrelas];
@@ -172,7 +184,7 @@ fn got_slot_targets(elf: &Elf) -> HashMap<u64, String> {
 }
 
 fn add_slots(
-    slots: &mut HashMap<u64, String>,
+    slots: &mut HashMap<u64, SlotTarget>,
     relocs: &RelocSection,
     symbols: Option<(&Symtab, &Strtab)>,
     ifuncs: &HashMap<u64, &str>,
@@ -185,17 +197,21 @@ fn add_slots(
             R_X86_64_JUMP_SLOT | R_X86_64_GLOB_DAT => symbols
                 .and_then(|(symtab, strtab)| strtab.get_at(symtab.get(reloc.r_sym)?.st_name))
                 .filter(|name| !name.is_empty())
-                .map(demangle),
+                .map(|symbol| SlotTarget {
+                    name: demangle(symbol),
+                    symbol: Some(symbol.to_owned()),
+                }),
             R_X86_64_IRELATIVE => {
                 // No symbol: the addend is the address of the ifunc's resolver, which is where
                 // the ifunc symbol points. Without one, name it as objdump does.
                 let resolver = reloc.r_addend.unwrap_or(0);
-                Some(
-                    u64::try_from(resolver)
+                Some(SlotTarget {
+                    name: u64::try_from(resolver)
                         .ok()
                         .and_then(|address| ifuncs.get(&address))
                         .map_or_else(|| format!("*ABS*+{resolver:#x}"), |name| demangle(name)),
-                )
+                    symbol: None,
+                })
             }
             _ => None,
         };
@@ -279,7 +295,11 @@ mod tests {
 
     #[test]
     fn stubs_are_found_with_and_without_an_entry_size() {
-        let slots: HashMap<u64, String> = [(0x2000, "a".to_owned()), (0x2008, "b".to_owned())]
+        let slot = |name: &str| SlotTarget {
+            name: name.to_owned(),
+            symbol: Some(name.to_owned()),
+        };
+        let slots: HashMap<u64, SlotTarget> = [(0x2000, slot("a")), (0x2008, slot("b"))]
             .into_iter()
             .collect();
         // Two 8-byte stubs (static `.plt`): jmp *slot(%rip); xchg %ax,%ax
@@ -293,11 +313,13 @@ mod tests {
         let expected = vec![
             PltStub {
                 target: "a".into(),
+                symbol: Some("a".into()),
                 address: 0x1000,
                 size: 8,
             },
             PltStub {
                 target: "b".into(),
+                symbol: Some("b".into()),
                 address: 0x1008,
                 size: 8,
             },

@@ -14,9 +14,10 @@ use super::process::{ChildSetup, ExitStatus};
 use super::progress::Progress;
 use super::signals::{self, SignalWatch};
 use super::target::{SignalAction, Target, TargetSpec, TracedFile};
+use crate::elf::binding::BindingScope;
 use crate::event::Event;
 use crate::filter::FilterSpec;
-use crate::plan::{FunctionTable, LibraryPatterns};
+use crate::plan::{FunctionTable, LibraryPatterns, PltLibraries};
 
 /// How long the consumer sleeps when the probes have not woken it. Bounds the delay of events
 /// at low rates; at high rates the fill-level wake-up comes first.
@@ -34,6 +35,8 @@ pub struct TraceOptions {
     pub duration: Option<Duration>,
     /// Libraries whose own functions are traced too (`--nest-lib`).
     pub nest_libs: LibraryPatterns,
+    /// Which PLT calls are traced and how they are named (`--lib`, `--no-lib`, `--libname`).
+    pub plt_libraries: PltLibraries,
     /// How the started command runs (`-u`, `--no-randomize-addr`).
     pub child_setup: ChildSetup,
     /// `-f`/`--no-function` leave the other functions unprobed; the rest of the filter applies to
@@ -79,9 +82,13 @@ impl Session {
     pub fn prepare(options: &TraceOptions) -> Result<Session> {
         probes::show_libbpf_messages(options.debug);
         // Fork (for -c) before any thread exists: the child only waits and execs.
-        let (target, files) =
-            Target::prepare(&options.target, &options.child_setup, &options.nest_libs)?;
-        let table = plan(&files, &options.filter)?;
+        let (target, files, scope) = Target::prepare(
+            &options.target,
+            &options.child_setup,
+            &options.nest_libs,
+            &options.plt_libraries,
+        )?;
+        let table = plan(&files, options, &scope)?;
         if options.debug {
             for (index, file) in files.iter().enumerate() {
                 let count = table
@@ -233,15 +240,23 @@ impl Session {
     }
 }
 
-/// The functions to probe, file by file: those `filter`'s function globs show.
-fn plan(files: &[TracedFile], filter: &FilterSpec) -> Result<FunctionTable> {
+/// The functions to probe, file by file: the PLT calls `--lib`/`--no-lib` select, named as
+/// `--libname` says, and of those what the function globs show.
+fn plan(
+    files: &[TracedFile],
+    options: &TraceOptions,
+    scope: &BindingScope,
+) -> Result<FunctionTable> {
     let mut table = FunctionTable::default();
     for file in files {
-        let mut elf = crate::elf::read_elf_functions(&file.open_path)
+        let elf = crate::elf::read_elf_functions(&file.open_path)
             .with_context(|| format!("reading the symbols of {}", file.path))?;
         warn_unprobeable(&elf.unprobeable);
-        elf.functions.retain(|f| filter.shows_name(&f.name));
-        table.add_module(file.path.clone(), elf.functions);
+        let mut functions = options
+            .plt_libraries
+            .apply(&file.path, elf.functions, scope);
+        functions.retain(|f| options.filter.shows_name(&f.name));
+        table.add_module(file.path.clone(), functions);
     }
     anyhow::ensure!(
         !table.functions.is_empty(),

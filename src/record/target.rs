@@ -9,9 +9,10 @@ use super::attach::RunningProcess;
 use super::proc_maps::executable_files;
 use super::process::{resolve_program, ChildSetup, ExitStatus, HeldChild};
 use super::signals::Received;
+use crate::elf::binding::{exported_functions, BindingScope};
 use crate::elf::ldcache::LdCache;
-use crate::elf::loader::load_order;
-use crate::plan::LibraryPatterns;
+use crate::elf::loader::{load_order, mapped_load_order};
+use crate::plan::{LibraryPatterns, PltLibraries};
 
 /// What the user pointed utrace at.
 pub enum TargetSpec {
@@ -47,31 +48,43 @@ pub enum SignalAction {
 
 impl Target {
     /// Starts the command (held before exec) or finds the process, and lists its files to probe:
-    /// the executable first, then the libraries `nest_libs` matches.
+    /// the executable first, then the libraries `nest_libs` matches. When `plt_libraries` needs
+    /// them, also the executable and its libraries in load order, with what each exports.
     pub fn prepare(
         spec: &TargetSpec,
         setup: &ChildSetup,
         nest_libs: &LibraryPatterns,
-    ) -> Result<(Target, Vec<TracedFile>)> {
+        plt_libraries: &PltLibraries,
+    ) -> Result<(Target, Vec<TracedFile>, BindingScope)> {
         match spec {
             TargetSpec::Command(command) => {
                 let program = resolve_program(&command[0])?;
                 let path = program
                     .canonicalize()
                     .with_context(|| format!("cannot open {}", program.display()))?;
-                let mut files = vec![TracedFile {
+                let executable = TracedFile {
                     path: path.to_string_lossy().into_owned(),
                     open_path: path.clone(),
-                }];
-                files.extend(command_libraries(&path, nest_libs));
+                };
+                let libraries = if nest_libs.is_empty() && !plt_libraries.is_active() {
+                    Vec::new()
+                } else {
+                    command_libraries(&path)
+                };
+                let mut files = vec![executable.clone()];
+                files.extend(selected_libraries(nest_libs, &libraries));
+                let scope = binding_scope(plt_libraries, &executable, &libraries);
                 // Planning reads files only; the fork comes last so the child waits the least.
                 let child = HeldChild::spawn(&program, command, setup)?;
-                Ok((Target::Started(child), files))
+                Ok((Target::Started(child), files, scope))
             }
             TargetSpec::Pid(pid) => {
                 let process = RunningProcess::open(*pid)?;
-                let files = process_files(&process, nest_libs)?;
-                Ok((Target::Running(process), files))
+                let (executable, libraries) = process_files(&process)?;
+                let mut files = vec![executable.clone()];
+                files.extend(selected_libraries(nest_libs, &libraries));
+                let scope = binding_scope(plt_libraries, &executable, &libraries);
+                Ok((Target::Running(process), files, scope))
             }
         }
     }
@@ -143,26 +156,25 @@ impl Target {
     }
 }
 
-/// The libraries of a program about to start that `nest_libs` selects, found as the dynamic
-/// loader will find them.
-fn command_libraries(program: &Path, nest_libs: &LibraryPatterns) -> Vec<TracedFile> {
-    if nest_libs.is_empty() {
-        return Vec::new();
-    }
+/// The libraries of a program about to start, in load order, found as the dynamic loader will
+/// find them.
+fn command_libraries(program: &Path) -> Vec<TracedFile> {
     let order = load_order(program, &LdCache::system());
     for name in &order.missing {
         eprintln!("utrace: warning: {name} (needed by the program) was not found; the loader will fail too");
     }
-    let paths: Vec<String> = order
+    order
         .libraries
         .iter()
-        .map(|l| l.path.to_string_lossy().into_owned())
-        .collect();
-    selected_libraries(nest_libs, &paths, |path| PathBuf::from(path))
+        .map(|library| TracedFile {
+            path: library.path.to_string_lossy().into_owned(),
+            open_path: library.path.clone(),
+        })
+        .collect()
 }
 
-/// The executable and the selected libraries a running process has mapped.
-fn process_files(process: &RunningProcess, nest_libs: &LibraryPatterns) -> Result<Vec<TracedFile>> {
+/// The executable and the libraries a running process has mapped, in load order.
+fn process_files(process: &RunningProcess) -> Result<(TracedFile, Vec<TracedFile>)> {
     let pid = process.pid();
     let mapped = executable_files(pid).with_context(|| format!("cannot read /proc/{pid}/maps"))?;
     let executable = process.executable.to_string_lossy();
@@ -171,41 +183,59 @@ fn process_files(process: &RunningProcess, nest_libs: &LibraryPatterns) -> Resul
         .iter()
         .find(|file| file.path == executable)
         .with_context(|| format!("pid {pid}: {executable} is not mapped (is it exiting?)"))?;
-    let mut files = vec![TracedFile {
+    let main = TracedFile {
         path: main.path.clone(),
         open_path: main.open_path.clone(),
-    }];
-    let libraries: Vec<String> = mapped
+    };
+    let libraries: Vec<(String, PathBuf)> = mapped
         .iter()
         .filter(|file| file.path != main.path)
-        .map(|file| file.path.clone())
+        .map(|file| (file.path.clone(), file.open_path.clone()))
         .collect();
-    files.extend(selected_libraries(nest_libs, &libraries, |path| {
-        mapped
-            .iter()
-            .find(|file| file.path == path)
-            .map(|file| file.open_path.clone())
-            .unwrap_or_else(|| PathBuf::from(path))
-    }));
-    Ok(files)
+    let in_order = mapped_load_order(&main.open_path, &libraries)
+        .into_iter()
+        .map(|index| TracedFile {
+            path: libraries[index].0.clone(),
+            open_path: libraries[index].1.clone(),
+        })
+        .collect();
+    Ok((main, in_order))
 }
 
-/// The libraries among `paths` that `nest_libs` selects; warns of patterns that select none.
-fn selected_libraries(
-    nest_libs: &LibraryPatterns,
-    paths: &[String],
-    open_path: impl Fn(&str) -> PathBuf,
-) -> Vec<TracedFile> {
-    let all: Vec<&str> = paths.iter().map(String::as_str).collect();
+/// The libraries among `libraries` that `nest_libs` selects; warns of patterns that select none.
+fn selected_libraries(nest_libs: &LibraryPatterns, libraries: &[TracedFile]) -> Vec<TracedFile> {
+    let all: Vec<&str> = libraries.iter().map(|l| l.path.as_str()).collect();
     for pattern in nest_libs.unmatched(&all) {
         eprintln!("utrace: warning: --nest-lib {pattern} matches none of the program's libraries");
     }
-    paths
+    libraries
         .iter()
-        .filter(|path| nest_libs.matches(path))
-        .map(|path| TracedFile {
-            path: path.clone(),
-            open_path: open_path(path),
-        })
+        .filter(|library| nest_libs.matches(&library.path))
+        .cloned()
         .collect()
+}
+
+/// The objects the loader binds PLT calls to, executable first, when `plt_libraries` needs
+/// them; warns of patterns that match none of the libraries. A file that cannot be read defines
+/// nothing: its stubs stay unresolved.
+fn binding_scope(
+    plt_libraries: &PltLibraries,
+    executable: &TracedFile,
+    libraries: &[TracedFile],
+) -> BindingScope {
+    let mut scope = BindingScope::default();
+    if !plt_libraries.is_active() {
+        return scope;
+    }
+    let all: Vec<&str> = libraries.iter().map(|l| l.path.as_str()).collect();
+    for (flag, pattern) in plt_libraries.unmatched(&all) {
+        eprintln!("utrace: warning: {flag} {pattern} matches none of the program's libraries");
+    }
+    for file in std::iter::once(executable).chain(libraries) {
+        match exported_functions(&file.open_path) {
+            Ok(functions) => scope.push(file.path.clone(), functions),
+            Err(error) => eprintln!("utrace: warning: {error}; its functions stay unresolved"),
+        }
+    }
+    scope
 }
