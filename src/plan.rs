@@ -73,6 +73,28 @@ impl FunctionTable {
     }
 }
 
+#[cfg(test)]
+impl FunctionTable {
+    /// A table of one module, `/bin/prog`, whose function ids are the indices of `names`.
+    pub fn of_names(names: &[&str]) -> FunctionTable {
+        let mut table = FunctionTable::default();
+        let symbols = names
+            .iter()
+            .map(|name| FunctionSymbol {
+                name: name.to_string(),
+                address: 0,
+                offset: 0,
+                size: 1,
+                kind: FunctionKind::Function,
+                site: crate::elf::ProbeSite::ENTRY,
+                plt_symbol: None,
+            })
+            .collect();
+        table.add_module("/bin/prog".into(), symbols);
+        table
+    }
+}
+
 /// Globs on library file names (`--nest-lib`): repeatable, each a comma-separated list.
 #[derive(Debug, Default)]
 pub struct LibraryPatterns {

@@ -3,36 +3,18 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-
-/// Reads lines from the program until one starts with `prefix`.
-fn wait_for_line(
-    lines: &mut impl Iterator<Item = std::io::Result<String>>,
-    prefix: &str,
-) -> String {
-    lines
-        .map(|line| line.unwrap())
-        .find(|line| line.starts_with(prefix))
-        .unwrap_or_else(|| panic!("the program never printed {prefix:?}"))
-}
 
 #[test]
 fn a_running_process_is_traced_and_keeps_running_after_detach() {
     if !bpf_available("a_running_process_is_traced_and_keeps_running_after_detach") {
         return;
     }
-    let server = compile("server.c", "server", &[]);
-    let mut process = Command::new(&server)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
-    wait_for_line(&mut lines, "ready");
-    let pid = process.id().to_string();
+    let mut server = Running::start(&compile("server.c", "server", &[]));
+    let pid = server.pid().to_string();
 
     let recording = tempfile::tempdir().unwrap();
     let data = recording.path().join("utrace.data");
@@ -46,12 +28,9 @@ fn a_running_process_is_traced_and_keeps_running_after_detach() {
     assert!(stderr.contains(&format!("(pid {pid})")), "{stderr}");
 
     // Detached: the process still runs and answers.
-    unsafe { libc::kill(process.id() as i32, libc::SIGUSR1) };
-    wait_for_line(&mut lines, "alive ");
-    unsafe { libc::kill(process.id() as i32, libc::SIGTERM) };
-    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
-    assert!(process.wait().unwrap().success());
-    let own = own_counts(rest.join("\n").as_bytes());
+    send_signal(server.pid(), libc::SIGUSR1);
+    server.wait_for_line("alive ");
+    let own = own_counts(server.stop().join("\n").as_bytes());
 
     let json = report_json(&data);
     let traced = counts_of(&json);
@@ -75,17 +54,11 @@ fn ctrl_c_stops_an_attached_recording_cleanly() {
     if !bpf_available("ctrl_c_stops_an_attached_recording_cleanly") {
         return;
     }
-    let server = compile("server.c", "server", &[]);
-    let mut process = Command::new(&server)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
-    wait_for_line(&mut lines, "ready");
+    let server = Running::start(&compile("server.c", "server", &[]));
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("utrace.data");
     let mut recorder = utrace()
-        .args(["record", "-p", &process.id().to_string(), "-o"])
+        .args(["record", "-p", &server.pid().to_string(), "-o"])
         .arg(&data)
         .stderr(Stdio::piped())
         .spawn()
@@ -97,8 +70,7 @@ fn ctrl_c_stops_an_attached_recording_cleanly() {
         status.success(),
         "utrace should end cleanly on Ctrl-C: {status:?}"
     );
-    unsafe { libc::kill(process.id() as i32, libc::SIGTERM) };
-    assert!(process.wait().unwrap().success());
+    server.stop();
     let report = utrace()
         .arg("report")
         .arg("-i")
@@ -251,21 +223,7 @@ fn a_process_whose_binary_was_deleted_is_still_traced() {
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("server");
     std::fs::copy(compile("server.c", "server", &[]), &copy).unwrap();
-    // Another test thread forking while the copy was open for writing holds it open a moment
-    // longer: exec then fails with ETXTBSY until that child has exec'ed too.
-    let mut process = (0..100)
-        .find_map(
-            |_| match Command::new(&copy).stdout(Stdio::piped()).spawn() {
-                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
-                    std::thread::sleep(Duration::from_millis(20));
-                    None
-                }
-                spawned => Some(spawned.unwrap()),
-            },
-        )
-        .expect("the copy stayed busy");
-    let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
-    wait_for_line(&mut lines, "ready");
+    let server = Running::start(&copy);
     std::fs::remove_file(&copy).unwrap();
 
     let data = dir.path().join("utrace.data");
@@ -273,7 +231,7 @@ fn a_process_whose_binary_was_deleted_is_still_traced() {
         .args([
             "record",
             "-p",
-            &process.id().to_string(),
+            &server.pid().to_string(),
             "--duration",
             "500ms",
             "-o",
@@ -286,8 +244,7 @@ fn a_process_whose_binary_was_deleted_is_still_traced() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    unsafe { libc::kill(process.id() as i32, libc::SIGTERM) };
-    assert!(process.wait().unwrap().success());
+    server.stop();
     let json = report_json(&data);
     assert!(calls_of(&json, "tick") > 10, "{json}");
     // Reports name the file as the process mapped it.

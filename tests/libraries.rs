@@ -5,9 +5,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use common::*;
 
@@ -148,16 +146,10 @@ fn a_running_process_has_its_calls_named_after_their_library() {
     if !bpf_available("a_running_process_has_its_calls_named_after_their_library") {
         return;
     }
-    let server = compile("server.c", "server", &[]);
-    let mut process = Command::new(&server)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
-    assert!(lines.any(|line| line.unwrap() == "ready"));
+    let server = Running::start(&compile("server.c", "server", &[]));
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("utrace.data");
-    let pid = process.id().to_string();
+    let pid = server.pid().to_string();
     let output = utrace()
         .args([
             "record",
@@ -171,8 +163,7 @@ fn a_running_process_has_its_calls_named_after_their_library() {
         .arg(&data)
         .output()
         .unwrap();
-    send_signal(process.id(), libc::SIGTERM);
-    assert!(process.wait().unwrap().success());
+    server.stop();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "record -p failed: {stderr}");
     let traced = counts_of(&report_json(&data));

@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -28,20 +28,19 @@ fn expected(name: &str) -> String {
     std::fs::read_to_string(path).unwrap()
 }
 
-#[test]
-fn live_and_replay_print_the_expected_tree() {
-    if !bpf_available("live_and_replay_print_the_expected_tree") {
-        return;
-    }
-    let sort = compile("sort.c", "sort", &[]);
+/// Runs `utrace live FLAGS -o FILE -- PROGRAM ARGS`; checks it succeeds, and returns its
+/// output and the tree it wrote.
+fn live_to_file(flags: &[&str], program: &Path, args: &[&str]) -> (Output, String) {
     let dir = tempfile::tempdir().unwrap();
     let tree = dir.path().join("live.txt");
     let output = utrace()
-        .args(["live", "-o"])
+        .arg("live")
+        .args(flags)
+        .arg("-o")
         .arg(&tree)
         .arg("--")
-        .arg(&sort)
-        .arg("4")
+        .arg(program)
+        .args(args)
         .output()
         .unwrap();
     assert!(
@@ -49,9 +48,19 @@ fn live_and_replay_print_the_expected_tree() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    let tree = std::fs::read_to_string(&tree).unwrap();
+    (output, tree)
+}
+
+#[test]
+fn live_and_replay_print_the_expected_tree() {
+    if !bpf_available("live_and_replay_print_the_expected_tree") {
+        return;
+    }
+    let sort = compile("sort.c", "sort", &[]);
+    let (output, live) = live_to_file(&[], &sort, &["4"]);
     // The program's own output is untouched by the tree.
     assert_eq!(output.stdout, run_untraced(&sort, &["4"]).stdout);
-    let live = std::fs::read_to_string(&tree).unwrap();
     assert_eq!(mask_durations(&live), expected("sort4.tree"));
 
     let recording = record(&sort, &["4"], &[]);
@@ -98,21 +107,7 @@ fn live_shows_thread_ids_once_there_are_threads() {
         return;
     }
     let calls = compile("calls.c", "calls", &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("live.txt");
-    let output = utrace()
-        .args(["live", "--max-depth", "1", "-o"])
-        .arg(&tree)
-        .arg("--")
-        .arg(&calls)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let live = std::fs::read_to_string(&tree).unwrap();
+    let (_, live) = live_to_file(&["--max-depth", "1"], &calls, &[]);
     // The first thread's lines come before the column exists; then a new header brings it.
     assert!(live
         .lines()

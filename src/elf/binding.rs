@@ -194,20 +194,19 @@ mod tests {
         assert_eq!(scope_of(&program).library_of("no_such_function"), None);
     }
 
-    #[test]
-    fn the_first_library_in_load_order_wins() {
-        let dir = TempDir::new().unwrap();
-        let dir_path = dir.path().to_str().unwrap();
-        compile(
-            &dir,
+    /// libinterpose.so (which defines `cos`) and mathcalls linked against it before libm, so it
+    /// comes first in DT_NEEDED and in load order.
+    fn interposed_mathcalls(dir: &TempDir) -> (PathBuf, PathBuf) {
+        let interpose = compile(
+            dir,
             "cc",
             INTERPOSE_C,
             "libinterpose.so",
             &["-shared", "-fPIC"],
         );
-        // libinterpose comes before libm in DT_NEEDED, so in load order.
+        let dir_path = dir.path().to_str().unwrap();
         let program = compile(
-            &dir,
+            dir,
             "cc",
             MATHCALLS_C,
             "mathcalls",
@@ -220,6 +219,13 @@ mod tests {
                 "-lm",
             ],
         );
+        (interpose, program)
+    }
+
+    #[test]
+    fn the_first_library_in_load_order_wins() {
+        let dir = TempDir::new().unwrap();
+        let (_, program) = interposed_mathcalls(&dir);
         let ours = our_bindings(&program);
         assert_eq!(ours["cos"], "libinterpose.so");
         assert_eq!(ours["cbrt"], "libm.so.6");
@@ -233,28 +239,7 @@ mod tests {
     #[test]
     fn mapped_libraries_are_put_back_in_load_order() {
         let dir = TempDir::new().unwrap();
-        let dir_path = dir.path().to_str().unwrap();
-        let interpose = compile(
-            &dir,
-            "cc",
-            INTERPOSE_C,
-            "libinterpose.so",
-            &["-shared", "-fPIC"],
-        );
-        let program = compile(
-            &dir,
-            "cc",
-            MATHCALLS_C,
-            "mathcalls",
-            &[
-                "-L",
-                dir_path,
-                "-Wl,-rpath,$ORIGIN",
-                "-Wl,--no-as-needed",
-                "-linterpose",
-                "-lm",
-            ],
-        );
+        let (interpose, program) = interposed_mathcalls(&dir);
         let order = load_order(&program, &LdCache::system());
         let expected: Vec<PathBuf> = order.libraries.iter().map(|l| l.path.clone()).collect();
         assert_eq!(expected[0], interpose);

@@ -42,24 +42,8 @@ impl CallSink for EventEncoder<'_> {
 mod tests {
     use super::*;
     use crate::filter::{FilterSpec, FilteredSink};
-    use crate::plan::{FunctionKind, FunctionTable, TracedFunction};
+    use crate::plan::FunctionTable;
     use crate::replay::Replayer;
-
-    fn table(names: &[&str]) -> FunctionTable {
-        FunctionTable {
-            modules: vec!["/bin/prog".into()],
-            functions: names
-                .iter()
-                .map(|name| TracedFunction {
-                    name: name.to_string(),
-                    module: 0,
-                    offset: 0,
-                    size: 1,
-                    kind: FunctionKind::Function,
-                })
-                .collect(),
-        }
-    }
 
     #[test]
     fn the_shown_calls_come_back_as_the_same_events() {
@@ -72,7 +56,7 @@ mod tests {
             Event::exit(40, 7, a),
             Event::exit(100, 7, main),
         ];
-        let table = table(&["main", "a", "b"]);
+        let table = FunctionTable::of_names(&["main", "a", "b"]);
         let out = RefCell::new(Vec::new());
         let mut encoder = EventEncoder::new(&out);
         // Depth 2 hides b: its events go, the others stay exactly as they were.

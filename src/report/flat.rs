@@ -77,24 +77,11 @@ impl<W: Write> CallSink for FlatPrinter<'_, W> {
 mod tests {
     use super::*;
     use crate::event::Event;
-    use crate::plan::{FunctionKind, TracedFunction};
     use crate::replay::Replayer;
 
     #[test]
     fn one_line_per_event() {
-        let table = FunctionTable {
-            modules: vec!["/bin/prog".into()],
-            functions: ["main", "fib"]
-                .iter()
-                .map(|name| TracedFunction {
-                    name: name.to_string(),
-                    module: 0,
-                    offset: 0,
-                    size: 1,
-                    kind: FunctionKind::Function,
-                })
-                .collect(),
-        };
+        let table = FunctionTable::of_names(&["main", "fib"]);
         let mut out = Vec::new();
         let mut printer = FlatPrinter::new(&table, &mut out).unwrap();
         let mut replayer = Replayer::new(2);

@@ -276,3 +276,57 @@ pub fn send_signal(pid: u32, signal: libc::c_int) {
     let result = unsafe { libc::kill(pid as libc::pid_t, signal) };
     assert_eq!(result, 0, "kill({pid}, {signal})");
 }
+
+/// A program that runs until SIGTERM, its stdout read line by line.
+pub struct Running {
+    pub process: std::process::Child,
+    pub lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Running {
+    /// Starts `program` and waits for its `ready` line. A freshly written copy may still be
+    /// open in a child another test thread forked (exec then fails with ETXTBSY until that child
+    /// has exec'ed too): such a start is tried again.
+    pub fn start(program: &Path) -> Running {
+        use std::io::BufRead;
+        let mut process = (0..100)
+            .find_map(
+                |_| match Command::new(program).stdout(Stdio::piped()).spawn() {
+                    Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        None
+                    }
+                    spawned => Some(spawned.unwrap()),
+                },
+            )
+            .expect("the program file stayed busy");
+        let stdout = process.stdout.take().unwrap();
+        let mut running = Running {
+            process,
+            lines: std::io::BufReader::new(stdout).lines(),
+        };
+        running.wait_for_line("ready");
+        running
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.id()
+    }
+
+    /// Reads lines until one starts with `prefix`, and returns it.
+    pub fn wait_for_line(&mut self, prefix: &str) -> String {
+        self.lines
+            .by_ref()
+            .map(|line| line.unwrap())
+            .find(|line| line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("the program never printed {prefix:?}"))
+    }
+
+    /// Sends SIGTERM, checks the program ends well, and returns the lines it printed last.
+    pub fn stop(mut self) -> Vec<String> {
+        send_signal(self.pid(), libc::SIGTERM);
+        let rest = self.lines.map(|line| line.unwrap()).collect();
+        assert!(self.process.wait().unwrap().success());
+        rest
+    }
+}
