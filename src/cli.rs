@@ -134,8 +134,11 @@ pub struct LiveArgs {
     /// Show when each line's event happened (CLOCK_MONOTONIC seconds).
     #[arg(long)]
     pub timestamp: bool,
+    /// Show the CPU each line's event happened on.
+    #[arg(long)]
+    pub cpuid: bool,
     /// One line per entry and per exit, as they come, instead of the tree.
-    #[arg(long, conflicts_with_all = ["tid", "timestamp"])]
+    #[arg(long, conflicts_with_all = ["tid", "timestamp", "cpuid"])]
     pub flat: bool,
 }
 
@@ -157,12 +160,18 @@ pub struct ReportArgs {
     /// Summary: one table per thread.
     #[arg(long)]
     pub per_thread: bool,
+    /// Summary: average, minimum and maximum of each function's self time instead of its total.
+    #[arg(long)]
+    pub avg_self: bool,
     /// Flame graphs: weigh each call by its self time, or count it once (time | calls).
     #[arg(long, value_name = "WEIGHT", default_value = "time")]
     pub weight: Weight,
     /// Replay: show when each line's event happened (CLOCK_MONOTONIC seconds).
     #[arg(long)]
     pub timestamp: bool,
+    /// Replay: show the CPU each line's event happened on.
+    #[arg(long)]
+    pub cpuid: bool,
     #[command(flatten)]
     pub filter: FilterArgs,
 }

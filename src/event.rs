@@ -9,7 +9,8 @@ use crate::plan::FunctionId;
 pub struct Event {
     /// CLOCK_MONOTONIC, nanoseconds.
     pub timestamp_ns: u64,
-    /// Kernel thread id.
+    /// Kernel thread id in the low [`Event::TID_BITS`] bits, the CPU (modulo 1024) above: read
+    /// them with [`Event::tid`] and [`Event::cpu`].
     pub tid: u32,
     /// Function id, with [`Event::EXIT`] set on exits.
     pub function: u32,
@@ -26,6 +27,9 @@ impl Event {
     pub const EXIT: u32 = 1 << 31;
     /// Size of one event in bytes, in the ring buffer and on disk.
     pub const SIZE: usize = std::mem::size_of::<Event>();
+    /// Bits of the `tid` field that hold the thread id (`EVENT_TID_BITS`): pid_max is at most
+    /// 2^22, which leaves 10 bits for the CPU.
+    pub const TID_BITS: u32 = 22;
 
     pub fn entry(timestamp_ns: u64, tid: u32, function: FunctionId) -> Event {
         Event {
@@ -41,6 +45,23 @@ impl Event {
             tid,
             function: function | Event::EXIT,
         }
+    }
+
+    /// The same event, marked as having happened on `cpu`.
+    pub fn on_cpu(self, cpu: u32) -> Event {
+        Event {
+            tid: self.tid() | (cpu << Event::TID_BITS),
+            ..self
+        }
+    }
+
+    pub fn tid(&self) -> u32 {
+        self.tid & ((1 << Event::TID_BITS) - 1)
+    }
+
+    /// The CPU the event happened on, modulo 1024.
+    pub fn cpu(&self) -> u32 {
+        self.tid >> Event::TID_BITS
     }
 
     pub fn function_id(&self) -> FunctionId {
@@ -64,5 +85,12 @@ mod tests {
         let e = Event::entry(5, 7, 1234);
         assert!(!e.is_exit());
         assert_eq!(e.function_id(), 1234);
+    }
+
+    #[test]
+    fn the_cpu_rides_above_the_thread_id() {
+        let e = Event::exit(5, 4_194_303, 9).on_cpu(1023);
+        assert_eq!((e.tid(), e.cpu(), e.function_id()), (4_194_303, 1023, 9));
+        assert_eq!(Event::entry(5, 77, 9).cpu(), 0);
     }
 }

@@ -71,6 +71,7 @@ fn run_live(args: LiveArgs) -> Result<u8> {
         columns: Columns {
             thread_ids: args.tid,
             timestamps: args.timestamp,
+            cpus: args.cpuid,
         },
         flat: args.flat,
     })?;
@@ -149,14 +150,14 @@ fn run_report(args: ReportArgs) -> Result<()> {
 /// threads before the first line, which costs a first pass over the events.
 fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
     let format = args.format;
-    if args.per_thread && format != Format::Summary {
-        bail!("--per-thread applies to --format=summary, not {format}");
+    if (args.per_thread || args.avg_self) && format != Format::Summary {
+        bail!("--per-thread and --avg-self apply to --format=summary, not {format}");
     }
     if args.sort != SortKey::Total && !matches!(format, Format::Summary | Format::Json) {
         bail!("--sort applies to --format=summary and json, not {format}");
     }
-    if args.timestamp && format != Format::Replay {
-        bail!("--timestamp applies to --format=replay, not {format}");
+    if (args.timestamp || args.cpuid) && format != Format::Replay {
+        bail!("--timestamp and --cpuid apply to --format=replay, not {format}");
     }
     if args.weight != Weight::Time && !matches!(format, Format::FlameGraph | Format::Svg) {
         bail!("--weight applies to --format=flame-graph and svg, not {format}");
@@ -171,10 +172,12 @@ fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
     Ok(ReportOptions {
         sort: args.sort,
         per_thread: args.per_thread,
+        avg_self: args.avg_self,
         weight: args.weight,
         filter,
         show_thread_ids,
         show_timestamps: args.timestamp,
+        show_cpus: args.cpuid,
     })
 }
 

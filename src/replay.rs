@@ -29,6 +29,8 @@ use crate::plan::FunctionId;
 pub struct FinishedCall {
     pub function: FunctionId,
     pub tid: u32,
+    /// The CPU the call returned on (where it was entered, when its exit was never seen).
+    pub cpu: u32,
     /// Entry time, CLOCK_MONOTONIC ns.
     pub start_ns: u64,
     pub duration_ns: u64,
@@ -48,6 +50,8 @@ pub struct FinishedCall {
 pub struct CallEntry {
     pub function: FunctionId,
     pub tid: u32,
+    /// The CPU the call was entered on.
+    pub cpu: u32,
     /// Entry time, CLOCK_MONOTONIC ns.
     pub start_ns: u64,
     /// 0 for the outermost call observed on the thread.
@@ -146,7 +150,7 @@ impl Replayer {
         }
         self.events_seen += 1;
         self.stats.last_timestamp_ns = self.stats.last_timestamp_ns.max(ts);
-        let thread = self.thread_index(event.tid);
+        let thread = self.thread_index(event.tid());
         let stack = &mut self.stacks[thread];
         if event.is_exit() {
             if !stack.is_active(function) {
@@ -155,20 +159,21 @@ impl Replayer {
             }
             // The function is on the stack, so this loop stops at it.
             while stack.top() != Some(function) {
-                stack.pop(ts, false, sink, &mut self.spare_active);
+                stack.pop(ts, None, sink, &mut self.spare_active);
                 self.stats.unfinished_calls += 1;
             }
-            stack.pop(ts, true, sink, &mut self.spare_active);
+            stack.pop(ts, Some(event.cpu()), sink, &mut self.spare_active);
         } else {
             let function_count = self.function_count;
-            stack.enter(function, ts, || {
+            stack.enter(function, ts, event.cpu(), || {
                 self.spare_active
                     .pop()
                     .unwrap_or_else(|| vec![0; function_count])
             });
             let entry = CallEntry {
                 function,
-                tid: event.tid,
+                tid: event.tid(),
+                cpu: event.cpu(),
                 start_ns: ts,
                 depth: (stack.path.len() - 1) as u32,
             };
@@ -197,7 +202,7 @@ impl Replayer {
         self.stacks.sort_by_key(|stack| stack.tid);
         for stack in &mut self.stacks {
             while stack.top().is_some() {
-                stack.pop(end_ns, false, sink, &mut self.spare_active);
+                stack.pop(end_ns, None, sink, &mut self.spare_active);
                 self.stats.unfinished_calls += 1;
             }
         }
@@ -223,6 +228,8 @@ impl Replayer {
 /// One open call.
 struct Frame {
     start_ns: u64,
+    /// The CPU the call was entered on.
+    cpu: u32,
     /// Sum of the durations of the direct children that have ended.
     child_ns: u64,
     recursive: bool,
@@ -259,7 +266,13 @@ impl CallStack {
     }
 
     /// Opens a frame; `take_active` provides zeroed counters when the stack has none.
-    fn enter(&mut self, function: FunctionId, ts: u64, take_active: impl FnOnce() -> Vec<u32>) {
+    fn enter(
+        &mut self,
+        function: FunctionId,
+        ts: u64,
+        cpu: u32,
+        take_active: impl FnOnce() -> Vec<u32>,
+    ) {
         if self.active.is_empty() {
             self.active = take_active();
         }
@@ -269,16 +282,18 @@ impl CallStack {
         self.path.push(function);
         self.frames.push(Frame {
             start_ns: ts,
+            cpu,
             child_ns: 0,
             recursive,
         });
     }
 
-    /// Closes the top frame at `end_ns` and hands it to `sink`. The stack must not be empty.
+    /// Closes the top frame at `end_ns` and hands it to `sink`: complete when its exit was seen,
+    /// on `exit_cpu`. The stack must not be empty.
     fn pop<S: CallSink>(
         &mut self,
         end_ns: u64,
-        complete: bool,
+        exit_cpu: Option<u32>,
         sink: &mut S,
         spare_active: &mut Vec<Vec<u32>>,
     ) {
@@ -289,11 +304,12 @@ impl CallStack {
         let call = FinishedCall {
             function,
             tid: self.tid,
+            cpu: exit_cpu.unwrap_or(frame.cpu),
             start_ns: frame.start_ns,
             duration_ns,
             self_ns: duration_ns.saturating_sub(frame.child_ns),
             depth: depth as u32,
-            complete,
+            complete: exit_cpu.is_some(),
             recursive: frame.recursive,
         };
         sink.call_finished(&call, &self.path);
@@ -398,6 +414,7 @@ mod tests {
         FinishedCall {
             function,
             tid,
+            cpu: 0,
             start_ns,
             duration_ns,
             self_ns,

@@ -224,3 +224,78 @@ fn flat_and_timestamp_output() {
         .collect();
     assert_eq!(unstamped, expected("sort4.tree"));
 }
+
+#[test]
+fn cpu_ids_are_shown_live_and_in_replay() {
+    if !bpf_available("cpu_ids_are_shown_live_and_in_replay") {
+        return;
+    }
+    let sort = compile("sort.c", "sort", &[]);
+    let cpus = std::thread::available_parallelism().unwrap().get() as u32;
+    let check = |tree: &str| {
+        assert!(tree.lines().next().unwrap().contains("CPU"), "{tree}");
+        for line in tree.lines().skip(1) {
+            let cpu: u32 = line[10..]
+                .split('|')
+                .next()
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            assert!(cpu < cpus, "CPU {cpu} on a machine with {cpus}: {line}");
+        }
+        // The column comes before the tree, which is unchanged.
+        let without: String = tree
+            .lines()
+            .skip(1)
+            .map(|l| format!("{:10}{}\n", "", &l[l.find(" |").unwrap()..]))
+            .collect();
+        assert_eq!(
+            without,
+            expected("sort4.tree")
+                .lines()
+                .skip(1)
+                .map(|l| format!("{l}\n"))
+                .collect::<String>()
+        );
+    };
+    let (_, live) = live_to_file(&["--cpuid"], &sort, &["4"]);
+    check(&live);
+    let recording = record(&sort, &["4"], &[]);
+    check(&recording.report(&["--format=replay", "--cpuid"]));
+}
+
+#[test]
+fn a_thread_filter_at_record_time_keeps_that_thread_only() {
+    if !bpf_available("a_thread_filter_at_record_time_keeps_that_thread_only") {
+        return;
+    }
+    // server.c calls tick() on its main thread (tid = pid) and work() on another.
+    let server = Running::start(&compile("server.c", "server", &[]));
+    let pid = server.pid().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("utrace.data");
+    let output = utrace()
+        .args([
+            "record",
+            "-p",
+            &pid,
+            "--tid-filter",
+            &pid,
+            "--duration",
+            "500ms",
+            "-o",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    server.stop();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json = report_json(&data);
+    assert!(calls_of(&json, "tick") > 10, "{json}");
+    assert_eq!(calls_of(&json, "work"), 0, "{json}");
+}

@@ -61,7 +61,8 @@ static __always_inline int record(void *ctx, __u32 kind)
 		return 0;
 	}
 	e->timestamp_ns = now;
-	e->tid = (__u32)pid_tgid;
+	e->tid = ((__u32)pid_tgid & ((1u << EVENT_TID_BITS) - 1)) |
+		 (bpf_get_smp_processor_id() << EVENT_TID_BITS);
 	e->function = (__u32)bpf_get_attach_cookie(ctx) | kind;
 
 	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)

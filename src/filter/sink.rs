@@ -45,6 +45,8 @@ struct ThreadView {
 
 struct ShownFrame {
     start_ns: u64,
+    /// The CPU it was entered on.
+    cpu: u32,
     /// The durations of the shown calls it made directly (in the filtered tree).
     child_ns: u64,
 }
@@ -104,6 +106,7 @@ impl ThreadView {
             let entry = CallEntry {
                 function: self.path[depth],
                 tid: self.tid,
+                cpu: frame.cpu,
                 start_ns: frame.start_ns,
                 depth: depth as u32,
             };
@@ -128,6 +131,7 @@ impl<S: CallSink> CallSink for FilteredSink<'_, S> {
             thread.path.push(entry.function);
             thread.frames.push(ShownFrame {
                 start_ns: entry.start_ns,
+                cpu: entry.cpu,
                 child_ns: 0,
             });
             thread.enter_proven(entry.start_ns, self.min_duration_ns, self.inner);

@@ -25,7 +25,7 @@ impl CallSink for EventEncoder<'_> {
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
         self.out
             .borrow_mut()
-            .push(Event::entry(entry.start_ns, entry.tid, entry.function));
+            .push(Event::entry(entry.start_ns, entry.tid, entry.function).on_cpu(entry.cpu));
     }
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
@@ -33,7 +33,7 @@ impl CallSink for EventEncoder<'_> {
             let end = call.start_ns + call.duration_ns;
             self.out
                 .borrow_mut()
-                .push(Event::exit(end, call.tid, call.function));
+                .push(Event::exit(end, call.tid, call.function).on_cpu(call.cpu));
         }
     }
 }

@@ -28,7 +28,7 @@ use crate::replay::{CallSink, FastHashMap, ReplayStats, Replayer};
 
 use chrome::ChromeTrace;
 use flame_graph::{FoldedStacks, Weight};
-use summary::{SortKey, Summary, ThreadSummaries};
+use summary::{SortKey, Summary, TableLayout, ThreadSummaries};
 use tree::{Columns, TreePrinter};
 
 /// What the data file says about the recording, for reports that show it.
@@ -171,6 +171,8 @@ pub struct ReportOptions {
     pub sort: SortKey,
     /// Summary: one table per thread.
     pub per_thread: bool,
+    /// Summary: average, minimum and maximum of self times (`--avg-self`).
+    pub avg_self: bool,
     /// Flame graphs: what a call weighs.
     pub weight: Weight,
     /// Every format: which calls are shown.
@@ -180,6 +182,17 @@ pub struct ReportOptions {
     pub show_thread_ids: bool,
     /// Replay: show when each line's event happened (`--timestamp`).
     pub show_timestamps: bool,
+    /// Replay: show the CPU of each line's event (`--cpuid`).
+    pub show_cpus: bool,
+}
+
+impl ReportOptions {
+    fn table_layout(&self) -> TableLayout {
+        TableLayout {
+            sort: self.sort,
+            avg_self: self.avg_self,
+        }
+    }
 }
 
 /// Replays every block of `source` into `sink`, then closes the calls still open at the latest
@@ -255,10 +268,11 @@ where
         events += block.len() as u64;
         for event in block {
             // Events come in runs from one thread: skip the lookup within a run.
-            if last_tid != Some(event.tid) {
-                last_tid = Some(event.tid);
-                if filter.shows_thread(event.tid) {
-                    seen.insert(event.tid, ());
+            let tid = event.tid();
+            if last_tid != Some(tid) {
+                last_tid = Some(tid);
+                if filter.shows_thread(tid) {
+                    seen.insert(tid, ());
                 }
             }
         }
@@ -289,13 +303,13 @@ where
         Format::Summary if options.per_thread => {
             let mut summaries = ThreadSummaries::new(function_count);
             let outcome = replay_filtered(source, table, filter, &mut summaries)?;
-            summaries.write_text(table, &outcome.replay, options.sort, out)?;
+            summaries.write_text(table, &outcome.replay, options.table_layout(), out)?;
             Ok(outcome)
         }
         Format::Summary => {
             let mut summary = Summary::new(function_count);
             let outcome = replay_filtered(source, table, filter, &mut summary)?;
-            summary.write_text(table, &outcome.replay, options.sort, out)?;
+            summary.write_text(table, &outcome.replay, options.table_layout(), out)?;
             Ok(outcome)
         }
         Format::Json => {
@@ -321,6 +335,7 @@ where
             let columns = Columns {
                 thread_ids: options.show_thread_ids,
                 timestamps: options.show_timestamps,
+                cpus: options.show_cpus,
             };
             let mut printer = TreePrinter::new(table, columns, &mut *out)?;
             let outcome = replay_filtered(source, table, filter, &mut printer)?;

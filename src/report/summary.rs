@@ -93,6 +93,9 @@ pub struct FunctionStats {
     /// 0 when there were no calls.
     pub min_ns: u64,
     pub max_ns: u64,
+    /// The shortest and longest self time of one call (`--avg-self`).
+    pub min_self_ns: u64,
+    pub max_self_ns: u64,
 }
 
 impl FunctionStats {
@@ -101,13 +104,32 @@ impl FunctionStats {
         self.total_ns.checked_div(self.calls).unwrap_or(0)
     }
 
+    /// self / calls, 0 when there were no calls.
+    pub fn avg_self_ns(&self) -> u64 {
+        self.self_ns.checked_div(self.calls).unwrap_or(0)
+    }
+
+    /// Average, minimum and maximum of the calls' total times, or with `self_times` of their
+    /// self times.
+    fn spread(&self, self_times: bool) -> [u64; 3] {
+        if self_times {
+            [self.avg_self_ns(), self.min_self_ns, self.max_self_ns]
+        } else {
+            [self.avg_ns(), self.min_ns, self.max_ns]
+        }
+    }
+
     fn add(&mut self, call: &FinishedCall) {
         if self.calls == 0 {
             self.min_ns = call.duration_ns;
             self.max_ns = call.duration_ns;
+            self.min_self_ns = call.self_ns;
+            self.max_self_ns = call.self_ns;
         } else {
             self.min_ns = self.min_ns.min(call.duration_ns);
             self.max_ns = self.max_ns.max(call.duration_ns);
+            self.min_self_ns = self.min_self_ns.min(call.self_ns);
+            self.max_self_ns = self.max_self_ns.max(call.self_ns);
         }
         self.calls += 1;
         if !call.recursive {
@@ -115,6 +137,14 @@ impl FunctionStats {
         }
         self.self_ns = self.self_ns.saturating_add(call.self_ns);
     }
+}
+
+/// How the summary table is laid out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableLayout {
+    pub sort: SortKey,
+    /// Average, minimum and maximum of self times rather than of total times (`--avg-self`).
+    pub avg_self: bool,
 }
 
 /// Collects [`FunctionStats`] per function id; a [`CallSink`].
@@ -171,10 +201,10 @@ impl Summary {
         &self,
         table: &FunctionTable,
         replay: &ReplayStats,
-        sort: SortKey,
+        layout: TableLayout,
         out: &mut dyn Write,
     ) -> io::Result<()> {
-        self.write_table(table, replay.span_ns(), sort, out)?;
+        self.write_table(table, replay.span_ns(), layout, out)?;
         write_note(replay, out)
     }
 
@@ -182,21 +212,27 @@ impl Summary {
         &self,
         table: &FunctionTable,
         span_ns: u64,
-        sort: SortKey,
+        layout: TableLayout,
         out: &mut dyn Write,
     ) -> io::Result<()> {
+        let [average, minimum, maximum] = if layout.avg_self {
+            ["Avg self", "Min self", "Max self"]
+        } else {
+            ["Average", "Minimum", "Maximum"]
+        };
         writeln!(
             out,
             "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  Function",
-            "Total time", "Total %", "Self time", "Calls", "Average", "Minimum", "Maximum"
+            "Total time", "Total %", "Self time", "Calls", average, minimum, maximum
         )?;
         let rule = "==========";
         writeln!(
             out,
             "  {rule}  =======  {rule}  {rule}  {rule}  {rule}  {rule}  ===================="
         )?;
-        for row in self.rows(table, sort) {
+        for row in self.rows(table, layout.sort) {
             let s = &row.stats;
+            let [average, minimum, maximum] = s.spread(layout.avg_self);
             writeln!(
                 out,
                 "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {}",
@@ -204,9 +240,9 @@ impl Summary {
                 Percent::of(s.total_ns, span_ns),
                 HumanDuration(s.self_ns),
                 s.calls,
-                HumanDuration(s.avg_ns()),
-                HumanDuration(s.min_ns),
-                HumanDuration(s.max_ns),
+                HumanDuration(average),
+                HumanDuration(minimum),
+                HumanDuration(maximum),
                 row.function.name
             )?;
         }
@@ -248,7 +284,7 @@ impl ThreadSummaries {
         &self,
         table: &FunctionTable,
         replay: &ReplayStats,
-        sort: SortKey,
+        layout: TableLayout,
         out: &mut dyn Write,
     ) -> io::Result<()> {
         let mut threads: Vec<&(u32, Summary)> = self.threads.iter().collect();
@@ -258,7 +294,7 @@ impl ThreadSummaries {
                 writeln!(out)?;
             }
             writeln!(out, "Thread {tid}")?;
-            summary.write_table(table, replay.span_ns(), sort, out)?;
+            summary.write_table(table, replay.span_ns(), layout, out)?;
         }
         write_note(replay, out)
     }

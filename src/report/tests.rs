@@ -324,6 +324,7 @@ fn report_summary_sorts_by_total_then_name() {
         let call = FinishedCall {
             function,
             tid: 1,
+            cpu: 0,
             start_ns: 0,
             duration_ns,
             self_ns: duration_ns,
@@ -353,6 +354,7 @@ fn report_flame_graph_merges_paths_that_read_the_same() {
         let call = FinishedCall {
             function: *stack.last().unwrap(),
             tid: 1,
+            cpu: 0,
             start_ns: 0,
             duration_ns: self_ns,
             self_ns,
@@ -784,4 +786,49 @@ fn filter_time_defers_entries_until_they_are_long_enough() {
   1.000 us | } /* main */
 "
     );
+}
+
+#[test]
+fn report_summary_avg_self_spreads_self_times() {
+    // fib twice: self 20 ns, then 40 ns (50 ns with a 10 ns child).
+    let events = [
+        Event::entry(0, 7, MAIN),
+        Event::entry(10, 7, FIB),
+        Event::exit(30, 7, FIB),
+        Event::entry(40, 7, FIB),
+        Event::entry(50, 7, SORT),
+        Event::exit(60, 7, SORT),
+        Event::exit(90, 7, FIB),
+        Event::exit(100, 7, MAIN),
+    ];
+    let mut out = Vec::new();
+    let options = ReportOptions {
+        avg_self: true,
+        ..ReportOptions::default()
+    };
+    write_report(
+        Format::Summary,
+        &options,
+        |_| sort_info(),
+        &sort_table(),
+        &mut IterBlocks::new([&events[..]]),
+        &mut out,
+    )
+    .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .contains("Avg self    Min self    Max self"),
+        "{text}"
+    );
+    let fib = text.lines().find(|l| l.ends_with("  fib")).unwrap();
+    let columns: Vec<&str> = fib
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    // Total, Total %, Self, Calls, then the spread of self times: 30, 20, 40 ns.
+    assert_eq!(&columns[3..7], ["2", "30 ns", "20 ns", "40 ns"], "{fib}");
 }

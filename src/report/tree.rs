@@ -34,8 +34,8 @@ pub struct TreePrinter<'t, W: Write> {
     /// demangled C++ names that already end in one.
     parens: Vec<&'static str>,
     show_tids: bool,
-    /// Show the timestamp column (`--timestamp`).
-    show_timestamps: bool,
+    /// The optional columns but the thread id (`--timestamp`, `--cpuid`).
+    columns: Columns,
     /// Live mode: turn the thread id column on when a second thread shows up.
     tids_when_threaded: bool,
     out: W,
@@ -57,7 +57,7 @@ impl<'t, W: Write> TreePrinter<'t, W> {
     /// A printer that writes to `out`, starting with the header line. `show_tids` adds the
     /// thread id column: set it when the trace (as filtered) has more than one thread.
     pub fn new(table: &'t FunctionTable, columns: Columns, mut out: W) -> io::Result<Self> {
-        write_header(&mut out, columns.thread_ids, columns.timestamps)?;
+        write_header(&mut out, columns)?;
         let parens = table
             .functions
             .iter()
@@ -67,7 +67,7 @@ impl<'t, W: Write> TreePrinter<'t, W> {
             table,
             parens,
             show_tids: columns.thread_ids,
-            show_timestamps: columns.timestamps,
+            columns,
             tids_when_threaded: false,
             out,
             pending: Vec::new(),
@@ -126,7 +126,11 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         });
         if index == 1 && self.tids_when_threaded && !self.show_tids {
             self.show_tids = true;
-            if let Err(error) = write_header(&mut self.out, true, self.show_timestamps) {
+            let columns = Columns {
+                thread_ids: true,
+                ..self.columns
+            };
+            if let Err(error) = write_header(&mut self.out, columns) {
                 self.error.get_or_insert(error);
             }
         }
@@ -144,7 +148,7 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         let parens = self.parens.get(function as usize).copied().unwrap_or("()");
         let columns = Columns {
             thread_ids: self.show_tids,
-            timestamps: self.show_timestamps,
+            ..self.columns
         };
         let result = write_line(&mut self.out, &place, columns, name, parens, line);
         if let Err(error) = result {
@@ -160,15 +164,20 @@ pub struct Columns {
     pub thread_ids: bool,
     /// When each line's event happened, CLOCK_MONOTONIC seconds (`1234.567890123`).
     pub timestamps: bool,
+    /// The CPU each line's event happened on.
+    pub cpus: bool,
 }
 
-fn write_header(out: &mut impl Write, show_tids: bool, show_timestamps: bool) -> io::Result<()> {
+fn write_header(out: &mut impl Write, columns: Columns) -> io::Result<()> {
     write!(out, "{:<10}", "# DURATION")?;
-    if show_timestamps {
+    if columns.timestamps {
         write!(out, " {:>20}", "TIMESTAMP")?;
     }
-    if show_tids {
+    if columns.thread_ids {
         write!(out, " {:^8}", "TID")?;
+    }
+    if columns.cpus {
+        write!(out, " CPU")?;
     }
     writeln!(out, "   FUNCTION")
 }
@@ -179,6 +188,7 @@ struct Place {
     duration: Option<u64>,
     timestamp_ns: u64,
     tid: u32,
+    cpu: u32,
     depth: u32,
 }
 
@@ -189,6 +199,7 @@ impl Place {
             duration: None,
             timestamp_ns: entry.start_ns,
             tid: entry.tid,
+            cpu: entry.cpu,
             depth: entry.depth,
         }
     }
@@ -206,6 +217,7 @@ fn write_line(
         duration,
         timestamp_ns,
         tid,
+        cpu,
         depth,
     } = *place;
     match duration {
@@ -218,6 +230,9 @@ fn write_line(
     }
     if columns.thread_ids {
         write!(out, " [{tid:>6}]")?;
+    }
+    if columns.cpus {
+        write!(out, " {cpu:>3}")?;
     }
     write!(out, " | {:indent$}", "", indent = 2 * depth as usize)?;
     match line {
@@ -270,6 +285,7 @@ impl<W: Write> CallSink for TreePrinter<'_, W> {
             duration: Some(call.duration_ns),
             timestamp_ns,
             tid: call.tid,
+            cpu: call.cpu,
             depth: call.depth,
         };
         self.line(place, call.function, line);
