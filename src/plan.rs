@@ -47,6 +47,13 @@ impl FunctionTable {
         self.functions.get(id as usize)
     }
 
+    /// Appends the modules and functions of `more`, whose module indices already count on from
+    /// this table's (a "more functions" chunk of `utrace.data`).
+    pub fn extend(&mut self, more: FunctionTable) {
+        self.modules.extend(more.modules);
+        self.functions.extend(more.functions);
+    }
+
     /// The file name of the module a function lives in (`sort` for `/path/to/sort`).
     pub fn module_name(&self, function: &TracedFunction) -> &str {
         file_name(

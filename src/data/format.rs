@@ -15,9 +15,13 @@
 //! | 2    | function table | bincode 2 (standard configuration) of [`FunctionTable`]          |
 //! | 3    | events         | [`Event`]s as they are in memory (16 bytes each, little-endian) |
 //! | 4    | statistics     | bincode 2 (standard configuration) of [`Statistics`]             |
+//! | 5    | more functions | bincode 2 of a [`FunctionTable`] of the modules and functions   |
+//! |      |                | planned during the recording (a library loaded with `dlopen`):  |
+//! |      |                | ids and module indices continue those before it                 |
 //!
-//! Order: metadata, function table, any number of events chunks, statistics when the recording
-//! ended cleanly. Readers skip chunks of kinds they do not know, and ignore bytes that follow a
+//! Order: metadata, function table, any number of events and more-functions chunks, statistics
+//! when the recording ended cleanly. A more-functions chunk comes before the events that use its
+//! ids; readers gather them all when they open a file, so reports know every function first. Readers skip chunks of kinds they do not know, and ignore bytes that follow a
 //! bincode value inside its payload, so later versions can add chunks and append fields.
 //!
 //! A payload is at most [`MAX_CHUNK_LEN`] bytes (64 MiB): readers refuse longer ones without
@@ -58,6 +62,7 @@ pub enum ChunkKind {
     FunctionTable,
     Events,
     Statistics,
+    MoreFunctions,
     /// A kind this version does not know: skipped.
     Unknown(u32),
 }
@@ -69,6 +74,7 @@ impl ChunkKind {
             2 => ChunkKind::FunctionTable,
             3 => ChunkKind::Events,
             4 => ChunkKind::Statistics,
+            5 => ChunkKind::MoreFunctions,
             other => ChunkKind::Unknown(other),
         }
     }
@@ -79,6 +85,7 @@ impl ChunkKind {
             ChunkKind::FunctionTable => 2,
             ChunkKind::Events => 3,
             ChunkKind::Statistics => 4,
+            ChunkKind::MoreFunctions => 5,
             ChunkKind::Unknown(code) => code,
         }
     }
@@ -90,6 +97,7 @@ impl ChunkKind {
             ChunkKind::FunctionTable => "function table",
             ChunkKind::Events => "events",
             ChunkKind::Statistics => "statistics",
+            ChunkKind::MoreFunctions => "more functions",
             ChunkKind::Unknown(_) => "unknown",
         }
     }

@@ -3,6 +3,7 @@
 //! damaged file may lose events but never invent one. Cases are fixed per run (see
 //! [`CASES`]) so the suite stays well under a minute in release builds.
 
+use std::io::Cursor;
 use std::path::Path;
 
 use proptest::prelude::*;
@@ -98,7 +99,7 @@ fn valid_recording() -> (Vec<u8>, Vec<Event>) {
 
 /// Reads everything `bytes` holds; the events up to the end or the first error.
 fn read_events(bytes: &[u8]) -> Vec<Event> {
-    let Ok(mut reader) = DataReader::from_reader(Path::new(PATH), bytes) else {
+    let Ok(mut reader) = DataReader::from_reader(Path::new(PATH), Cursor::new(bytes)) else {
         return Vec::new();
     };
     let mut events = Vec::new();
@@ -121,12 +122,12 @@ fn report_all(bytes: &[u8]) {
         Format::Chrome,
     ];
     for format in formats {
-        let Ok(mut reader) = DataReader::from_reader(Path::new(PATH), bytes) else {
+        let Ok(mut reader) = DataReader::from_reader(Path::new(PATH), Cursor::new(bytes)) else {
             return;
         };
         let table = reader.functions().clone();
         let mut out = Vec::new();
-        let info = |reader: &DataReader<&[u8]>| TraceInfo {
+        let info = |reader: &DataReader<Cursor<&[u8]>>| TraceInfo {
             command: reader.metadata().command_line(),
             ..TraceInfo::default()
         };

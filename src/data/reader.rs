@@ -6,7 +6,7 @@
 //! header's word beyond [`MAX_CHUNK_LEN`](format::MAX_CHUNK_LEN).
 
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -72,7 +72,7 @@ impl DataReader<File> {
     }
 }
 
-impl<R: Read> DataReader<R> {
+impl<R: Read + Seek> DataReader<R> {
     /// Reads a recording from `input` (the fuzz tests give it bytes in memory); `path` only
     /// names it in errors.
     pub fn from_reader(path: &Path, input: R) -> Result<DataReader<R>, DataError> {
@@ -119,8 +119,12 @@ impl<R: Read> DataReader<R> {
             payload: Vec::new(),
         };
         let metadata = opening.read_table_chunk(ChunkKind::Metadata)?;
-        let functions = opening.read_table_chunk(ChunkKind::FunctionTable)?;
+        let mut functions = opening.read_table_chunk(ChunkKind::FunctionTable)?;
         let offset = opening.offset;
+        gather_more_functions(path, &mut input, offset, &mut functions);
+        input
+            .seek(SeekFrom::Start(offset))
+            .map_err(|error| DataError::io(path, error))?;
         Ok(DataReader {
             path: path.to_path_buf(),
             input,
@@ -249,7 +253,8 @@ impl<R: Read> DataReader<R> {
                         format!("a second {} chunk", header.kind.name()),
                     ));
                 }
-                ChunkKind::Unknown(_) => {
+                // Gathered when the file was opened.
+                ChunkKind::MoreFunctions | ChunkKind::Unknown(_) => {
                     if !skip(&self.path, &mut self.input, length)? {
                         self.state = State::CutShort;
                         return Ok(None);
@@ -258,6 +263,38 @@ impl<R: Read> DataReader<R> {
                 }
             }
         }
+    }
+}
+
+/// Adds the functions of every "more functions" chunk from `offset` on to `functions`, seeking
+/// over the rest, so reports know every function before the first event. Best effort: it stops
+/// at the first chunk it cannot read, and reading the events then reports what is wrong.
+fn gather_more_functions<R: Read + Seek>(
+    path: &Path,
+    input: &mut BufReader<R>,
+    mut offset: u64,
+    functions: &mut FunctionTable,
+) {
+    let mut payload = Vec::new();
+    while let Ok(Next::Chunk(header)) = read_chunk_header(path, input, offset) {
+        let length = header.length as usize;
+        if header.kind == ChunkKind::MoreFunctions {
+            let more = read_payload(path, input, length, &mut payload)
+                .ok()
+                .filter(|&whole| whole)
+                .and_then(|_| check_sum(path, offset, &header, &payload).ok())
+                .and_then(|()| decode::<FunctionTable>(path, offset, &header, &payload).ok());
+            match more {
+                Some(more) => functions.extend(more),
+                None => return,
+            }
+        } else if input
+            .seek(SeekFrom::Current(i64::from(header.length)))
+            .is_err()
+        {
+            return;
+        }
+        offset = next_offset(offset, &header);
     }
 }
 
@@ -412,7 +449,7 @@ fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(filled)
 }
 
-impl<R: Read> crate::report::EventSource for DataReader<R> {
+impl<R: Read + Seek> crate::report::EventSource for DataReader<R> {
     type Error = DataError;
 
     fn next_block(&mut self) -> Result<Option<&[Event]>, DataError> {

@@ -630,3 +630,34 @@ fn write_error_names_the_file() {
     assert!(matches!(error, DataError::Io { .. }), "{error}");
     assert!(error.to_string().starts_with("/dev/full: "), "{error}");
 }
+
+#[test]
+fn functions_planned_during_the_recording_are_known_from_the_start() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("more.data");
+    let first = table(3);
+    let mut writer = DataWriter::create(&path, &metadata(), &first).unwrap();
+    writer.write_events(&events(1, 100)).unwrap();
+    // A library loaded later: one more module (index 2, after the table's two), its functions
+    // numbered on from 3.
+    let mut more = table(2);
+    more.modules = vec!["/lib/libplugin.so".into()];
+    for function in &mut more.functions {
+        function.module = 2;
+    }
+    writer.write_more_functions(&more).unwrap();
+    writer.write_events(&events(2, 50)).unwrap();
+    writer.finish(&Statistics::default()).unwrap();
+
+    let mut reader = DataReader::open(&path).unwrap();
+    let mut expected = first;
+    expected.extend(more);
+    assert_eq!(reader.functions(), &expected);
+    assert_eq!(reader.functions().functions.len(), 5);
+    let mut read = Vec::new();
+    while let Some(block) = reader.next_events().unwrap() {
+        read.extend_from_slice(block);
+    }
+    assert_eq!(read, [events(1, 100), events(2, 50)].concat());
+    assert!(!reader.cut_short());
+}

@@ -78,6 +78,13 @@ impl DataWriter {
         Ok(())
     }
 
+    /// Appends functions planned during the recording (see the format's "more functions"
+    /// chunk): `more` holds only the new modules and functions, numbered on from those before.
+    pub fn write_more_functions(&mut self, more: &FunctionTable) -> Result<(), DataError> {
+        let payload = encode(&self.path, "function table", more)?;
+        self.write(|out| write_chunk(out, ChunkKind::MoreFunctions, &payload))
+    }
+
     /// Appends the statistics chunk, which marks the recording as complete, and flushes.
     pub fn finish(mut self, statistics: &Statistics) -> Result<(), DataError> {
         let payload = encode(&self.path, "statistics", statistics)?;
