@@ -25,6 +25,9 @@ const _: () = assert!(std::mem::size_of::<Event>() == 16);
 impl Event {
     /// The bit of `function` that marks an exit (`EVENT_EXIT` in event.h).
     pub const EXIT: u32 = 1 << 31;
+    /// `function` of the ring buffer's note that a dlopen returned (`EVENT_LIBRARY_LOADED`):
+    /// never a function id, never written to a data file.
+    pub const LIBRARY_LOADED: u32 = 0x7fff_ffff;
     /// Size of one event in bytes, in the ring buffer and on disk.
     pub const SIZE: usize = std::mem::size_of::<Event>();
     /// Bits of the `tid` field that hold the thread id (`EVENT_TID_BITS`): pid_max is at most

@@ -181,6 +181,21 @@ impl Replayer {
         }
     }
 
+    /// Makes room for `count` more functions, numbered on from the table's (a library probed
+    /// during the recording).
+    pub fn add_functions(&mut self, count: usize) {
+        self.function_count += count;
+        let size = self.function_count;
+        for stack in &mut self.stacks {
+            if !stack.active.is_empty() {
+                stack.active.resize(size, 0);
+            }
+        }
+        for spare in &mut self.spare_active {
+            spare.resize(size, 0);
+        }
+    }
+
     /// Replays a block of events in order.
     pub fn push_all<S: CallSink>(&mut self, events: &[Event], sink: &mut S) {
         for event in events {

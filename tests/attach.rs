@@ -255,3 +255,31 @@ fn a_process_whose_binary_was_deleted_is_still_traced() {
         .find(|f| f["name"] == "tick");
     assert_eq!(tick.unwrap()["module"], "server");
 }
+
+#[test]
+fn a_library_loaded_with_dlopen_is_counted_exactly() {
+    if !bpf_available("a_library_loaded_with_dlopen_is_counted_exactly") {
+        return;
+    }
+    let library = compile("libcount.c", "libcount.so", &["-shared", "-fPIC"]);
+    let program = compile("dlopen.c", "dlopen", &["-ldl"]);
+    let library = library.to_str().unwrap();
+    let recording = record(&program, &[library], &["--nest-lib", "libcount*"]);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    assert!(recording.output.status.success(), "{stderr}");
+    assert_eq!(
+        recording.output.stdout,
+        run_untraced(&program, &[library]).stdout
+    );
+    let own = own_counts(&recording.output.stdout);
+    assert_eq!(own["lib_inner"], 50);
+    let json = recording.json();
+    assert_counts_match(&own, &counts_of(&json));
+    let module = json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "lib_outer")
+        .map(|f| f["module"].clone());
+    assert_eq!(module, Some("libcount.so".into()));
+}

@@ -7,6 +7,8 @@
 /* Set in `function` on events written at a function's return. */
 #define EVENT_EXIT (1u << 31)
 #define EVENT_TID_BITS 22
+/* `function` of the event that says a dlopen returned: never a function id. */
+#define EVENT_LIBRARY_LOADED 0x7fffffffu
 
 struct event {
 	/* bpf_ktime_get_ns(): CLOCK_MONOTONIC, in nanoseconds. */

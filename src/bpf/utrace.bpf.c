@@ -24,6 +24,10 @@ struct {
  * that the child is a copy of utrace running utrace's own libraries. */
 const volatile bool wait_for_exec = false;
 
+/* Set when the recorder can stop the process at a dlopen's return (a command it started): it
+ * then probes the new library and lets the process go on before the library's functions run. */
+const volatile bool stop_on_dlopen = false;
+
 /* Events that found the ring buffer full. */
 __u64 lost_events = 0;
 /* Whether the target has exec'ed (see wait_for_exec). */
@@ -69,6 +73,30 @@ static __always_inline int record(void *ctx, __u32 kind)
 		bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	else
 		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+/* At the return of dlopen: tells the recorder a library may have been mapped. */
+SEC("uretprobe.multi")
+int library_loaded(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct event *e;
+
+	if ((pid_tgid >> 32) != target_tgid || !recording)
+		return 0;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		/* No stop without the event: nobody would know to let the process go on. */
+		__sync_fetch_and_add(&lost_events, 1);
+		return 0;
+	}
+	e->timestamp_ns = bpf_ktime_get_ns();
+	e->tid = (__u32)pid_tgid & ((1u << EVENT_TID_BITS) - 1);
+	e->function = EVENT_LIBRARY_LOADED;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	if (stop_on_dlopen)
+		bpf_send_signal(19 /* SIGSTOP */);
 	return 0;
 }
 

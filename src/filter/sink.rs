@@ -52,6 +52,12 @@ struct ShownFrame {
 }
 
 impl<'s, S: CallSink> FilteredSink<'s, S> {
+    /// Takes in functions added to the table during the recording: `shown` says, for each, whether
+    /// the function globs show it (`FilterSpec::function_mask` of the added functions).
+    pub fn add_functions(&mut self, shown: Vec<bool>) {
+        self.shown_functions.extend(shown);
+    }
+
     /// The sink the shown calls go to.
     pub fn inner_mut(&mut self) -> &mut S {
         self.inner

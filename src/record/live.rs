@@ -6,8 +6,9 @@ use std::io::{self, Write};
 
 use anyhow::{Context, Result};
 
-use super::session::{Session, TraceOptions};
+use super::session::{Drain, Session, TraceOptions};
 use super::{monotonic_now_ns, RecordOutcome};
+use crate::event::Event;
 use crate::filter::FilteredSink;
 use crate::plan::FunctionTable;
 use crate::replay::{CallSink, ReplayStats, Replayer};
@@ -73,32 +74,56 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
     }
 }
 
+/// Live mode's drain: every batch goes through the replayer (and the filters) to the printer.
+struct LiveDrain<'a, P> {
+    replayer: Replayer,
+    filtered: FilteredSink<'a, P>,
+    write_error: Option<io::Error>,
+}
+
+impl<P: LivePrinter> Drain for LiveDrain<'_, P> {
+    fn take(&mut self, pending: &mut Vec<Event>, due: bool) -> bool {
+        self.replayer.push_all(pending, &mut self.filtered);
+        pending.clear();
+        if due {
+            if let Err(error) = self.filtered.inner_mut().tick(monotonic_now_ns()) {
+                self.write_error = Some(error);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Live mode does not follow dlopen (its printer knows the functions it started with).
+    fn more_functions(&mut self, _more: &FunctionTable) -> bool {
+        true
+    }
+}
+
 fn print_live<P: LivePrinter>(
     session: &mut Session,
     trace: &TraceOptions,
     table: &FunctionTable,
     mut printer: P,
 ) -> Result<RecordOutcome> {
-    let mut replayer = Replayer::new(table.functions.len());
-    let mut write_error = None;
-    let mut filtered = FilteredSink::new(&trace.filter, table, &mut printer);
-    let end = session.run(trace, false, |pending, due| {
-        replayer.push_all(pending, &mut filtered);
-        pending.clear();
-        if due {
-            if let Err(error) = filtered.inner_mut().tick(monotonic_now_ns()) {
-                write_error = Some(error);
-                return false;
-            }
-        }
-        true
-    })?;
+    let mut drain = LiveDrain {
+        replayer: Replayer::new(table.functions.len()),
+        filtered: FilteredSink::new(&trace.filter, table, &mut printer),
+        write_error: None,
+    };
+    let end = session.run(trace, false, false, &mut drain)?;
+    let LiveDrain {
+        replayer,
+        mut filtered,
+        write_error,
+    } = drain;
     let end_ns = replayer.stats().last_timestamp_ns;
     let stats = replayer.finish(end_ns, &mut filtered);
     session.report_end(&end, trace.debug);
     if let Some(error) = write_error {
         return Err(error).context("writing the calls");
     }
+    drop(filtered);
     printer.end(&stats).context("writing the calls")?;
     RecordOutcome::after(end.stop, session)
 }

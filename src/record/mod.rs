@@ -25,13 +25,15 @@ use std::time::SystemTime;
 use anyhow::{Context, Result};
 
 use crate::data::{DataWriter, Metadata, Statistics};
-use crate::filter::FilteredSink;
+use crate::event::Event;
+use crate::filter::{FilterSpec, FilteredSink};
+use crate::plan::FunctionTable;
 use crate::replay::Replayer;
 use encode::EventEncoder;
 pub use live::{live, LiveOptions};
 pub use probes::ring_buffer_size;
 pub use process::{split_command, ChildSetup, ExitStatus};
-pub use session::{Session, Stop, TraceOptions};
+pub use session::{Drain, Session, Stop, TraceOptions};
 pub use target::TargetSpec;
 pub use user::UserIds;
 use writer::{WriterThread, BATCH_EVENTS};
@@ -87,27 +89,17 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     // With depth, time or thread filters, only the calls they show are written (see encode.rs).
     let shown = RefCell::new(Vec::new());
     let mut encoder = EventEncoder::new(&shown);
-    let mut filtered = trace
-        .filter
-        .filters_events()
-        .then(|| FilteredSink::new(&trace.filter, &session.table, &mut encoder));
-    let mut replayer = Replayer::new(session.table.functions.len());
-    let ran = session.run(trace, true, |pending, due| {
-        if pending.is_empty() || !(due || pending.len() >= BATCH_EVENTS / 2) {
-            return true;
-        }
-        let kept = match &mut filtered {
-            Some(filtered) => {
-                replayer.push_all(pending, filtered);
-                pending.clear();
-                let mut kept = writer.empty_batch();
-                kept.append(&mut shown.borrow_mut());
-                kept
-            }
-            None => std::mem::replace(pending, writer.empty_batch()),
-        };
-        writer.send(kept)
-    });
+    let mut drain = RecordDrain {
+        writer: &writer,
+        filter: &trace.filter,
+        filtered: trace
+            .filter
+            .filters_events()
+            .then(|| FilteredSink::new(&trace.filter, &session.table, &mut encoder)),
+        shown: &shown,
+        replayer: Replayer::new(session.table.functions.len()),
+    };
+    let ran = session.run(trace, true, true, &mut drain);
     let end = match ran {
         Ok(end) => end,
         Err(error) => {
@@ -118,12 +110,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
             return Err(error);
         }
     };
-    if let Some(filtered) = &mut filtered {
-        // Calls still open and entries the time filter held back.
-        let end_ns = replayer.stats().last_timestamp_ns;
-        replayer.finish(end_ns, filtered);
-        writer.send(shown.take());
-    }
+    drain.finish();
 
     let stopped = |error| {
         // The probes are gone: the command runs on untraced. Waited for rather than left behind,
@@ -158,6 +145,56 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     );
     session.report_end(&end, trace.debug);
     RecordOutcome::after(end.stop, &session)
+}
+
+/// Where a recording's events go: to the writer thread, through the event filters when there
+/// are any.
+struct RecordDrain<'a> {
+    writer: &'a WriterThread,
+    filter: &'a FilterSpec,
+    filtered: Option<FilteredSink<'a, EventEncoder<'a>>>,
+    /// What the filtered sink shows, as events.
+    shown: &'a RefCell<Vec<Event>>,
+    replayer: Replayer,
+}
+
+impl RecordDrain<'_> {
+    /// Writes what the filters still hold: calls open at the end, entries the time filter held
+    /// back.
+    fn finish(mut self) {
+        if let Some(filtered) = &mut self.filtered {
+            let end_ns = self.replayer.stats().last_timestamp_ns;
+            self.replayer.finish(end_ns, filtered);
+            self.writer.send(self.shown.take());
+        }
+    }
+}
+
+impl Drain for RecordDrain<'_> {
+    fn take(&mut self, pending: &mut Vec<Event>, due: bool) -> bool {
+        if pending.is_empty() || !(due || pending.len() >= BATCH_EVENTS / 2) {
+            return true;
+        }
+        let kept = match &mut self.filtered {
+            Some(filtered) => {
+                self.replayer.push_all(pending, filtered);
+                pending.clear();
+                let mut kept = self.writer.empty_batch();
+                kept.append(&mut self.shown.borrow_mut());
+                kept
+            }
+            None => std::mem::replace(pending, self.writer.empty_batch()),
+        };
+        self.writer.send(kept)
+    }
+
+    fn more_functions(&mut self, more: &FunctionTable) -> bool {
+        self.replayer.add_functions(more.functions.len());
+        if let Some(filtered) = &mut self.filtered {
+            filtered.add_functions(self.filter.function_mask(more));
+        }
+        self.writer.send_more_functions(more.clone())
+    }
 }
 
 /// Under sudo, the data file belongs to the user who ran sudo, as a file they made themselves

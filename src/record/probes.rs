@@ -3,7 +3,7 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -81,6 +81,8 @@ pub struct ProbeConfig {
     pub buffer_bytes: u32,
     /// Count nothing until the target execs (a command utrace forked).
     pub wait_for_exec: bool,
+    /// Stop the process at a dlopen's return until the recorder lets it go on.
+    pub stop_on_dlopen: bool,
 }
 
 /// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
@@ -114,6 +116,7 @@ impl<'obj> LoadedProbes<'obj> {
             .expect("the BPF object has read-only data (target_tgid)");
         rodata.target_tgid = config.tgid;
         rodata.wait_for_exec = config.wait_for_exec;
+        rodata.stop_on_dlopen = config.stop_on_dlopen;
         // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
         // that, so the common hit pays for no wake-up.
         rodata.wakeup_bytes = u64::from(config.buffer_bytes / 8);
@@ -129,18 +132,20 @@ impl<'obj> LoadedProbes<'obj> {
         Ok(LoadedProbes { skel })
     }
 
-    /// Attaches entry and return probes for every function of `table`, filtered to `pid`.
-    /// `files[i]` opens `table.modules[i]`.
+    /// Attaches entry and return probes for every function of `table` in the modules from
+    /// `first_module` on, filtered to `pid`. `files[i]` opens `table.modules[first_module + i]`.
     pub fn attach(
         &self,
         table: &FunctionTable,
+        first_module: usize,
         files: &[PathBuf],
         pid: u32,
     ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
         let mut entry_links = Vec::new();
         let mut return_links = Vec::new();
-        for (module_index, (module, file)) in table.modules.iter().zip(files).enumerate() {
+        let modules = table.modules.iter().enumerate().skip(first_module);
+        for ((module_index, module), file) in modules.zip(files) {
             let (offsets, cookies): (Vec<usize>, Vec<u64>) = table
                 .functions
                 .iter()
@@ -181,6 +186,31 @@ impl<'obj> LoadedProbes<'obj> {
             entry_links,
             attach_time: started.elapsed(),
         })
+    }
+
+    /// Puts the dlopen watch on `offsets` of `library` (the dlopen the process binds to).
+    pub fn watch_dlopen(
+        &self,
+        library: &Path,
+        offsets: Vec<usize>,
+        pid: u32,
+    ) -> Result<Link, ProbeError> {
+        let count = offsets.len();
+        let opts = UprobeMultiOpts {
+            offsets,
+            retprobe: true,
+            ..Default::default()
+        };
+        self.skel
+            .progs
+            .library_loaded
+            .attach_uprobe_multi_with_opts(pid as i32, library, "", opts)
+            .map_err(|error| ProbeError::Attach {
+                count,
+                direction: "dlopen return",
+                path: library.display().to_string(),
+                error,
+            })
     }
 
     /// The ring buffer map the events arrive in.
@@ -230,6 +260,12 @@ pub struct AttachedProbes {
 }
 
 impl AttachedProbes {
+    /// Takes over the links of `more` (a library probed during the recording).
+    pub fn absorb(&mut self, more: AttachedProbes) {
+        self.return_links.extend(more.return_links);
+        self.entry_links.extend(more.entry_links);
+    }
+
     /// Detaches every probe and says how long it took.
     pub fn detach(self) -> Duration {
         let started = Instant::now();

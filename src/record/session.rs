@@ -2,22 +2,23 @@
 //! attach the probes, drain the ring buffer until the target ends or utrace is asked to stop,
 //! detach. Where the drained events go is the caller's business.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use libbpf_rs::RingBufferBuilder;
 
-use super::probes::{self, LoadedProbes, ObjectStorage, ProbeConfig};
+use super::probes::{self, AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig};
+use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
 use super::progress::Progress;
 use super::signals::{self, SignalWatch};
-use super::target::{SignalAction, Target, TargetSpec, TracedFile};
+use super::target::{Prepared, SignalAction, Target, TargetSpec, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::event::Event;
 use crate::filter::FilterSpec;
-use crate::plan::{FunctionTable, LibraryPatterns, PltLibraries};
+use crate::plan::{FunctionKind, FunctionTable, LibraryPatterns, PltLibraries};
 
 /// How long the consumer sleeps when the probes have not woken it. Bounds the delay of events
 /// at low rates; at high rates the fill-level wake-up comes first.
@@ -73,8 +74,26 @@ pub struct SessionEnd {
 /// The target and its planned functions, ready to be traced.
 pub struct Session {
     pub target: Target,
+    /// The probed files, `table.modules[i]` opened by `files[i]`.
     pub files: Vec<TracedFile>,
     pub table: FunctionTable,
+    /// What PLT calls bind to, for planning libraries loaded later too.
+    scope: BindingScope,
+    /// Every library of the program in load order, when `--nest-lib` asked for them.
+    libraries: Vec<TracedFile>,
+}
+
+/// Where a session's events and newly planned functions go.
+pub trait Drain {
+    /// Called after every poll of the ring buffer with the events so far and `true` when a flush
+    /// is due (every [`FLUSH_INTERVAL`]): takes what it wants from the vector (what it leaves
+    /// stays for the next call); false when it can take no more.
+    fn take(&mut self, pending: &mut Vec<Event>, due: bool) -> bool;
+
+    /// Functions planned during the session (a library loaded with dlopen that `--nest-lib`
+    /// matches), numbered on from the table's: the events that use them come after. Only called
+    /// when the session follows dlopen; false when it can take no more.
+    fn more_functions(&mut self, more: &FunctionTable) -> bool;
 }
 
 impl Session {
@@ -82,7 +101,12 @@ impl Session {
     pub fn prepare(options: &TraceOptions) -> Result<Session> {
         probes::show_libbpf_messages(options.debug);
         // Fork (for -c) before any thread exists: the child only waits and execs.
-        let (target, files, scope) = Target::prepare(
+        let Prepared {
+            target,
+            files,
+            scope,
+            libraries,
+        } = Target::prepare(
             &options.target,
             &options.child_setup,
             &options.nest_libs,
@@ -103,6 +127,8 @@ impl Session {
             target,
             files,
             table,
+            scope,
+            libraries,
         })
     }
 
@@ -112,29 +138,41 @@ impl Session {
         path.rsplit('/').next().unwrap_or(path)
     }
 
-    /// Traces until the target ends, `--duration` passes or a signal says stop. After every poll
-    /// of the ring buffer, `drain` gets the events so far and `true` when a flush is due (every
-    /// [`FLUSH_INTERVAL`]); it takes what it wants from the vector (what it leaves stays for the
-    /// next call) and returns false when it can take no more. Errors before the target starts
-    /// leave nothing attached.
+    /// Traces until the target ends, `--duration` passes or a signal says stop, handing the
+    /// events to `drain`. With `follow_dlopen` and `--nest-lib`, a library the program loads
+    /// with dlopen that `--nest-lib` matches is probed when it appears (a started command is
+    /// stopped at dlopen's return until then). Errors before the target starts leave nothing
+    /// attached.
     pub fn run(
         &mut self,
         options: &TraceOptions,
         show_progress: bool,
-        mut drain: impl FnMut(&mut Vec<Event>, bool) -> bool,
+        follow_dlopen: bool,
+        drain: &mut dyn Drain,
     ) -> Result<SessionEnd> {
-        let target = &mut self.target;
+        let pid = self.target.pid();
+        let started_here = matches!(self.target, Target::Started(_));
+        let dlopen_sites = if follow_dlopen && !options.nest_libs.is_empty() {
+            dlopen_sites(&self.libraries)
+        } else {
+            None
+        };
         let mut storage = ObjectStorage::uninit();
         let mut loaded = LoadedProbes::load(
             &mut storage,
             &ProbeConfig {
-                tgid: target.pid(),
+                tgid: pid,
                 buffer_bytes: options.buffer_bytes,
-                wait_for_exec: matches!(target, Target::Started(_)),
+                wait_for_exec: started_here,
+                stop_on_dlopen: started_here && dlopen_sites.is_some(),
             },
         )?;
         let open_paths: Vec<PathBuf> = self.files.iter().map(|f| f.open_path.clone()).collect();
-        let attached = loaded.attach(&self.table, &open_paths, target.pid())?;
+        let mut attached = loaded.attach(&self.table, 0, &open_paths, pid)?;
+        let _dlopen_watch = match dlopen_sites {
+            Some((library, offsets)) => Some(loaded.watch_dlopen(&library, offsets, pid)?),
+            None => None,
+        };
         loaded.set_recording(true);
         if options.debug {
             eprintln!(
@@ -146,27 +184,32 @@ impl Session {
         signals::install().context("installing signal handlers")?;
 
         let batch = RefCell::new(Vec::new());
+        let library_loaded = Cell::new(false);
         let mut ring = RingBufferBuilder::new();
         ring.add(loaded.events_map(), |bytes: &[u8]| {
             let mut event = Event::default();
             // A short record cannot come from our programs; skipping it beats stopping.
             if plain::copy_from_bytes(&mut event, bytes).is_ok() {
-                batch.borrow_mut().push(event);
+                if event.function == Event::LIBRARY_LOADED {
+                    library_loaded.set(true);
+                } else {
+                    batch.borrow_mut().push(event);
+                }
             }
             0
         })?;
         let ring = ring.build()?;
 
         let started = Instant::now();
-        target.start()?;
+        self.target.start()?;
         let mut events: u64 = 0;
         let mut last_flush = Instant::now();
         let mut progress = Progress::new(show_progress);
         let mut watch = SignalWatch::default();
-        let mut drain_batch = |due: bool, events: &mut u64| {
+        let drain_batch = |drain: &mut dyn Drain, due: bool, events: &mut u64| {
             let mut pending = batch.borrow_mut();
             let before = pending.len();
-            let taken = drain(&mut pending, due);
+            let taken = drain.take(&mut pending, due);
             *events += (before - pending.len()) as u64;
             taken
         };
@@ -176,14 +219,25 @@ impl Session {
             ring.poll_raw(POLL_INTERVAL);
             ring.consume_raw();
             let due = last_flush.elapsed() >= FLUSH_INTERVAL;
-            if !drain_batch(due, &mut events) {
+            if !drain_batch(drain, due, &mut events) {
                 break Stop::DrainFailed;
+            }
+            if library_loaded.take() {
+                let probed = self.probe_new_libraries(&loaded, options, drain);
+                // Stopped at dlopen's return (a command we started): let it go on, probed or not.
+                self.target.resume();
+                match probed {
+                    Ok(Some(more)) => attached.absorb(more),
+                    Ok(None) => {}
+                    Err(error) if error.is::<DrainFull>() => break Stop::DrainFailed,
+                    Err(error) => eprintln!("utrace: warning: {error:#}"),
+                }
             }
             if due {
                 last_flush = Instant::now();
             }
             progress.update(events + batch.borrow().len() as u64, loaded.lost_events());
-            if let Some(status) = target.ended()? {
+            if let Some(status) = self.target.ended()? {
                 break Stop::Ended(status);
             }
             if options
@@ -193,7 +247,7 @@ impl Session {
                 break Stop::Asked;
             }
             if let Some(received) = watch.take() {
-                match (target.on_signal(received), received.count) {
+                match (self.target.on_signal(received), received.count) {
                     (SignalAction::Continue, _) => {}
                     (SignalAction::Stop, 1) => break Stop::Asked,
                     (SignalAction::Stop, _) => break Stop::Interrupted(received.signal),
@@ -205,7 +259,7 @@ impl Session {
         let attach_time = attached.attach_time;
         let detach_time = attached.detach();
         ring.consume_raw();
-        drain_batch(true, &mut events);
+        drain_batch(drain, true, &mut events);
         progress.clear();
         Ok(SessionEnd {
             stop,
@@ -215,6 +269,49 @@ impl Session {
             attach_time,
             detach_time,
         })
+    }
+
+    /// Probes the libraries mapped since the last look that `--nest-lib` matches, and hands their
+    /// functions to `drain`; `None` when there is no new one.
+    fn probe_new_libraries(
+        &mut self,
+        loaded: &LoadedProbes,
+        options: &TraceOptions,
+        drain: &mut dyn Drain,
+    ) -> Result<Option<AttachedProbes>> {
+        let pid = self.target.pid();
+        let mapped =
+            executable_files(pid).with_context(|| format!("cannot read /proc/{pid}/maps"))?;
+        let new_files: Vec<TracedFile> = mapped
+            .into_iter()
+            .filter(|file| options.nest_libs.matches(&file.path))
+            .filter(|file| !self.files.iter().any(|known| known.path == file.path))
+            .map(|file| TracedFile {
+                path: file.path,
+                open_path: file.open_path,
+            })
+            .collect();
+        if new_files.is_empty() {
+            return Ok(None);
+        }
+        let first_module = self.table.modules.len();
+        let mut more = plan(&new_files, options, &self.scope)?;
+        for function in &mut more.functions {
+            function.module += first_module as u32;
+        }
+        self.table.extend(more.clone());
+        self.files.extend(new_files.iter().cloned());
+        let open_paths: Vec<PathBuf> = new_files.iter().map(|f| f.open_path.clone()).collect();
+        let attached = loaded.attach(&self.table, first_module, &open_paths, pid)?;
+        if options.debug {
+            for file in &new_files {
+                eprintln!("utrace: probed {} after dlopen", file.path);
+            }
+        }
+        if !drain.more_functions(&more) {
+            return Err(DrainFull.into());
+        }
+        Ok(Some(attached))
     }
 
     /// After the session stopped early: waits for a started command to end (it runs on,
@@ -238,6 +335,26 @@ impl Session {
             );
         }
     }
+}
+
+/// The drain could take no more functions.
+#[derive(Debug, thiserror::Error)]
+#[error("the recording stopped taking events")]
+struct DrainFull;
+
+/// The first library in load order that has `dlopen` (libc since glibc 2.34, libdl before),
+/// and where its dlopen functions are.
+fn dlopen_sites(libraries: &[TracedFile]) -> Option<(PathBuf, Vec<usize>)> {
+    libraries.iter().find_map(|library| {
+        let elf = crate::elf::read_elf_functions(&library.open_path).ok()?;
+        let offsets: Vec<usize> = elf
+            .functions
+            .iter()
+            .filter(|f| f.kind == FunctionKind::Function && f.name == "dlopen")
+            .map(|f| f.offset as usize)
+            .collect();
+        (!offsets.is_empty()).then(|| (library.open_path.clone(), offsets))
+    })
 }
 
 /// The functions to probe, file by file: the PLT calls `--lib`/`--no-lib` select, named as

@@ -46,6 +46,18 @@ pub enum SignalAction {
     Stop,
 }
 
+/// A target ready to be traced, and what is known of its files.
+pub struct Prepared {
+    pub target: Target,
+    /// The files to probe: the executable first, then the libraries `--nest-lib` matches.
+    pub files: Vec<TracedFile>,
+    /// What the PLT calls bind to, when `--lib`, `--no-lib` or `--libname` need it.
+    pub scope: BindingScope,
+    /// Every library of the program in load order, when `--nest-lib` or the PLT flags needed
+    /// them (empty otherwise).
+    pub libraries: Vec<TracedFile>,
+}
+
 impl Target {
     /// Starts the command (held before exec) or finds the process, and lists its files to probe:
     /// the executable first, then the libraries `nest_libs` matches. When `plt_libraries` needs
@@ -55,7 +67,7 @@ impl Target {
         setup: &ChildSetup,
         nest_libs: &LibraryPatterns,
         plt_libraries: &PltLibraries,
-    ) -> Result<(Target, Vec<TracedFile>, BindingScope)> {
+    ) -> Result<Prepared> {
         match spec {
             TargetSpec::Command(command) => {
                 let program = resolve_program(&command[0])?;
@@ -76,7 +88,12 @@ impl Target {
                 let scope = binding_scope(plt_libraries, &executable, &libraries);
                 // Planning reads files only; the fork comes last so the child waits the least.
                 let child = HeldChild::spawn(&program, command, setup)?;
-                Ok((Target::Started(child), files, scope))
+                Ok(Prepared {
+                    target: Target::Started(child),
+                    files,
+                    scope,
+                    libraries,
+                })
             }
             TargetSpec::Pid(pid) => {
                 let process = RunningProcess::open(*pid)?;
@@ -84,7 +101,12 @@ impl Target {
                 let mut files = vec![executable.clone()];
                 files.extend(selected_libraries(nest_libs, &libraries));
                 let scope = binding_scope(plt_libraries, &executable, &libraries);
-                Ok((Target::Running(process), files, scope))
+                Ok(Prepared {
+                    target: Target::Running(process),
+                    files,
+                    scope,
+                    libraries,
+                })
             }
         }
     }
@@ -112,6 +134,14 @@ impl Target {
                     })
                     .unwrap_or_default()
             }
+        }
+    }
+
+    /// Lets a command stopped at a dlopen's return go on (see `stop_on_dlopen` in the BPF
+    /// programs); a process utrace attached to is never stopped.
+    pub fn resume(&self) {
+        if let Target::Started(child) = self {
+            child.signal(libc::SIGCONT);
         }
     }
 
@@ -206,7 +236,10 @@ fn process_files(process: &RunningProcess) -> Result<(TracedFile, Vec<TracedFile
 fn selected_libraries(nest_libs: &LibraryPatterns, libraries: &[TracedFile]) -> Vec<TracedFile> {
     let all: Vec<&str> = libraries.iter().map(|l| l.path.as_str()).collect();
     for pattern in nest_libs.unmatched(&all) {
-        eprintln!("utrace: warning: --nest-lib {pattern} matches none of the program's libraries");
+        eprintln!(
+            "utrace: warning: --nest-lib {pattern} matches none of the program's libraries yet \
+             (a matching library it loads later with dlopen is traced then)"
+        );
     }
     libraries
         .iter()
