@@ -119,16 +119,11 @@ fn nested_library_functions_are_counted_exactly() {
     assert_eq!(own["lib_inner"], 50);
     let json = recording.json();
     assert_counts_match(&own, &counts_of(&json));
-    let module = |name: &str| {
-        json["functions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["name"] == name)
-            .map(|f| f["module"].as_str().unwrap().to_string())
-    };
-    assert_eq!(module("lib_inner").as_deref(), Some("libcount.so"));
-    assert_eq!(module("main").as_deref(), Some("uselib"));
+    assert_eq!(
+        module_of(&json, "lib_inner").as_deref(),
+        Some("libcount.so")
+    );
+    assert_eq!(module_of(&json, "main").as_deref(), Some("uselib"));
 
     // Without --nest-lib, only the program's own functions and its PLT calls.
     let plain = record(&uselib, &[], &[]);
@@ -248,12 +243,7 @@ fn a_process_whose_binary_was_deleted_is_still_traced() {
     let json = report_json(&data);
     assert!(calls_of(&json, "tick") > 10, "{json}");
     // Reports name the file as the process mapped it.
-    let tick = json["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == "tick");
-    assert_eq!(tick.unwrap()["module"], "server");
+    assert_eq!(module_of(&json, "tick").as_deref(), Some("server"));
 }
 
 #[test]
@@ -275,11 +265,8 @@ fn a_library_loaded_with_dlopen_is_counted_exactly() {
     assert_eq!(own["lib_inner"], 50);
     let json = recording.json();
     assert_counts_match(&own, &counts_of(&json));
-    let module = json["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == "lib_outer")
-        .map(|f| f["module"].clone());
-    assert_eq!(module, Some("libcount.so".into()));
+    assert_eq!(
+        module_of(&json, "lib_outer").as_deref(),
+        Some("libcount.so")
+    );
 }

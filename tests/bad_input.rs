@@ -572,13 +572,7 @@ fn a_cut_after_the_function_table_reports_what_is_left_with_a_warning() {
         );
         let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
         // work and leaf are called once per block; main only opens in the first.
-        let work = json["functions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["name"] == "work")
-            .map_or(0, |f| f["calls"].as_u64().unwrap());
-        assert_eq!(work, chunks, "cut at {cut}: {json}");
+        assert_eq!(calls_of(&json, "work"), chunks, "cut at {cut}: {json}");
     }
     // Uncut, it is complete: no warning.
     let path = write(dir.path(), "whole.data", &recording.bytes);

@@ -152,6 +152,17 @@ pub fn report_json(data: &Path) -> serde_json::Value {
     report_json_and_stderr(data).0
 }
 
+/// The module of the function `name` in a JSON report, if it is there (the first one of that
+/// name).
+pub fn module_of(json: &serde_json::Value, name: &str) -> Option<String> {
+    json["functions"]
+        .as_array()
+        .expect("functions array")
+        .iter()
+        .find(|f| f["name"] == name)
+        .map(|f| f["module"].as_str().unwrap().to_string())
+}
+
 /// The calls of `name` in a JSON report; 0 when it is not there.
 pub fn calls_of(json: &serde_json::Value, name: &str) -> u64 {
     counts_of(json).get(name).copied().unwrap_or(0)
