@@ -29,7 +29,7 @@ use crate::filter::FilteredSink;
 use crate::replay::Replayer;
 use encode::EventEncoder;
 pub use live::{live, LiveOptions};
-pub use probes::ring_buffer_size;
+pub use probes::{ring_buffer_size, ExitProbes};
 pub use process::{split_command, ChildSetup, ExitStatus};
 pub use session::{Session, Stop, TraceOptions};
 pub use target::TargetSpec;

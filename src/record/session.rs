@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use libbpf_rs::RingBufferBuilder;
 
-use super::probes::{self, LoadedProbes, ObjectStorage, ProbeConfig};
+use super::probes::{self, ExitProbes, LoadedProbes, ObjectStorage, ProbeConfig};
 use super::process::{ChildSetup, ExitStatus};
 use super::progress::Progress;
 use super::signals::{self, SignalWatch};
 use super::target::{SignalAction, Target, TargetSpec, TracedFile};
 use crate::elf::binding::BindingScope;
+use crate::elf::ExitProbe;
 use crate::event::Event;
 use crate::filter::FilterSpec;
 use crate::plan::{FunctionTable, LibraryPatterns, PltLibraries};
@@ -42,6 +43,8 @@ pub struct TraceOptions {
     /// `-f`/`--no-function` leave the other functions unprobed; the rest of the filter applies to
     /// the events.
     pub filter: FilterSpec,
+    /// How function exits are seen.
+    pub exit_probes: ExitProbes,
     pub debug: bool,
 }
 
@@ -75,6 +78,9 @@ pub struct Session {
     pub target: Target,
     pub files: Vec<TracedFile>,
     pub table: FunctionTable,
+    /// Per function id, where its exit is probed under `--exit-probes=ret`; `None` under
+    /// `--exit-probes=uretprobe`.
+    pub exits: Option<Vec<ExitProbe>>,
 }
 
 impl Session {
@@ -88,7 +94,7 @@ impl Session {
             &options.nest_libs,
             &options.plt_libraries,
         )?;
-        let table = plan(&files, options, &scope)?;
+        let (table, exits) = plan(&files, options, &scope)?;
         if options.debug {
             for (index, file) in files.iter().enumerate() {
                 let count = table
@@ -99,10 +105,29 @@ impl Session {
                 eprintln!("utrace: planned {count} functions in {}", file.path);
             }
         }
+        if let (true, Some(exits)) = (options.debug, &exits) {
+            let uretprobes: Vec<(&str, &ExitProbe)> = table
+                .functions
+                .iter()
+                .zip(exits)
+                .filter(|(_, exit)| matches!(exit, ExitProbe::Uretprobe(_)))
+                .map(|(f, exit)| (f.name.as_str(), exit))
+                .collect();
+            eprintln!(
+                "utrace: {} functions keep a uretprobe (exceptions cannot unwind through them)",
+                uretprobes.len()
+            );
+            for (name, exit) in uretprobes {
+                if let ExitProbe::Uretprobe(why) = exit {
+                    eprintln!("utrace:   {name}: {why}");
+                }
+            }
+        }
         Ok(Session {
             target,
             files,
             table,
+            exits,
         })
     }
 
@@ -134,7 +159,12 @@ impl Session {
             },
         )?;
         let open_paths: Vec<PathBuf> = self.files.iter().map(|f| f.open_path.clone()).collect();
-        let attached = loaded.attach(&self.table, &open_paths, target.pid())?;
+        let attached = loaded.attach(
+            &self.table,
+            self.exits.as_deref(),
+            &open_paths,
+            target.pid(),
+        )?;
         loaded.set_recording(true);
         if options.debug {
             eprintln!(
@@ -241,13 +271,15 @@ impl Session {
 }
 
 /// The functions to probe, file by file: the PLT calls `--lib`/`--no-lib` select, named as
-/// `--libname` says, and of those what the function globs show.
+/// `--libname` says, and of those what the function globs show; with `--exit-probes=ret`, where
+/// each one's exit is probed.
 fn plan(
     files: &[TracedFile],
     options: &TraceOptions,
     scope: &BindingScope,
-) -> Result<FunctionTable> {
+) -> Result<(FunctionTable, Option<Vec<ExitProbe>>)> {
     let mut table = FunctionTable::default();
+    let mut exits = (options.exit_probes == ExitProbes::Ret).then(Vec::new);
     for file in files {
         let elf = crate::elf::read_elf_functions(&file.open_path)
             .with_context(|| format!("reading the symbols of {}", file.path))?;
@@ -256,6 +288,11 @@ fn plan(
             .plt_libraries
             .apply(&file.path, elf.functions, scope);
         functions.retain(|f| options.filter.shows_name(&f.name));
+        if let Some(exits) = &mut exits {
+            let probes = crate::elf::read_exit_probes(&file.open_path, &functions)
+                .with_context(|| format!("finding the exits of the functions of {}", file.path))?;
+            exits.extend(probes);
+        }
         table.add_module(file.path.clone(), functions);
     }
     anyhow::ensure!(
@@ -263,7 +300,7 @@ fn plan(
         "no function of {} matches --function/--no-function: nothing to trace",
         files.first().map_or("the program", |f| f.path.as_str())
     );
-    Ok(table)
+    Ok((table, exits))
 }
 
 /// Says which functions will never show up in the trace, and why.
