@@ -42,7 +42,9 @@ fn uretprobes_break_unwinding() {
     if !bpf_available("uretprobes_break_unwinding") {
         return;
     }
-    let program = compile("exceptions.cpp", "exceptions", &[]);
+    // A copy of its own: uretprobes act on every process that runs the file, whatever the
+    // link's pid filter, so they would break the test above running at the same time.
+    let program = compile("exceptions.cpp", "exceptions-uretprobe", &[]);
     let recording = record(&program, &[], &["--exit-probes=uretprobe"]);
     assert_eq!(
         recording.output.status.code(),
