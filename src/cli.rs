@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use utrace::filter::{FilterError, FilterSpec};
+use utrace::record::ExitProbes;
 use utrace::report::flame_graph::Weight;
 use utrace::report::summary::SortKey;
 use utrace::report::Format;
@@ -103,6 +104,10 @@ pub struct TraceArgs {
     /// Ring buffer size (K, M and G suffixes; rounded up to a power of two).
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
     pub buffer_size: u64,
+    /// How function exits are seen: ret (a probe on each `ret` and tail jump: C++ exceptions
+    /// unwind through traced frames) or uretprobe (the kernel's return probes).
+    #[arg(long, value_name = "KIND", default_value = "uretprobe")]
+    pub exit_probes: ExitProbes,
     /// Say what was planned, attached and measured.
     #[arg(short, long)]
     pub debug: bool,

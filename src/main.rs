@@ -100,6 +100,7 @@ fn trace_options(args: TraceArgs) -> Result<TraceOptions> {
             no_randomize_addr: args.no_randomize_addr,
         },
         filter: args.filter.spec()?,
+        exit_probes: args.exit_probes,
         debug: args.debug,
     })
 }

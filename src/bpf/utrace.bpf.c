@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-/* Entry and return probes for every traced function. Each probe carries its function id as the
- * BPF cookie and writes one 16-byte event into the ring buffer. */
+/* Entry and exit probes for every traced function. Each probe carries its function id as the
+ * BPF cookie and writes one 16-byte event into the ring buffer. An exit is seen either by a
+ * uretprobe or, where that would break C++ exception unwinding, by a plain uprobe on each
+ * instruction that leaves the function (src/elf/returns.rs). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -46,7 +48,11 @@ int target_exec(void *ctx)
 	return 0;
 }
 
-static __always_inline int record(void *ctx, __u32 kind)
+/* Set in an entry probe's cookie when the entry instruction is also an exit site (a function
+ * that is only `ret`): one probe, two events, in the order they happen. */
+#define COOKIE_ALSO_EXIT (1ull << 32)
+
+static __always_inline int record(__u32 function)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -67,7 +73,7 @@ static __always_inline int record(void *ctx, __u32 kind)
 	e->timestamp_ns = now;
 	e->tid = ((__u32)pid_tgid & ((1u << EVENT_TID_BITS) - 1)) |
 		 (bpf_get_smp_processor_id() << EVENT_TID_BITS);
-	e->function = (__u32)bpf_get_attach_cookie(ctx) | kind;
+	e->function = function;
 
 	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
 		bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
@@ -103,11 +109,23 @@ int library_loaded(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int function_entry(struct pt_regs *ctx)
 {
-	return record(ctx, 0);
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+
+	record((__u32)cookie);
+	if (cookie & COOKIE_ALSO_EXIT)
+		record((__u32)cookie | EVENT_EXIT);
+	return 0;
+}
+
+/* On a `ret` or a tail jump of the function: nothing on the stack changes. */
+SEC("uprobe.multi")
+int function_exit_site(struct pt_regs *ctx)
+{
+	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT);
 }
 
 SEC("uretprobe.multi")
 int function_exit(struct pt_regs *ctx)
 {
-	return record(ctx, EVENT_EXIT);
+	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT);
 }

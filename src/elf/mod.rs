@@ -11,13 +11,16 @@
 //! - `segments`: virtual address to file offset, through the executable `PT_LOAD` segments;
 //! - `site`: where in each function the probes go (past a leading `lock` instruction the kernel
 //!   cannot probe, for one);
-//! - `demangle`: Rust (legacy and v0) and C++ names.
+//! - `demangle`: Rust (legacy and v0) and C++ names;
+//! - `returns`: the instructions that leave each function, where exit probes go when no
+//!   uretprobe may touch the stack ([`read_exit_probes`]).
 
 pub mod binding;
 mod demangle;
 pub mod ldcache;
 pub mod loader;
 mod plt;
+pub mod returns;
 mod segments;
 pub mod site;
 mod symbols;
@@ -36,6 +39,7 @@ use goblin::elf::Elf;
 use crate::plan::FunctionKind;
 
 pub use demangle::demangle;
+pub use returns::NoExitSites;
 pub use site::{NoSite, ProbeSite, SiteKind};
 
 /// One function of an ELF file that a uprobe can attach to.
@@ -209,6 +213,78 @@ fn functions_in(path: &Path, bytes: &[u8]) -> Result<ElfFunctions, ElfError> {
         functions,
         unprobeable,
     })
+}
+
+/// How the exit of one traced function is seen when exits are probed on instructions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExitProbe {
+    /// Probes at these file offsets: the function's `ret`s and tail jumps. Empty for a function
+    /// that never returns.
+    Sites(Vec<u64>),
+    /// A uretprobe, because the exits cannot all be found (see [`returns`]).
+    Uretprobe(NoExitSites),
+}
+
+/// Where the exit of each of `functions` (read from the file at `path`) is seen, in the same
+/// order.
+pub fn read_exit_probes(
+    path: &Path,
+    functions: &[FunctionSymbol],
+) -> Result<Vec<ExitProbe>, ElfError> {
+    let bytes = read_file(path)?;
+    let elf = parse(path, &bytes)?;
+    let segments = segments::ExecutableSegments::new(&elf.program_headers);
+    let bytes = bytes.as_slice();
+    let code = |address: u64, size: u64| {
+        segments
+            .file_offset(address)
+            .map_or(&[][..], |offset| code_at(bytes, offset, size))
+    };
+    // Every function start is a tail call's possible target, traced or not.
+    let starts = symbols::defined_functions(&elf)
+        .iter()
+        .map(|f| f.address)
+        .chain(plt::stubs(&elf, bytes).iter().map(|stub| stub.address))
+        .collect();
+    let cold: Vec<(u64, u64)> = symbols::cold_fragments(&elf)
+        .iter()
+        .map(|f| (f.address, f.size))
+        .collect();
+    let mut code_symbols: Vec<(u64, u64)> = symbols::defined_functions(&elf)
+        .iter()
+        .map(|f| (f.address, f.size))
+        .collect();
+    code_symbols.extend(&cold);
+    let index = returns::CodeIndex::new(starts, cold.into_iter().collect(), code);
+    let stubs = functions
+        .iter()
+        .filter(|f| f.kind == FunctionKind::Plt)
+        .map(|f| f.address)
+        .collect();
+    let mut plt_sites = returns::plt_return_sites(&index, &code_symbols, &stubs);
+    let probe = |function: &FunctionSymbol| {
+        let sites = match function.kind {
+            FunctionKind::Plt => plt_sites
+                .remove(&function.address)
+                .unwrap_or(Ok(Vec::new())),
+            FunctionKind::Function => returns::exit_sites(&index, function.address, function.size),
+        };
+        let sites = sites.and_then(|addresses| {
+            addresses
+                .into_iter()
+                .map(|address| {
+                    segments
+                        .file_offset(address)
+                        .ok_or(NoExitSites::Undecodable { address })
+                })
+                .collect()
+        });
+        match sites {
+            Ok(offsets) => ExitProbe::Sites(offsets),
+            Err(reason) => ExitProbe::Uretprobe(reason),
+        }
+    };
+    Ok(functions.iter().map(probe).collect())
 }
 
 /// The bytes of the function at file offset `offset` with `size` bytes, as far as the file has

@@ -28,6 +28,17 @@ pub(super) fn defined_functions<'a>(elf: &Elf<'a>) -> Vec<RawFunction<'a>> {
     merge_aliases(functions)
 }
 
+/// The `.cold` fragments of `.symtab` and `.dynsym` (see [`is_cold_fragment`]), one per address.
+pub(super) fn cold_fragments<'a>(elf: &Elf<'a>) -> Vec<RawFunction<'a>> {
+    let symtab = elf.syms.iter().map(|sym| (sym, &elf.strtab));
+    let dynsym = elf.dynsyms.iter().map(|sym| (sym, &elf.dynstrtab));
+    let fragments = symtab
+        .chain(dynsym)
+        .filter_map(|(sym, strtab)| function(&sym, strtab))
+        .filter(|function| is_cold_fragment(function.name));
+    merge_aliases(fragments)
+}
+
 fn function<'a>(sym: &Sym, strtab: &Strtab<'a>) -> Option<RawFunction<'a>> {
     if sym.st_type() != STT_FUNC || sym.st_size == 0 || sym.st_shndx == SHN_UNDEF as usize {
         return None;

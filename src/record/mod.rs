@@ -31,7 +31,7 @@ use crate::plan::FunctionTable;
 use crate::replay::Replayer;
 use encode::EventEncoder;
 pub use live::{live, LiveOptions};
-pub use probes::ring_buffer_size;
+pub use probes::{ring_buffer_size, ExitProbes};
 pub use process::{split_command, ChildSetup, ExitStatus};
 pub use session::{Drain, Session, Stop, TraceOptions};
 pub use target::TargetSpec;

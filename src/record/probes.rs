@@ -10,6 +10,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject, UprobeMultiOpts};
 
 use super::skel::{OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
+use crate::elf::ExitProbe;
 use crate::plan::FunctionTable;
 
 /// Errors of loading and attaching the BPF side.
@@ -73,6 +74,36 @@ fn missing_capabilities() -> String {
     }
 }
 
+/// How function exits are seen (`--exit-probes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExitProbes {
+    /// A probe on each instruction that leaves the function (its `ret`s and tail jumps), and a
+    /// uretprobe only where those cannot all be found: the stack is never touched, so C++
+    /// exceptions unwind through traced frames.
+    Ret,
+    /// A uretprobe on every function: the kernel replaces the return address on the stack, which
+    /// kills a C++ program whose exception unwinds through the frame.
+    #[default]
+    Uretprobe,
+}
+
+/// An `--exit-probes` value that is neither `ret` nor `uretprobe`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unknown exit probe kind `{0}`: use ret or uretprobe")]
+pub struct UnknownExitProbes(pub String);
+
+impl std::str::FromStr for ExitProbes {
+    type Err = UnknownExitProbes;
+
+    fn from_str(name: &str) -> Result<ExitProbes, UnknownExitProbes> {
+        match name {
+            "ret" => Ok(ExitProbes::Ret),
+            "uretprobe" => Ok(ExitProbes::Uretprobe),
+            _ => Err(UnknownExitProbes(name.to_owned())),
+        }
+    }
+}
+
 /// What the loader needs to know before the programs are loaded.
 pub struct ProbeConfig {
     /// The process whose threads are traced.
@@ -132,60 +163,76 @@ impl<'obj> LoadedProbes<'obj> {
         Ok(LoadedProbes { skel })
     }
 
-    /// Attaches entry and return probes for every function of `table` in the modules from
+    /// Attaches entry and exit probes for every function of `table` in the modules from
     /// `first_module` on, filtered to `pid`. `files[i]` opens `table.modules[first_module + i]`.
+    /// `exits` says, per function id, where its exit is probed; without it every exit is a
+    /// uretprobe.
     pub fn attach(
         &self,
         table: &FunctionTable,
+        exits: Option<&[ExitProbe]>,
         first_module: usize,
         files: &[PathBuf],
         pid: u32,
     ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
-        let mut entry_links = Vec::new();
-        let mut return_links = Vec::new();
+        let mut attached = AttachedProbes {
+            return_links: Vec::new(),
+            exit_site_links: Vec::new(),
+            entry_links: Vec::new(),
+            attach_time: Duration::ZERO,
+        };
         let modules = table.modules.iter().enumerate().skip(first_module);
         for ((module_index, module), file) in modules.zip(files) {
-            let (offsets, cookies): (Vec<usize>, Vec<u64>) = table
-                .functions
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| f.module as usize == module_index)
-                .map(|(id, f)| (f.offset as usize, id as u64))
-                .unzip();
-            if offsets.is_empty() {
-                continue;
-            }
-            for (program, retprobe, direction) in [
-                (&self.skel.progs.function_entry, false, "entry"),
-                (&self.skel.progs.function_exit, true, "return"),
-            ] {
+            let plan = ModuleProbes::new(table, exits, module_index as u32);
+            let progs = &self.skel.progs;
+            let kinds = [
+                (
+                    &progs.function_exit,
+                    &plan.uretprobes,
+                    true,
+                    "return",
+                    &mut attached.return_links,
+                ),
+                (
+                    &progs.function_exit_site,
+                    &plan.exit_sites,
+                    false,
+                    "exit",
+                    &mut attached.exit_site_links,
+                ),
+                (
+                    &progs.function_entry,
+                    &plan.entries,
+                    false,
+                    "entry",
+                    &mut attached.entry_links,
+                ),
+            ];
+            for (program, probes, retprobe, direction, links) in kinds {
+                if probes.is_empty() {
+                    continue;
+                }
+                let (offsets, cookies): (Vec<usize>, Vec<u64>) = probes.iter().copied().unzip();
                 let opts = UprobeMultiOpts {
-                    offsets: offsets.clone(),
-                    cookies: cookies.clone(),
+                    offsets,
+                    cookies,
                     retprobe,
                     ..Default::default()
                 };
                 let link = program
                     .attach_uprobe_multi_with_opts(pid as i32, file, "", opts)
                     .map_err(|error| ProbeError::Attach {
-                        count: offsets.len(),
+                        count: probes.len(),
                         direction,
                         path: module.clone(),
                         error,
                     })?;
-                if retprobe {
-                    return_links.push(link);
-                } else {
-                    entry_links.push(link);
-                }
+                links.push(link);
             }
         }
-        Ok(AttachedProbes {
-            return_links,
-            entry_links,
-            attach_time: started.elapsed(),
-        })
+        attached.attach_time = started.elapsed();
+        Ok(attached)
     }
 
     /// Puts the dlopen watch on `offsets` of `library` (the dlopen the process binds to).
@@ -255,6 +302,7 @@ impl<'obj> LoadedProbes<'obj> {
 /// milliseconds. Fields drop in declaration order, so an implicit drop keeps the order too.
 pub struct AttachedProbes {
     return_links: Vec<Link>,
+    exit_site_links: Vec<Link>,
     entry_links: Vec<Link>,
     pub attach_time: Duration,
 }
@@ -263,6 +311,7 @@ impl AttachedProbes {
     /// Takes over the links of `more` (a library probed during the recording).
     pub fn absorb(&mut self, more: AttachedProbes) {
         self.return_links.extend(more.return_links);
+        self.exit_site_links.extend(more.exit_site_links);
         self.entry_links.extend(more.entry_links);
     }
 
@@ -270,8 +319,53 @@ impl AttachedProbes {
     pub fn detach(self) -> Duration {
         let started = Instant::now();
         drop(self.return_links);
+        drop(self.exit_site_links);
         drop(self.entry_links);
         started.elapsed()
+    }
+}
+
+/// Set in an entry probe's cookie when the entry instruction is also one of the function's exit
+/// sites (`COOKIE_ALSO_EXIT` in utrace.bpf.c): two probes on one instruction would run in an
+/// order the kernel does not promise.
+const COOKIE_ALSO_EXIT: u64 = 1 << 32;
+
+/// The probes of one module, as (file offset, cookie) pairs per kind.
+struct ModuleProbes {
+    entries: Vec<(usize, u64)>,
+    uretprobes: Vec<(usize, u64)>,
+    exit_sites: Vec<(usize, u64)>,
+}
+
+impl ModuleProbes {
+    fn new(table: &FunctionTable, exits: Option<&[ExitProbe]>, module: u32) -> ModuleProbes {
+        let mut probes = ModuleProbes {
+            entries: Vec::new(),
+            uretprobes: Vec::new(),
+            exit_sites: Vec::new(),
+        };
+        for (id, function) in table.functions.iter().enumerate() {
+            if function.module != module {
+                continue;
+            }
+            let id = id as u64;
+            let entry = function.offset as usize;
+            let mut cookie = id;
+            match exits.map(|exits| &exits[id as usize]) {
+                None | Some(ExitProbe::Uretprobe(_)) => probes.uretprobes.push((entry, id)),
+                Some(ExitProbe::Sites(offsets)) => {
+                    for &offset in offsets {
+                        if offset as usize == entry {
+                            cookie |= COOKIE_ALSO_EXIT;
+                        } else {
+                            probes.exit_sites.push((offset as usize, id));
+                        }
+                    }
+                }
+            }
+            probes.entries.push((entry, cookie));
+        }
+        probes
     }
 }
 

@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use libbpf_rs::RingBufferBuilder;
 
-use super::probes::{self, AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig};
+use super::probes::{self, AttachedProbes, ExitProbes, LoadedProbes, ObjectStorage, ProbeConfig};
 use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
 use super::progress::Progress;
 use super::signals::{self, SignalWatch};
 use super::target::{Prepared, SignalAction, Target, TargetSpec, TracedFile};
 use crate::elf::binding::BindingScope;
+use crate::elf::ExitProbe;
 use crate::event::Event;
 use crate::filter::FilterSpec;
 use crate::plan::{FunctionKind, FunctionTable, LibraryPatterns, PltLibraries};
@@ -43,6 +44,8 @@ pub struct TraceOptions {
     /// `-f`/`--no-function` leave the other functions unprobed; the rest of the filter applies to
     /// the events.
     pub filter: FilterSpec,
+    /// How function exits are seen.
+    pub exit_probes: ExitProbes,
     pub debug: bool,
 }
 
@@ -81,6 +84,9 @@ pub struct Session {
     scope: BindingScope,
     /// Every library of the program in load order, when `--nest-lib` asked for them.
     libraries: Vec<TracedFile>,
+    /// Per function id, where its exit is probed under `--exit-probes=ret`; `None` under
+    /// `--exit-probes=uretprobe`.
+    pub exits: Option<Vec<ExitProbe>>,
 }
 
 /// Where a session's events and newly planned functions go.
@@ -112,7 +118,7 @@ impl Session {
             &options.nest_libs,
             &options.plt_libraries,
         )?;
-        let table = plan(&files, options, &scope)?;
+        let (table, exits) = plan(&files, options, &scope)?;
         if options.debug {
             for (index, file) in files.iter().enumerate() {
                 let count = table
@@ -123,12 +129,31 @@ impl Session {
                 eprintln!("utrace: planned {count} functions in {}", file.path);
             }
         }
+        if let (true, Some(exits)) = (options.debug, &exits) {
+            let uretprobes: Vec<(&str, &ExitProbe)> = table
+                .functions
+                .iter()
+                .zip(exits)
+                .filter(|(_, exit)| matches!(exit, ExitProbe::Uretprobe(_)))
+                .map(|(f, exit)| (f.name.as_str(), exit))
+                .collect();
+            eprintln!(
+                "utrace: {} functions keep a uretprobe (exceptions cannot unwind through them)",
+                uretprobes.len()
+            );
+            for (name, exit) in uretprobes {
+                if let ExitProbe::Uretprobe(why) = exit {
+                    eprintln!("utrace:   {name}: {why}");
+                }
+            }
+        }
         Ok(Session {
             target,
             files,
             table,
             scope,
             libraries,
+            exits,
         })
     }
 
@@ -168,7 +193,8 @@ impl Session {
             },
         )?;
         let open_paths: Vec<PathBuf> = self.files.iter().map(|f| f.open_path.clone()).collect();
-        let mut attached = loaded.attach(&self.table, 0, &open_paths, pid)?;
+        let mut attached =
+            loaded.attach(&self.table, self.exits.as_deref(), 0, &open_paths, pid)?;
         let _dlopen_watch = match dlopen_sites {
             Some((library, offsets)) => Some(loaded.watch_dlopen(&library, offsets, pid)?),
             None => None,
@@ -295,14 +321,24 @@ impl Session {
             return Ok(None);
         }
         let first_module = self.table.modules.len();
-        let mut more = plan(&new_files, options, &self.scope)?;
+        let (mut more, more_exits) = plan(&new_files, options, &self.scope)?;
         for function in &mut more.functions {
             function.module += first_module as u32;
         }
         self.table.extend(more.clone());
+        // Exit probes are listed by function id, which the new functions continue.
+        if let (Some(exits), Some(more_exits)) = (&mut self.exits, more_exits) {
+            exits.extend(more_exits);
+        }
         self.files.extend(new_files.iter().cloned());
         let open_paths: Vec<PathBuf> = new_files.iter().map(|f| f.open_path.clone()).collect();
-        let attached = loaded.attach(&self.table, first_module, &open_paths, pid)?;
+        let attached = loaded.attach(
+            &self.table,
+            self.exits.as_deref(),
+            first_module,
+            &open_paths,
+            pid,
+        )?;
         if options.debug {
             for file in &new_files {
                 eprintln!("utrace: probed {} after dlopen", file.path);
@@ -358,13 +394,15 @@ fn dlopen_sites(libraries: &[TracedFile]) -> Option<(PathBuf, Vec<usize>)> {
 }
 
 /// The functions to probe, file by file: the PLT calls `--lib`/`--no-lib` select, named as
-/// `--libname` says, and of those what the function globs show.
+/// `--libname` says, and of those what the function globs show; with `--exit-probes=ret`, where
+/// each one's exit is probed.
 fn plan(
     files: &[TracedFile],
     options: &TraceOptions,
     scope: &BindingScope,
-) -> Result<FunctionTable> {
+) -> Result<(FunctionTable, Option<Vec<ExitProbe>>)> {
     let mut table = FunctionTable::default();
+    let mut exits = (options.exit_probes == ExitProbes::Ret).then(Vec::new);
     for file in files {
         let elf = crate::elf::read_elf_functions(&file.open_path)
             .with_context(|| format!("reading the symbols of {}", file.path))?;
@@ -373,6 +411,11 @@ fn plan(
             .plt_libraries
             .apply(&file.path, elf.functions, scope);
         functions.retain(|f| options.filter.shows_name(&f.name));
+        if let Some(exits) = &mut exits {
+            let probes = crate::elf::read_exit_probes(&file.open_path, &functions)
+                .with_context(|| format!("finding the exits of the functions of {}", file.path))?;
+            exits.extend(probes);
+        }
         table.add_module(file.path.clone(), functions);
     }
     anyhow::ensure!(
@@ -380,7 +423,7 @@ fn plan(
         "no function of {} matches --function/--no-function: nothing to trace",
         files.first().map_or("the program", |f| f.path.as_str())
     );
-    Ok(table)
+    Ok((table, exits))
 }
 
 /// Says which functions will never show up in the trace, and why.
