@@ -1,21 +1,27 @@
-//! Builds the BPF skeleton from `src/bpf/utrace.bpf.c`; nothing else.
+//! Builds the BPF skeletons: utrace's own from `src/bpf/utrace.bpf.c`, and the benchmark's floor
+//! (`uprobe-floor`) from `src/bpf/floor.bpf.c`; nothing else.
 use std::env;
 use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const SOURCE: &str = "src/bpf/utrace.bpf.c";
+/// Each BPF source and the skeleton it becomes in `OUT_DIR`.
+const SKELETONS: [(&str, &str); 2] = [
+    ("src/bpf/utrace.bpf.c", "utrace.skel.rs"),
+    ("src/bpf/floor.bpf.c", "floor.skel.rs"),
+];
 
 fn main() {
-    let out =
-        PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("utrace.skel.rs");
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let vmlinux =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it")).join("vmlinux");
-    SkeletonBuilder::new()
-        .source(SOURCE)
-        .clang_args(["-I", vmlinux.to_str().expect("UTF-8 path"), "-Wall", "-O2"])
-        .build_and_generate(&out)
-        .expect("building the BPF skeleton (needs clang)");
-    println!("cargo:rerun-if-changed={SOURCE}");
+    for (source, skeleton) in SKELETONS {
+        SkeletonBuilder::new()
+            .source(source)
+            .clang_args(["-I", vmlinux.to_str().expect("UTF-8 path"), "-Wall", "-O2"])
+            .build_and_generate(out_dir.join(skeleton))
+            .expect("building the BPF skeleton (needs clang)");
+        println!("cargo:rerun-if-changed={source}");
+    }
     println!("cargo:rerun-if-changed=src/bpf/event.h");
 }
