@@ -54,6 +54,12 @@ impl FunctionTable {
         self.functions.extend(more.functions);
     }
 
+    /// The name reports show for a function id: `?` for an id the table does not have (a
+    /// damaged file).
+    pub fn name_of(&self, id: FunctionId) -> &str {
+        self.function(id).map_or("?", |f| f.name.as_str())
+    }
+
     /// The file name of the module a function lives in (`sort` for `/path/to/sort`).
     pub fn module_name(&self, function: &TracedFunction) -> &str {
         file_name(

@@ -13,21 +13,9 @@ fn exceptions_unwind_through_traced_frames_with_ret_probes() {
     }
     let program = compile("exceptions.cpp", "exceptions", &[]);
     for args in [&[][..], &["50"][..]] {
-        let untraced = run_untraced(&program, args);
-        assert!(untraced.status.success());
-        let recording = record(&program, args, &["--exit-probes=ret"]);
+        assert!(run_untraced(&program, args).status.success());
+        let recording = record_unchanged(&program, args, &["--exit-probes=ret"]);
         let stderr = String::from_utf8_lossy(&recording.output.stderr);
-        assert_eq!(
-            recording.output.status.code(),
-            Some(shell_code(untraced.status)),
-            "exit code differs under tracing; utrace said: {stderr}"
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&recording.output.stdout),
-            String::from_utf8_lossy(&untraced.stdout),
-            "stdout differs under tracing"
-        );
-        assert!(stderr.contains("0 lost"), "utrace lost events: {stderr}");
         assert!(!stderr.contains("terminate called"), "{stderr}");
         assert_counts_match(
             &own_counts(&recording.output.stdout),

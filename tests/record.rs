@@ -5,32 +5,13 @@ mod common;
 
 use common::*;
 
-/// Records `program args`, checks the program behaved as untraced, and returns the recording.
-fn record_unchanged(program: &std::path::Path, args: &[&str]) -> Recording {
-    let untraced = run_untraced(program, args);
-    let recording = record(program, args, &[]);
-    let stderr = String::from_utf8_lossy(&recording.output.stderr);
-    assert_eq!(
-        recording.output.status.code(),
-        Some(shell_code(untraced.status)),
-        "exit code differs under tracing; utrace said: {stderr}"
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&recording.output.stdout),
-        String::from_utf8_lossy(&untraced.stdout),
-        "stdout differs under tracing"
-    );
-    assert!(stderr.contains("0 lost"), "utrace lost events: {stderr}");
-    recording
-}
-
 #[test]
 fn sample_sort_counts_are_exact() {
     if !bpf_available("sample_sort_counts_are_exact") {
         return;
     }
     let sort = compile("sort.c", "sort", &[]);
-    let recording = record_unchanged(&sort, &["5000"]);
+    let recording = record_unchanged(&sort, &["5000"], &[]);
     assert_counts_match(
         &own_counts(&recording.output.stdout),
         &recording.traced_counts(),
@@ -43,7 +24,7 @@ fn recursion_pointers_plt_and_threads_are_counted_exactly() {
         return;
     }
     let calls = compile("calls.c", "calls", &[]);
-    let recording = record_unchanged(&calls, &[]);
+    let recording = record_unchanged(&calls, &[], &[]);
     let own = own_counts(&recording.output.stdout);
     // The calls made on the four worker threads are part of the counts.
     assert_eq!(own.get("worker_step"), Some(&10_000));
@@ -60,7 +41,7 @@ fn non_pie_and_cet_builds_are_counted_exactly() {
         ("calls-cet", &["-fcf-protection=full", "-Wl,-z,ibtplt"][..]),
     ] {
         let calls = compile("calls.c", name, flags);
-        let recording = record_unchanged(&calls, &[]);
+        let recording = record_unchanged(&calls, &[], &[]);
         assert_counts_match(
             &own_counts(&recording.output.stdout),
             &recording.traced_counts(),
@@ -74,7 +55,7 @@ fn cpp_methods_templates_and_virtual_calls_are_counted_exactly() {
         return;
     }
     let shapes = compile("shapes.cpp", "shapes", &[]);
-    let recording = record_unchanged(&shapes, &[]);
+    let recording = record_unchanged(&shapes, &[], &[]);
     assert_counts_match(
         &own_counts(&recording.output.stdout),
         &recording.traced_counts(),
@@ -88,7 +69,7 @@ fn exit_codes_and_signals_pass_through() {
     }
     let exitcode = compile("exitcode.c", "exitcode", &[]);
     for (args, expected) in [(&["3"][..], 3), (&["kill"][..], 128 + libc::SIGTERM)] {
-        let recording = record_unchanged(&exitcode, args);
+        let recording = record_unchanged(&exitcode, args, &[]);
         assert_eq!(recording.output.status.code(), Some(expected));
         assert!(
             String::from_utf8_lossy(&recording.output.stderr).contains("exitcode: stderr"),
@@ -101,7 +82,7 @@ fn exit_codes_and_signals_pass_through() {
     }
     let calls = compile("calls.c", "calls", &[]);
     assert_eq!(
-        record_unchanged(&calls, &["7"]).output.status.code(),
+        record_unchanged(&calls, &["7"], &[]).output.status.code(),
         Some(7)
     );
 }
@@ -112,7 +93,7 @@ fn the_json_report_describes_the_run() {
         return;
     }
     let sort = compile("sort.c", "sort", &[]);
-    let recording = record_unchanged(&sort, &["1000"]);
+    let recording = record_unchanged(&sort, &["1000"], &[]);
     let json = recording.json();
     assert_eq!(json["command"], format!("{} 1000", sort.display()));
     assert!(json["pid"].as_u64().unwrap() > 0);
@@ -151,7 +132,7 @@ fn every_report_format_tells_the_same_story() {
         return;
     }
     let calls = compile("calls.c", "calls", &[]);
-    let recording = record_unchanged(&calls, &[]);
+    let recording = record_unchanged(&calls, &[], &[]);
     let json = recording.json();
     let functions = json["functions"].as_array().unwrap();
     let self_total: u64 = functions

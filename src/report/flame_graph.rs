@@ -146,7 +146,7 @@ fn stack_text(table: &FunctionTable, stack: &[FunctionId]) -> String {
         if i > 0 {
             text.push(';');
         }
-        let name = table.function(id).map_or("?", |f| f.name.as_str());
+        let name = table.name_of(id);
         text.push_str(&frame_name(name));
     }
     text

@@ -41,10 +41,7 @@ impl<'t, W: Write> FlatPrinter<'t, W> {
         if self.error.is_some() {
             return;
         }
-        let name = self
-            .table
-            .function(function)
-            .map_or("?", |f| f.name.as_str());
+        let name = self.table.name_of(function);
         let result = writeln!(
             self.out,
             "{:>10}.{:09} [{tid:>6}] {arrow} {name}{tail}",

@@ -141,10 +141,7 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         if self.error.is_some() {
             return;
         }
-        let name = self
-            .table
-            .function(function)
-            .map_or("?", |f| f.name.as_str());
+        let name = self.table.name_of(function);
         let parens = self.parens.get(function as usize).copied().unwrap_or("()");
         let columns = Columns {
             thread_ids: self.show_tids,

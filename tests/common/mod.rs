@@ -204,6 +204,26 @@ pub fn shell_code(status: std::process::ExitStatus) -> i32 {
         .expect("the process ended")
 }
 
+/// Records `program args` (with `extra` record flags), checks the program behaved as untraced
+/// (exit code, stdout) and that no event was lost, and returns the recording.
+pub fn record_unchanged(program: &Path, args: &[&str], extra: &[&str]) -> Recording {
+    let untraced = run_untraced(program, args);
+    let recording = record(program, args, extra);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    assert_eq!(
+        recording.output.status.code(),
+        Some(shell_code(untraced.status)),
+        "exit code differs under tracing; utrace said: {stderr}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&recording.output.stdout),
+        String::from_utf8_lossy(&untraced.stdout),
+        "stdout differs under tracing"
+    );
+    assert!(stderr.contains("0 lost"), "utrace lost events: {stderr}");
+    recording
+}
+
 /// Runs `program args` without tracing.
 pub fn run_untraced(program: &Path, args: &[&str]) -> Output {
     Command::new(program).args(args).output().unwrap()
