@@ -101,6 +101,10 @@ pub struct TraceArgs {
     /// Run the command with address space randomization off.
     #[arg(long, conflicts_with = "pid")]
     pub no_randomize_addr: bool,
+    /// Put every entry probe on the function's first instruction, not past a leading endbr64
+    /// (which the kernel single-steps): for comparison.
+    #[arg(long)]
+    pub probe_at_entry: bool,
     /// Ring buffer size (K, M and G suffixes; rounded up to a power of two).
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
     pub buffer_size: u64,

@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 
 use cli::{Command, InfoArgs, LiveArgs, RecordArgs, ReportArgs, TraceArgs};
 use utrace::data::{DataReader, Statistics};
+use utrace::elf::SitePolicy;
 use utrace::info::DataFileInfo;
 use utrace::plan::{LibraryPatterns, PltLibraries};
 use utrace::record::{
@@ -90,6 +91,11 @@ fn trace_options(args: TraceArgs) -> Result<TraceOptions> {
         buffer_bytes: record::ring_buffer_size(args.buffer_size)?,
         duration: args.duration,
         nest_libs: LibraryPatterns::parse("--nest-lib", &args.nest_lib)?,
+        sites: if args.probe_at_entry {
+            SitePolicy::Entry
+        } else {
+            SitePolicy::Best
+        },
         plt_libraries: PltLibraries {
             only: LibraryPatterns::parse("--lib", &args.lib)?,
             except: LibraryPatterns::parse("--no-lib", &args.no_lib)?,

@@ -9,8 +9,8 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use tempfile::TempDir;
 
-use super::functions_in;
 use super::tests::compile;
+use super::{functions_in, SitePolicy};
 
 /// Cases per property; `PROPTEST_CASES` overrides it.
 const CASES: u32 = 20_000;
@@ -72,12 +72,12 @@ proptest! {
         for (at, value) in changes {
             bytes[at] = value;
         }
-        let _ = functions_in(Path::new("fuzzed"), &bytes);
+        let _ = functions_in(Path::new("fuzzed"), &bytes, SitePolicy::Best);
     }
 
     #[test]
     fn cut_files_never_panic(len in 0..fixture().len()) {
-        let _ = functions_in(Path::new("cut"), &fixture()[..len]);
+        let _ = functions_in(Path::new("cut"), &fixture()[..len], SitePolicy::Best);
     }
 
     #[test]
@@ -89,6 +89,6 @@ proptest! {
         let (where_, byte) = extra;
         let where_ = usize::from(where_) % bytes.len();
         bytes[where_] = byte;
-        let _ = functions_in(Path::new("hostile"), &bytes);
+        let _ = functions_in(Path::new("hostile"), &bytes, SitePolicy::Best);
     }
 }

@@ -40,7 +40,7 @@ use crate::plan::FunctionKind;
 
 pub use demangle::demangle;
 pub use returns::NoExitSites;
-pub use site::{NoSite, ProbeSite, SiteKind};
+pub use site::{NoSite, ProbeSite, SiteKind, SitePolicy};
 
 /// One function of an ELF file that a uprobe can attach to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,12 +140,17 @@ pub fn read_function_symbols(path: &Path) -> Result<Vec<FunctionSymbol>, ElfErro
 
 /// [`read_function_symbols`], with the functions left out because they have no probe site.
 pub fn read_elf_functions(path: &Path) -> Result<ElfFunctions, ElfError> {
+    read_elf_functions_with(path, SitePolicy::Best)
+}
+
+/// [`read_elf_functions`], with probe sites chosen as `sites` says.
+pub fn read_elf_functions_with(path: &Path, sites: SitePolicy) -> Result<ElfFunctions, ElfError> {
     let bytes = read_file(path)?;
-    functions_in(path, &bytes)
+    functions_in(path, &bytes, sites)
 }
 
 /// [`read_elf_functions`] on the contents of the file; `path` only names it in errors.
-fn functions_in(path: &Path, bytes: &[u8]) -> Result<ElfFunctions, ElfError> {
+fn functions_in(path: &Path, bytes: &[u8], sites: SitePolicy) -> Result<ElfFunctions, ElfError> {
     let elf = parse(path, bytes)?;
     let segments = segments::ExecutableSegments::new(&elf.program_headers);
 
@@ -160,7 +165,7 @@ fn functions_in(path: &Path, bytes: &[u8]) -> Result<ElfFunctions, ElfError> {
         let Some(offset) = segments.file_offset(function.address) else {
             continue;
         };
-        match site::choose(code_at(bytes, offset, function.size)) {
+        match site::choose(code_at(bytes, offset, function.size), sites) {
             Ok(site) => functions.push(FunctionSymbol {
                 name: demangle(function.name),
                 address: function.address,

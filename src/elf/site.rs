@@ -39,7 +39,23 @@ pub enum SiteKind {
     /// Past leading instructions the kernel cannot probe (LOCK or segment-override prefix), which
     /// are skipped because they cannot change what the probes count.
     AfterUnprobeablePrefix,
+    /// Past a leading `endbr64`, which the kernel single-steps (tens of µs in a VM), onto the
+    /// next instruction, which it often emulates (a `push`: under a µs).
+    AfterEndbr64,
 }
+
+/// Which sites [`choose`] may pick.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SitePolicy {
+    /// The cheapest site that counts the same as the entry.
+    #[default]
+    Best,
+    /// The entry, unless the kernel cannot probe it at all (`--probe-at-entry`, to compare).
+    Entry,
+}
+
+/// `endbr64`: the landing pad that CET builds put at every function entry.
+const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
 /// Where a function's entry probe (and with it the return probe) goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,12 +99,33 @@ pub enum NoSite {
 /// The probe site of the function whose machine code is `code` (its bytes from its first
 /// instruction to its end, as long as the file has them).
 ///
-/// Decoding starts at the first instruction; the whole function is decoded only when the entry
-/// cannot be probed, to find the branches that would forbid a later site.
-pub fn choose(code: &[u8]) -> Result<ProbeSite, NoSite> {
-    if kernel_can_probe(code) {
+/// Decoding starts at the first instruction; the whole function is decoded only when the site
+/// moves, to find the branches that would forbid a later site.
+pub fn choose(code: &[u8], policy: SitePolicy) -> Result<ProbeSite, NoSite> {
+    // endbr64 changes neither the stack nor control flow, and indirect calls land on the entry
+    // (that is what it is for), so they pass a later site too: the walk below may skip it under
+    // the same rules as an unprobeable instruction. Where it cannot, the entry is still fine.
+    let skip_endbr64 = policy == SitePolicy::Best && code.starts_with(&ENDBR64);
+    if kernel_can_probe(code) && !skip_endbr64 {
         return Ok(ProbeSite::ENTRY);
     }
+    match walk_to_site(code) {
+        Ok(offset_in_function) => Ok(ProbeSite {
+            offset_in_function,
+            kind: if skip_endbr64 {
+                SiteKind::AfterEndbr64
+            } else {
+                SiteKind::AfterUnprobeablePrefix
+            },
+        }),
+        Err(_) if skip_endbr64 => Ok(ProbeSite::ENTRY),
+        Err(no_site) => Err(no_site),
+    }
+}
+
+/// Skips the leading instructions while that is provably the same as entering (see
+/// [`unskippable`]), to the first one the kernel can probe; its offset.
+fn walk_to_site(code: &[u8]) -> Result<u64, NoSite> {
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
     let mut factory = InstructionInfoFactory::new();
     let mut instruction = Instruction::default();
@@ -125,10 +162,7 @@ pub fn choose(code: &[u8]) -> Result<ProbeSite, NoSite> {
             if at_site.decode().is_invalid() {
                 return Err(NoSite::Undecodable { offset: site });
             }
-            return Ok(ProbeSite {
-                offset_in_function: site,
-                kind: SiteKind::AfterUnprobeablePrefix,
-            });
+            return Ok(site);
         }
     }
     Err(NoSite::TooManyUnprobeable)
@@ -244,6 +278,42 @@ mod tests {
             offset_in_function,
             kind: SiteKind::AfterUnprobeablePrefix,
         })
+    }
+
+    /// The site the default policy picks.
+    fn choose(code: &[u8]) -> Result<ProbeSite, NoSite> {
+        super::choose(code, SitePolicy::Best)
+    }
+
+    #[test]
+    fn endbr64_is_skipped_where_the_next_instruction_counts_the_same() {
+        let after = Ok(ProbeSite {
+            offset_in_function: 4,
+            kind: SiteKind::AfterEndbr64,
+        });
+        let function = code(&[&ENDBR64, &PUSH_RBX, &MOV_EAX_RSI, &RET]);
+        assert_eq!(choose(&function), after);
+        // --probe-at-entry keeps the entry.
+        assert_eq!(
+            super::choose(&function, SitePolicy::Entry),
+            Ok(ProbeSite::ENTRY)
+        );
+        // A loop back to just after endbr64 would pass the site without a call.
+        let jne_4 = [0x75, 0xfb]; // at 7: jne 4
+        assert_eq!(
+            choose(&code(&[&ENDBR64, &PUSH_RBX, &TEST_EAX, &jne_4, &RET])),
+            Ok(ProbeSite::ENTRY)
+        );
+        // A next instruction the kernel refuses is skipped too, under the same rules.
+        assert_eq!(
+            choose(&code(&[&ENDBR64, &LOCK_ADD, &RET])),
+            Ok(ProbeSite {
+                offset_in_function: 13,
+                kind: SiteKind::AfterEndbr64,
+            })
+        );
+        // Nothing after it: the entry.
+        assert_eq!(choose(&ENDBR64), Ok(ProbeSite::ENTRY));
     }
 
     #[test]

@@ -353,6 +353,13 @@ fn check_symbols_and_offsets(path: &Path, elf: &ElfFunctions) {
             function.name,
             function.site
         );
+        if function.site.kind == SiteKind::AfterEndbr64 {
+            assert!(
+                at(entry).starts_with(&[0xf3, 0x0f, 0x1e, 0xfa]),
+                "{what}: {} moved past an endbr64 it does not start with",
+                function.name
+            );
+        }
         if function.site.kind == SiteKind::AfterUnprobeablePrefix {
             assert!(
                 !site::kernel_can_probe(at(entry)),
@@ -646,7 +653,7 @@ fn other_machines_and_object_files_are_refused() {
 
     let mut aarch64 = bytes.clone();
     aarch64[18..20].copy_from_slice(&183u16.to_le_bytes()); // e_machine = EM_AARCH64
-    let error = functions_in(path, &aarch64).unwrap_err();
+    let error = functions_in(path, &aarch64, SitePolicy::Best).unwrap_err();
     assert!(
         matches!(error, ElfError::UnsupportedMachine { .. }),
         "{error:?}"
@@ -655,7 +662,7 @@ fn other_machines_and_object_files_are_refused() {
 
     let mut elf32 = bytes.clone();
     elf32[4] = 1; // ELFCLASS32
-    let error = functions_in(path, &elf32).unwrap_err();
+    let error = functions_in(path, &elf32, SitePolicy::Best).unwrap_err();
     assert!(error.to_string().contains("32-bit"), "{error}");
 
     let object = dir.path().join("fixture.o");
@@ -686,7 +693,7 @@ fn damaged_elf_never_panics() {
     let bytes = std::fs::read(fixture(&dir)).unwrap();
     let path = Path::new("damaged");
     for length in (0..bytes.len()).step_by(61) {
-        let _ = functions_in(path, &bytes[..length]);
+        let _ = functions_in(path, &bytes[..length], SitePolicy::Best);
     }
     // A fixed xorshift sequence, so a failure can be replayed.
     let mut state = 0x2545_f491_4f6c_dd1d_u64;
@@ -713,6 +720,6 @@ fn damaged_elf_never_panics() {
             };
             damaged[usize::try_from(at).unwrap()] = next() as u8;
         }
-        let _ = functions_in(path, &damaged);
+        let _ = functions_in(path, &damaged, SitePolicy::Best);
     }
 }

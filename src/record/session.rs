@@ -16,7 +16,7 @@ use super::progress::Progress;
 use super::signals::{self, SignalWatch};
 use super::target::{Prepared, SignalAction, Target, TargetSpec, TracedFile};
 use crate::elf::binding::BindingScope;
-use crate::elf::ExitProbe;
+use crate::elf::{ExitProbe, FunctionSymbol, SiteKind, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
 use crate::plan::{FunctionKind, FunctionTable, LibraryPatterns, PltLibraries};
@@ -37,6 +37,8 @@ pub struct TraceOptions {
     pub duration: Option<Duration>,
     /// Libraries whose own functions are traced too (`--nest-lib`).
     pub nest_libs: LibraryPatterns,
+    /// Where entry probes may go (`--probe-at-entry` keeps them at the entries).
+    pub sites: SitePolicy,
     /// Which PLT calls are traced and how they are named (`--lib`, `--no-lib`, `--libname`).
     pub plt_libraries: PltLibraries,
     /// How the started command runs (`-u`, `--no-randomize-addr`).
@@ -404,9 +406,12 @@ fn plan(
     let mut table = FunctionTable::default();
     let mut exits = (options.exit_probes == ExitProbes::Ret).then(Vec::new);
     for file in files {
-        let elf = crate::elf::read_elf_functions(&file.open_path)
+        let elf = crate::elf::read_elf_functions_with(&file.open_path, options.sites)
             .with_context(|| format!("reading the symbols of {}", file.path))?;
         warn_unprobeable(&elf.unprobeable);
+        if options.debug {
+            say_sites(&file.path, &elf.functions);
+        }
         let mut functions = options
             .plt_libraries
             .apply(&file.path, elf.functions, scope);
@@ -424,6 +429,18 @@ fn plan(
         files.first().map_or("the program", |f| f.path.as_str())
     );
     Ok((table, exits))
+}
+
+/// Says how many functions of a file got which kind of probe site (`--debug`).
+fn say_sites(path: &str, functions: &[FunctionSymbol]) {
+    let count = |kind| functions.iter().filter(|f| f.site.kind == kind).count();
+    eprintln!(
+        "utrace: probe sites in {path}: {} at the entry, {} after endbr64, {} after an \
+         unprobeable prefix",
+        count(SiteKind::Entry),
+        count(SiteKind::AfterEndbr64),
+        count(SiteKind::AfterUnprobeablePrefix)
+    );
 }
 
 /// Says which functions will never show up in the trace, and why.
