@@ -234,11 +234,7 @@ fn a_process_whose_binary_was_deleted_is_still_traced() {
         .arg(&data)
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     server.stop();
     let json = report_json(&data);
     assert!(calls_of(&json, "tick") > 10, "{json}");

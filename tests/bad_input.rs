@@ -507,14 +507,7 @@ fn recording_without_bpf_permission_says_what_is_missing() {
     let copy = dir.path().join("loop");
     std::fs::copy(compile("loop.c", "loop", &[]), &copy).unwrap();
     let marker = dir.path().join("ran");
-    let output = std::process::Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
-        .arg(env!("CARGO_BIN_EXE_utrace"))
+    let output = utrace_as_nobody()
         .arg("record")
         .arg("-o")
         .arg(dir.path().join("utrace.data"))

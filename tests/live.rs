@@ -43,11 +43,7 @@ fn live_to_file(flags: &[&str], program: &Path, args: &[&str]) -> (Output, Strin
         .args(args)
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     let tree = std::fs::read_to_string(&tree).unwrap();
     (output, tree)
 }
@@ -181,11 +177,7 @@ fn flat_and_timestamp_output() {
             .arg("4")
             .output()
             .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_success(&output);
         String::from_utf8(output.stderr).unwrap()
     };
     // One line per event: as many entries as exits of the tree's calls, in time order.
@@ -290,11 +282,7 @@ fn a_thread_filter_at_record_time_keeps_that_thread_only() {
         .output()
         .unwrap();
     server.stop();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     let json = report_json(&data);
     assert!(calls_of(&json, "tick") > 10, "{json}");
     assert_eq!(calls_of(&json, "work"), 0, "{json}");

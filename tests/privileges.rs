@@ -27,11 +27,7 @@ fn under_sudo_the_data_file_belongs_to_the_invoking_user_with_their_umask() {
         .env("SUDO_GID", "65533")
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     let metadata = std::fs::metadata(&data).unwrap();
     assert_eq!((metadata.uid(), metadata.gid()), (65534, 65533));
     assert_eq!(metadata.permissions().mode() & 0o777, 0o640);
@@ -40,14 +36,7 @@ fn under_sudo_the_data_file_belongs_to_the_invoking_user_with_their_umask() {
 #[test]
 fn a_process_we_may_not_read_is_refused_in_one_line() {
     // As nobody, pid 1 (root's) cannot be inspected: a clear line, before any BPF.
-    let output = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
-        .arg(env!("CARGO_BIN_EXE_utrace"))
+    let output = utrace_as_nobody()
         .args(["record", "-o", "/tmp/never-written.data", "-p", "1"])
         .output()
         .unwrap();

@@ -15,6 +15,29 @@ pub fn utrace() -> Command {
     Command::new(env!("CARGO_BIN_EXE_utrace"))
 }
 
+/// utrace run as nobody, with no capabilities: what a user without BPF rights gets.
+pub fn utrace_as_nobody() -> Command {
+    let mut command = Command::new("setpriv");
+    command
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(env!("CARGO_BIN_EXE_utrace"));
+    command
+}
+
+/// Asserts that a run of utrace succeeded, showing what it said when it did not.
+pub fn assert_success(output: &Output) {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// Whether BPF tests can run here. Outside CI a machine without root skips them with a message;
 /// with UTRACE_REQUIRE_BPF=1 (set by .ci/run) a skip is a failure.
 pub fn bpf_available(test: &str) -> bool {
