@@ -14,13 +14,18 @@ pub struct Event {
     pub tid: u32,
     /// Function id, with [`Event::EXIT`] set on exits.
     pub function: u32,
+    /// Low 32 bits of the address of the call's return-address slot: the same on an exit as on
+    /// its entry, which pairs them when other exits were never seen. 0 when unknown.
+    pub stack: u32,
+    /// Process id (tgid) of the thread; 0 when unknown.
+    pub pid: u32,
 }
 
 // SAFETY: `Event` is `repr(C)`, made only of integers, has no padding (asserted below), and every
 // bit pattern is a valid value.
 unsafe impl plain::Plain for Event {}
 
-const _: () = assert!(std::mem::size_of::<Event>() == 16);
+const _: () = assert!(std::mem::size_of::<Event>() == 24);
 
 impl Event {
     /// The bit of `function` that marks an exit (`EVENT_EXIT` in event.h).
@@ -39,6 +44,7 @@ impl Event {
             timestamp_ns,
             tid,
             function,
+            ..Event::default()
         }
     }
 
@@ -47,7 +53,18 @@ impl Event {
             timestamp_ns,
             tid,
             function: function | Event::EXIT,
+            ..Event::default()
         }
+    }
+
+    /// The same event, for a call whose return-address slot is at `stack` (low 32 bits).
+    pub fn at_stack(self, stack: u32) -> Event {
+        Event { stack, ..self }
+    }
+
+    /// The same event, in process `pid`.
+    pub fn in_process(self, pid: u32) -> Event {
+        Event { pid, ..self }
     }
 
     /// The same event, marked as having happened on `cpu`.
@@ -95,5 +112,15 @@ mod tests {
         let e = Event::exit(5, 4_194_303, 9).on_cpu(1023);
         assert_eq!((e.tid(), e.cpu(), e.function_id()), (4_194_303, 1023, 9));
         assert_eq!(Event::entry(5, 77, 9).cpu(), 0);
+    }
+
+    #[test]
+    fn stack_and_process_are_their_own_fields() {
+        let e = Event::exit(5, 7, 9)
+            .on_cpu(3)
+            .at_stack(0xffff_fff8)
+            .in_process(6);
+        assert_eq!((e.tid(), e.cpu(), e.function_id()), (7, 3, 9));
+        assert_eq!((e.stack, e.pid, e.is_exit()), (0xffff_fff8, 6, true));
     }
 }

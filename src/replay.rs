@@ -731,6 +731,7 @@ mod tests {
                 timestamp_ns: u64::MAX,
                 tid: 1,
                 function: u32::MAX,
+                ..Event::default()
             },
             Event::exit(10, 1, MAIN),
         ];

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* The event that the BPF programs write into the ring buffer. src/event.rs mirrors this layout
+/* The 24-byte event that the BPF programs write into the ring buffer. src/event.rs mirrors this layout
  * and asserts its size; change both together. */
 #ifndef UTRACE_EVENT_H
 #define UTRACE_EVENT_H
@@ -18,6 +18,12 @@ struct event {
 	__u32 tid;
 	/* Function id (index into the plan's function table) | EVENT_EXIT on return. */
 	__u32 function;
+	/* Low 32 bits of the address of the call's return-address slot (the stack pointer at
+	 * entry): an exit carries the same value as its entry, which pairs them even when other
+	 * exits were never seen (longjmp, exceptions, the kernel's uretprobe depth limit). */
+	__u32 stack;
+	/* Process id (tgid) of the thread. */
+	__u32 pid;
 };
 
 #endif

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* Entry and exit probes for every traced function. Each probe carries its function id as the
- * BPF cookie and writes one 16-byte event into the ring buffer. An exit is seen either by a
+ * BPF cookie and writes one 24-byte event into the ring buffer. An exit is seen either by a
  * uretprobe or, where that would break C++ exception unwinding, by a plain uprobe on each
  * instruction that leaves the function (src/elf/returns.rs). */
 #include "vmlinux.h"
@@ -52,7 +52,7 @@ int target_exec(void *ctx)
  * that is only `ret`): one probe, two events, in the order they happen. */
 #define COOKIE_ALSO_EXIT (1ull << 32)
 
-static __always_inline int record(__u32 function)
+static __always_inline int record(__u32 function, __u64 stack)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -74,6 +74,8 @@ static __always_inline int record(__u32 function)
 	e->tid = ((__u32)pid_tgid & ((1u << EVENT_TID_BITS) - 1)) |
 		 (bpf_get_smp_processor_id() << EVENT_TID_BITS);
 	e->function = function;
+	e->stack = (__u32)stack;
+	e->pid = pid_tgid >> 32;
 
 	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
 		bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
@@ -100,6 +102,8 @@ int library_loaded(struct pt_regs *ctx)
 	e->timestamp_ns = bpf_ktime_get_ns();
 	e->tid = (__u32)pid_tgid & ((1u << EVENT_TID_BITS) - 1);
 	e->function = EVENT_LIBRARY_LOADED;
+	e->stack = 0;
+	e->pid = pid_tgid >> 32;
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	if (stop_on_dlopen)
 		bpf_send_signal(19 /* SIGSTOP */);
@@ -110,10 +114,12 @@ SEC("uprobe.multi")
 int function_entry(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
+	/* At the entry (or a site before any stack change) sp points at the return address. */
+	__u64 slot = PT_REGS_SP(ctx);
 
-	record((__u32)cookie);
+	record((__u32)cookie, slot);
 	if (cookie & COOKIE_ALSO_EXIT)
-		record((__u32)cookie | EVENT_EXIT);
+		record((__u32)cookie | EVENT_EXIT, slot);
 	return 0;
 }
 
@@ -121,11 +127,12 @@ int function_entry(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int function_exit_site(struct pt_regs *ctx)
 {
-	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT);
+	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT, PT_REGS_SP(ctx));
 }
 
 SEC("uretprobe.multi")
 int function_exit(struct pt_regs *ctx)
 {
-	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT);
+	/* The `ret` has popped the return address: its slot is just below sp. */
+	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT, PT_REGS_SP(ctx) - 8);
 }

@@ -13,7 +13,7 @@
 //! |------|----------------|------------------------------------------------------------------|
 //! | 1    | metadata       | bincode 2 (standard configuration) of [`Metadata`]               |
 //! | 2    | function table | bincode 2 (standard configuration) of [`FunctionTable`]          |
-//! | 3    | events         | [`Event`]s as they are in memory (16 bytes each, little-endian) |
+//! | 3    | events         | [`Event`]s as they are in memory (24 bytes each, little-endian) |
 //! | 4    | statistics     | bincode 2 (standard configuration) of [`Statistics`]             |
 //! | 5    | more functions | bincode 2 of a [`FunctionTable`] of the modules and functions   |
 //! |      |                | planned during the recording (a library loaded with `dlopen`):  |
@@ -41,14 +41,14 @@ use crate::event::Event;
 /// The first 8 bytes of every `utrace.data` file.
 pub const MAGIC: [u8; 8] = *b"UTRACE\0D";
 /// The format version this code writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Size of the file header: magic, version, reserved.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Size of a chunk header: kind, length, checksum, reserved.
 pub const CHUNK_HEADER_LEN: usize = 16;
 // An events payload is `Event`s as they are in memory: a change to `Event` changes the format and
 // needs a new `VERSION` (and this line changed with it).
-const _: () = assert!(Event::SIZE == 16 && std::mem::align_of::<Event>() == 8);
+const _: () = assert!(Event::SIZE == 24 && std::mem::align_of::<Event>() == 8);
 
 /// The longest payload a chunk may have (64 MiB).
 pub const MAX_CHUNK_LEN: u32 = 64 << 20;
@@ -204,6 +204,8 @@ pub fn events_payload<'a>(events: &'a [Event], scratch: &'a mut Vec<u8>) -> &'a 
             scratch.extend_from_slice(&event.timestamp_ns.to_le_bytes());
             scratch.extend_from_slice(&event.tid.to_le_bytes());
             scratch.extend_from_slice(&event.function.to_le_bytes());
+            scratch.extend_from_slice(&event.stack.to_le_bytes());
+            scratch.extend_from_slice(&event.pid.to_le_bytes());
         }
         scratch
     }
@@ -224,6 +226,8 @@ pub fn events_from_disk(events: &mut [Event]) {
             event.timestamp_ns = u64::from_le(event.timestamp_ns);
             event.tid = u32::from_le(event.tid);
             event.function = u32::from_le(event.function);
+            event.stack = u32::from_le(event.stack);
+            event.pid = u32::from_le(event.pid);
         }
     }
 }
@@ -264,14 +268,16 @@ mod tests {
 
     #[test]
     fn event_bytes_on_disk() {
-        let events = [Event::exit(0x1122_3344_5566_7788, 0x99aa_bbcc, 5)];
+        let events = [Event::exit(0x1122_3344_5566_7788, 0x99aa_bbcc, 5)
+            .at_stack(0x0102_0304)
+            .in_process(0x0a0b_0c0d)];
         let mut scratch = Vec::new();
         let bytes = events_payload(&events, &mut scratch).to_vec();
         assert_eq!(
             bytes,
             [
                 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0xcc, 0xbb, 0xaa, 0x99, 5, 0, 0,
-                0x80
+                0x80, 4, 3, 2, 1, 0x0d, 0x0c, 0x0b, 0x0a
             ]
         );
         let mut back = [Event::default()];

@@ -189,7 +189,7 @@ fn round_trip() {
     }
     writer.write_events(&[]).unwrap();
     assert_eq!(writer.events_written(), 71_003);
-    // Events cost their 16 bytes plus a 16-byte header per chunk of up to 65,536.
+    // Events cost their 24 bytes plus a 16-byte header per chunk of up to 65,536.
     assert_eq!(
         writer.bytes_written() - table_end,
         71_003 * Event::SIZE as u64 + 5 * CHUNK_HEADER_LEN as u64
