@@ -145,30 +145,40 @@ impl EventDecoder {
             events.resize(count, Event::default());
         }
         let mut timestamp = 0u64;
-        let mut current = usize::MAX;
+        // The thread of the previous event, kept out of `threads` until another one comes.
+        let mut current = None::<usize>;
+        let mut thread = Thread::default();
         for slot in &mut events[..count] {
             let tag = input.byte()?;
             if tag & RESERVED != 0 {
                 return Err("an event tag with reserved bits set");
             }
-            match tag & THREAD_MASK {
-                THREAD_SAME => {}
-                THREAD_SEEN => current = usize::try_from(input.varint()?).unwrap_or(usize::MAX),
-                THREAD_NEW => {
-                    let tid = input.varint32()?;
-                    let pid = input.varint32()?;
-                    current = self.threads.len();
-                    self.threads.push(Thread {
-                        tid,
-                        pid,
-                        ..Thread::default()
-                    });
+            let kind = tag & THREAD_MASK;
+            if kind != THREAD_SAME {
+                if let Some(index) = current {
+                    self.threads[index] = thread;
                 }
-                _ => return Err("an event tag with an unknown thread kind"),
-            }
-            let Some(thread) = self.threads.get_mut(current) else {
+                if kind == THREAD_SEEN {
+                    let index = usize::try_from(input.varint()?).unwrap_or(usize::MAX);
+                    thread = *self
+                        .threads
+                        .get(index)
+                        .ok_or("an event of a thread not defined in the chunk")?;
+                    current = Some(index);
+                } else if kind == THREAD_NEW {
+                    thread = Thread {
+                        tid: input.varint32()?,
+                        pid: input.varint32()?,
+                        ..Thread::default()
+                    };
+                    current = Some(self.threads.len());
+                    self.threads.push(thread);
+                } else {
+                    return Err("an event tag with an unknown thread kind");
+                }
+            } else if current.is_none() {
                 return Err("an event of a thread not defined in the chunk");
-            };
+            }
             timestamp = timestamp.wrapping_add(unzigzag64(input.varint()?));
             if tag & NEW_FUNCTION != 0 {
                 let delta = unzigzag32(input.varint32()?);
@@ -213,10 +223,24 @@ impl Input<'_> {
 
     #[inline]
     fn varint(&mut self) -> Result<u64, &'static str> {
-        let first = self.byte()?;
-        if first < 0x80 {
-            return Ok(u64::from(first));
+        // Most varints here take one or two bytes.
+        match self.bytes[self.at..] {
+            [first, ..] if first < 0x80 => {
+                self.at += 1;
+                return Ok(u64::from(first));
+            }
+            [first, second, ..] if second < 0x80 => {
+                self.at += 2;
+                return Ok(u64::from(first & 0x7f) | u64::from(second) << 7);
+            }
+            _ => {}
         }
+        self.long_varint()
+    }
+
+    #[cold]
+    fn long_varint(&mut self) -> Result<u64, &'static str> {
+        let first = self.byte()?;
         let mut value = u64::from(first & 0x7f);
         let mut shift = 7;
         loop {
