@@ -3,7 +3,7 @@
 mod cli;
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, IsTerminal, Write};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
@@ -18,6 +18,7 @@ use utrace::record::{
     TraceOptions, UserIds,
 };
 use utrace::report::flame_graph::Weight;
+use utrace::report::progress::{ProgressBar, WithProgress};
 use utrace::report::summary::SortKey;
 use utrace::report::tree::Columns;
 use utrace::report::{scan_threads, write_report, Format, ReportOptions, TraceInfo};
@@ -124,9 +125,16 @@ fn exit_code(outcome: &RecordOutcome) -> u8 {
 
 fn run_report(args: ReportArgs) -> Result<()> {
     let options = report_options(&args)?;
-    let mut reader = DataReader::open(&args.input)?;
+    let reader = DataReader::open(&args.input)?;
     // The table is borrowed while the reader streams its events, so it is taken out first.
     let table = reader.functions().clone();
+    // A report written to the terminal as it is read would be torn by the bar's redraws.
+    let bar_wanted = !(args.output.is_none()
+        && args.format.writes_while_reading()
+        && std::io::stdout().is_terminal());
+    let file_len = std::fs::metadata(&args.input).map_or(0, |m| m.len());
+    let bar = ProgressBar::on_stderr(bar_wanted, file_len);
+    let mut source = WithProgress::new(reader, DataReader::bytes_read, bar);
     let mut out: Box<dyn Write> = match &args.output {
         Some(path) => Box::new(BufWriter::new(
             File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
@@ -136,14 +144,14 @@ fn run_report(args: ReportArgs) -> Result<()> {
     let outcome = write_report(
         args.format,
         &options,
-        trace_info,
+        |source: &WithProgress<DataReader, _>| trace_info(source.source()),
         &table,
-        &mut reader,
+        &mut source,
         &mut out,
     )
     .with_context(|| format!("{}", args.input.display()))?;
     out.flush().context("cannot write the report")?;
-    if reader.cut_short() {
+    if source.source().cut_short() {
         eprintln!(
             "utrace: warning: {} was cut short (the recorder did not finish): {} events read up to its last complete block",
             args.input.display(),

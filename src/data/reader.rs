@@ -176,6 +176,11 @@ impl<R: Read + Seek> DataReader<R> {
         }
     }
 
+    /// Bytes of the file read so far, up to the end of the last chunk read.
+    pub fn bytes_read(&self) -> u64 {
+        self.offset
+    }
+
     /// Events returned by [`next_events`](Self::next_events) so far.
     pub fn events_read(&self) -> u64 {
         self.events_read

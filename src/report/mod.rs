@@ -10,6 +10,7 @@ pub mod chrome;
 pub mod flame_graph;
 pub mod flat;
 pub mod json;
+pub mod progress;
 pub mod summary;
 pub mod svg;
 pub mod tree;
@@ -84,6 +85,13 @@ impl Format {
             Format::Replay => "replay",
             Format::Chrome => "chrome",
         }
+    }
+}
+
+impl Format {
+    /// Whether the report is written as the events are read (the others are written at the end).
+    pub fn writes_while_reading(self) -> bool {
+        matches!(self, Format::Replay | Format::Chrome)
     }
 }
 
