@@ -401,45 +401,36 @@ mod tests {
 
     #[test]
     fn bad_payloads_give_reasons() {
-        let decode = |payload: &[u8]| EventDecoder::default().decode(payload, &mut Vec::new());
-        assert_eq!(decode(&[]), Err("the events end early"));
-        // 65,537 events claimed.
-        assert_eq!(
-            decode(&[0x81, 0x80, 0x04]),
-            Err("more events than a chunk may hold")
-        );
-        assert_eq!(
-            decode(&[2, 0x10, 0]),
-            Err("more events than its bytes can hold")
-        );
-        assert_eq!(
-            decode(&[1, 0x20, 0]),
-            Err("an event tag with reserved bits set")
-        );
-        assert_eq!(
-            decode(&[1, 0x18, 0]),
-            Err("an event tag with an unknown thread kind")
-        );
-        assert_eq!(
-            decode(&[1, 0x00, 0]),
-            Err("an event of a thread not defined in the chunk")
-        );
-        assert_eq!(
-            decode(&[1, 0x08, 0]),
-            Err("an event of a thread not defined in the chunk")
-        );
-        assert_eq!(
-            decode(&[1, 0x10, 1, 2, 0, 9]),
-            Err("bytes after the last event")
-        );
-        assert_eq!(
-            decode(&[1, 0x10, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0]),
-            Err("a varint longer than 32 bits")
-        );
         let mut long = vec![1, 0x10, 1, 1];
         long.extend([0xff; 9]);
         long.push(2);
-        assert_eq!(decode(&long), Err("a varint longer than 64 bits"));
-        assert_eq!(decode(&[1, 0x10, 1, 1, 0x80]), Err("the events end early"));
+        let cases: [(&[u8], &str); 12] = [
+            (&[], "the events end early"),
+            // 65,537 events.
+            (&[0x81, 0x80, 0x04], "more events than a chunk may hold"),
+            (&[2, 0x10, 0], "more events than its bytes can hold"),
+            (&[1, 0x20, 0], "an event tag with reserved bits set"),
+            (&[1, 0x18, 0], "an event tag with an unknown thread kind"),
+            (
+                &[1, 0x00, 0],
+                "an event of a thread not defined in the chunk",
+            ),
+            (
+                &[1, 0x08, 0],
+                "an event of a thread not defined in the chunk",
+            ),
+            (&[1, 0x10, 1, 2, 0, 9], "bytes after the last event"),
+            (
+                &[1, 0x10, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0],
+                "a varint longer than 32 bits",
+            ),
+            (&long, "a varint longer than 64 bits"),
+            (&[1, 0x10, 1, 1, 0x80], "the events end early"),
+            (&[1, 0x10, 1, 1, 0x80, 0x80], "the events end early"),
+        ];
+        for (payload, reason) in cases {
+            let decoded = EventDecoder::default().decode(payload, &mut Vec::new());
+            assert_eq!(decoded, Err(reason), "{payload:?}");
+        }
     }
 }
