@@ -321,29 +321,19 @@ mod tests {
 
     #[test]
     fn every_field_round_trips_at_its_extremes() {
+        let thread_7 =
+            |event: Event, cpu, stack, pid| event.on_cpu(cpu).at_stack(stack).in_process(pid);
         let events = [
             Event::entry(u64::MAX, u32::MAX, 0x7fff_fffe)
                 .at_stack(u32::MAX)
                 .in_process(u32::MAX),
             Event::exit(0, 0, 0),
             Event::exit(1 << 63, 4_194_303, 0x7fff_fffe).on_cpu(1023),
-            Event::entry(5, 7, 9)
-                .on_cpu(3)
-                .at_stack(0x8000_0000)
-                .in_process(6),
-            Event::exit(4, 7, 9)
-                .on_cpu(3)
-                .at_stack(0x7fff_fff8)
-                .in_process(6),
+            thread_7(Event::entry(5, 7, 9), 3, 0x8000_0000, 6),
+            thread_7(Event::exit(4, 7, 9), 3, 0x7fff_fff8, 6),
             // The same tid in another process, and on another CPU: other threads.
-            Event::exit(4, 7, 9)
-                .on_cpu(3)
-                .at_stack(0x7fff_fff8)
-                .in_process(8),
-            Event::exit(4, 7, 9)
-                .on_cpu(4)
-                .at_stack(0x7fff_fff8)
-                .in_process(6),
+            thread_7(Event::exit(4, 7, 9), 3, 0x7fff_fff8, 8),
+            thread_7(Event::exit(4, 7, 9), 4, 0x7fff_fff8, 6),
             Event::entry(4, 7, 1).on_cpu(3).in_process(6),
         ];
         round_trip(&events);
