@@ -1,5 +1,5 @@
-//! The event written by the BPF programs (`src/bpf/event.h`), read as it is from the ring buffer
-//! and from `utrace.data` event blocks.
+//! The event written by the BPF programs (`src/bpf/event.h`), read as it is from the ring buffer;
+//! `utrace.data` stores it encoded (`src/data/format/events.rs`) and the reader decodes it back.
 
 use crate::plan::FunctionId;
 
@@ -33,7 +33,7 @@ impl Event {
     /// `function` of the ring buffer's note that a dlopen returned (`EVENT_LIBRARY_LOADED`):
     /// never a function id, never written to a data file.
     pub const LIBRARY_LOADED: u32 = 0x7fff_ffff;
-    /// Size of one event in bytes, in the ring buffer and on disk.
+    /// Size of one event in bytes, in the ring buffer and in memory.
     pub const SIZE: usize = std::mem::size_of::<Event>();
     /// Bits of the `tid` field that hold the thread id (`EVENT_TID_BITS`): pid_max is at most
     /// 2^22, which leaves 10 bits for the CPU.
