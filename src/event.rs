@@ -33,8 +33,6 @@ impl Event {
     /// `function` of the ring buffer's note that a dlopen returned (`EVENT_LIBRARY_LOADED`):
     /// never a function id, never written to a data file.
     pub const LIBRARY_LOADED: u32 = 0x7fff_ffff;
-    /// Size of one event in bytes, in the ring buffer and in memory.
-    pub const SIZE: usize = std::mem::size_of::<Event>();
     /// Bits of the `tid` field that hold the thread id (`EVENT_TID_BITS`): pid_max is at most
     /// 2^22, which leaves 10 bits for the CPU.
     pub const TID_BITS: u32 = 22;
