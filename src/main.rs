@@ -3,7 +3,7 @@
 mod cli;
 
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{BufWriter, IsTerminal, Stderr, Write};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
@@ -132,9 +132,7 @@ fn run_report(args: ReportArgs) -> Result<()> {
     let bar_wanted = !(args.output.is_none()
         && args.format.writes_while_reading()
         && std::io::stdout().is_terminal());
-    let file_len = std::fs::metadata(&args.input).map_or(0, |m| m.len());
-    let bar = ProgressBar::on_stderr(bar_wanted, file_len);
-    let mut source = WithProgress::new(reader, DataReader::bytes_read, bar);
+    let mut source = with_progress(&args, bar_wanted, "reading", reader);
     let mut out: Box<dyn Write> = match &args.output {
         Some(path) => Box::new(BufWriter::new(
             File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
@@ -161,6 +159,18 @@ fn run_report(args: ReportArgs) -> Result<()> {
     Ok(())
 }
 
+/// `reader` moving a progress bar for `report` as it reads, if `wanted`.
+fn with_progress(
+    args: &ReportArgs,
+    wanted: bool,
+    label: &'static str,
+    reader: DataReader,
+) -> WithProgress<DataReader, Stderr> {
+    let file_len = std::fs::metadata(&args.input).map_or(0, |m| m.len());
+    let bar = ProgressBar::on_stderr(wanted, label, file_len);
+    WithProgress::new(reader, DataReader::bytes_read, bar)
+}
+
 /// The options of `report`, checked against its format. The call tree's thread column needs the
 /// threads before the first line, which costs a first pass over the events.
 fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
@@ -179,9 +189,12 @@ fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
     }
     let filter = args.filter.spec()?;
     let show_thread_ids = format == Format::Replay && {
-        let mut reader = DataReader::open(&args.input)?;
-        let scan = scan_threads(&mut reader, &filter)
-            .with_context(|| format!("{}", args.input.display()))?;
+        let reader = DataReader::open(&args.input)?;
+        let scan = scan_threads(
+            &mut with_progress(args, true, "finding threads", reader),
+            &filter,
+        )
+        .with_context(|| format!("{}", args.input.display()))?;
         scan.tids.len() > 1
     };
     Ok(ReportOptions {

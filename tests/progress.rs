@@ -1,5 +1,5 @@
-//! The progress bar of long reports: drawn on a terminal (a pty from `script`), cleared at the
-//! end, and absent when stderr is not a terminal.
+//! The progress bars of long reports: drawn on a terminal (a pty from `script`), erased at the
+//! end of each pass over the file, and absent when stderr is not a terminal.
 
 mod common;
 
@@ -81,13 +81,26 @@ fn long_reports_show_a_bar_on_a_terminal_only() {
         .unwrap();
     common::assert_success(&output);
     let terminal = String::from_utf8_lossy(&output.stdout);
+    assert!(terminal.contains("\rutrace: reading ["), "{terminal:?}");
+    // Nothing but bars (of the first pass, which finds the threads, if it took long enough, and
+    // of the report's), each pass's erased once at its end.
+    for piece in terminal.split('\r').skip(1) {
+        let bar = piece.starts_with("utrace: finding threads [")
+            || piece.starts_with("utrace: reading [");
+        assert!(
+            piece.ends_with("\x1b[K") && (bar || piece == "\x1b[K"),
+            "{terminal:?}"
+        );
+    }
     assert!(
-        terminal.starts_with("\rutrace: reading [") && terminal.contains("% "),
+        terminal.starts_with('\r') && terminal.ends_with("\r\x1b[K"),
         "{terminal:?}"
     );
-    // Cleared once at the end, with nothing after.
-    assert!(terminal.ends_with("\r\x1b[K"), "{terminal:?}");
-    assert_eq!(terminal.matches("\r\x1b[K").count(), 1, "{terminal:?}");
+    let passes = ["finding threads", "reading"]
+        .into_iter()
+        .filter(|label| terminal.contains(&format!("\rutrace: {label} [")))
+        .count();
+    assert_eq!(terminal.matches("\r\x1b[K").count(), passes, "{terminal:?}");
 
     // Not on a terminal: nothing at all.
     let output = Command::new("sh").args(["-c", &report]).output().unwrap();

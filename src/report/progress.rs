@@ -20,6 +20,8 @@ const WIDTH: usize = 30;
 pub struct ProgressBar<W: Write> {
     /// `None` when nothing is drawn (stderr is not a terminal).
     out: Option<W>,
+    /// What is being done: `reading`.
+    label: &'static str,
     total: u64,
     started: Instant,
     last_drawn: Option<Instant>,
@@ -27,17 +29,27 @@ pub struct ProgressBar<W: Write> {
 
 impl ProgressBar<std::io::Stderr> {
     /// A bar on stderr if `wanted` and stderr is a terminal; one that draws nothing otherwise.
-    pub fn on_stderr(wanted: bool, total: u64) -> ProgressBar<std::io::Stderr> {
+    pub fn on_stderr(
+        wanted: bool,
+        label: &'static str,
+        total: u64,
+    ) -> ProgressBar<std::io::Stderr> {
         let stderr = std::io::stderr();
         let out = (wanted && stderr.is_terminal()).then_some(stderr);
-        ProgressBar::new(out, total, Instant::now())
+        ProgressBar::new(out, label, total, Instant::now())
     }
 }
 
 impl<W: Write> ProgressBar<W> {
-    pub fn new(out: Option<W>, total: u64, started: Instant) -> ProgressBar<W> {
+    pub fn new(
+        out: Option<W>,
+        label: &'static str,
+        total: u64,
+        started: Instant,
+    ) -> ProgressBar<W> {
         ProgressBar {
             out,
+            label,
             total,
             started,
             last_drawn: None,
@@ -55,8 +67,8 @@ impl<W: Write> ProgressBar<W> {
         };
         if due {
             // A bar that cannot be drawn is no reason to stop the report.
-            let _ =
-                write!(out, "\r{}\x1b[K", bar_line(done, self.total)).and_then(|()| out.flush());
+            let _ = write!(out, "\r{}\x1b[K", bar_line(self.label, done, self.total))
+                .and_then(|()| out.flush());
             self.last_drawn = Some(now);
         }
     }
@@ -76,7 +88,7 @@ impl<W: Write> Drop for ProgressBar<W> {
 }
 
 /// The text of the bar: `utrace: reading [#####.....]  50%  1.2 of 2.4 MB`.
-fn bar_line(done: u64, total: u64) -> String {
+fn bar_line(label: &str, done: u64, total: u64) -> String {
     let done = done.min(total);
     let fraction = if total == 0 {
         1.0
@@ -85,7 +97,7 @@ fn bar_line(done: u64, total: u64) -> String {
     };
     let filled = ((fraction * WIDTH as f64) as usize).min(WIDTH);
     format!(
-        "utrace: reading [{}{}] {:3.0}%  {:.1} of {:.1} MB",
+        "utrace: {label} [{}{}] {:3.0}%  {:.1} of {:.1} MB",
         "#".repeat(filled),
         ".".repeat(WIDTH - filled),
         fraction * 100.0,
@@ -142,23 +154,23 @@ mod tests {
     #[test]
     fn the_line_shows_the_share_read() {
         assert_eq!(
-            bar_line(1_200_000, 2_400_000),
+            bar_line("reading", 1_200_000, 2_400_000),
             "utrace: reading [###############...............]  50%  1.2 of 2.4 MB"
         );
         assert_eq!(
-            bar_line(0, 10),
-            "utrace: reading [..............................]   0%  0.0 of 0.0 MB"
+            bar_line("finding threads", 0, 10),
+            "utrace: finding threads [..............................]   0%  0.0 of 0.0 MB"
         );
         // More than the file (it grew) and an empty file read as all done.
-        assert!(bar_line(20, 10).contains("] 100%"));
-        assert!(bar_line(0, 0).contains("] 100%"));
+        assert!(bar_line("reading", 20, 10).contains("] 100%"));
+        assert!(bar_line("reading", 0, 0).contains("] 100%"));
     }
 
     #[test]
     fn drawn_after_half_a_second_at_most_ten_times_a_second_then_cleared() {
         let started = Instant::now();
         let mut out = Vec::new();
-        let mut bar = ProgressBar::new(Some(&mut out), 1000, started);
+        let mut bar = ProgressBar::new(Some(&mut out), "reading", 1000, started);
         bar.update(100, at(started, 499)); // too early
         bar.update(200, at(started, 500)); // drawn
         bar.update(300, at(started, 599)); // too soon after
@@ -177,7 +189,7 @@ mod tests {
     #[test]
     fn without_a_terminal_nothing_is_drawn() {
         let started = Instant::now();
-        let mut bar = ProgressBar::<Vec<u8>>::new(None, 1000, started);
+        let mut bar = ProgressBar::<Vec<u8>>::new(None, "reading", 1000, started);
         bar.update(500, at(started, 5000));
         assert!(bar.last_drawn.is_none());
     }
@@ -212,7 +224,7 @@ mod tests {
         let mut out = Vec::new();
         // Started long ago: drawn at once.
         let started = Instant::now() - Duration::from_secs(1);
-        let bar = ProgressBar::new(Some(&mut out), 200, started);
+        let bar = ProgressBar::new(Some(&mut out), "reading", 200, started);
         let mut source = WithProgress::new(blocks, |blocks| blocks.read, bar);
         assert_eq!(source.next_block(), Ok(Some(&[Event::entry(1, 2, 3)][..])));
         assert_eq!(source.source().read, 100);
@@ -233,7 +245,7 @@ mod tests {
         // A quick report draws nothing, so has nothing to clear.
         for (ms, left) in [(100, ""), (600, "\x1b[K\r\x1b[K")] {
             let mut out = Vec::new();
-            let mut bar = ProgressBar::new(Some(&mut out), 1000, started);
+            let mut bar = ProgressBar::new(Some(&mut out), "reading", 1000, started);
             bar.update(500, at(started, ms));
             drop(bar);
             assert!(String::from_utf8(out).unwrap().ends_with(left), "{ms} ms");
