@@ -28,7 +28,8 @@
 //! A payload is at most [`MAX_CHUNK_LEN`] bytes (64 MiB): readers refuse longer ones without
 //! allocating them. The function table is the only chunk that comes near that: 100,000 functions
 //! with 200-byte names take about 23 MB. An events chunk holds at most [`EVENTS_PER_CHUNK`]
-//! events (1.5 MiB in memory), which bounds what a reader allocates for one.
+//! events (1.5 MiB in memory) in at most [`MAX_EVENTS_LEN`] bytes (about 2 MB), which bounds
+//! what a reader allocates for one.
 //!
 //! [`Metadata`]: super::Metadata
 //! [`Statistics`]: super::Statistics
@@ -39,7 +40,7 @@ mod events;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use events::{EventDecoder, EventEncoder};
+pub use events::{EventDecoder, EventEncoder, MAX_EVENTS_LEN};
 
 /// The first 8 bytes of every `utrace.data` file.
 pub const MAGIC: [u8; 8] = *b"UTRACE\0D";

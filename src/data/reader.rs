@@ -213,6 +213,17 @@ impl<R: Read + Seek> DataReader<R> {
             let length = header.length as usize;
             match header.kind {
                 ChunkKind::Events => {
+                    if length > format::MAX_EVENTS_LEN {
+                        return Err(DataError::corrupt(
+                            &self.path,
+                            offset,
+                            format!(
+                                "an events chunk of {length} bytes, more than the {} its \
+                                 events can take",
+                                format::MAX_EVENTS_LEN
+                            ),
+                        ));
+                    }
                     if !read_payload(&self.path, &mut self.input, length, &mut self.payload)? {
                         self.state = State::CutShort;
                         return Ok(None);

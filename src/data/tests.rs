@@ -444,18 +444,25 @@ fn absurd_chunk_length() {
         .to_string()
         .starts_with(&format!("{}: corrupt chunk at byte 16 (", path.display())));
 
-    // On the second events chunk: the first block reads, then the error.
+    // On the second events chunk, beyond what any chunk or any events chunk may hold: the first
+    // block reads, then the error.
     let at = small.block_ends[0];
-    let mut bytes = small.bytes.clone();
-    bytes[at + 4..at + 8].copy_from_slice(&(format::MAX_CHUNK_LEN + 16).to_le_bytes());
-    let path = write_file(&dir, "absurd.data", &bytes);
-    let (events, result) = read_until_error(&path);
-    assert_eq!(events, small.blocks[0]);
-    let error = result.err().unwrap();
-    assert!(
-        matches!(error, DataError::Corrupt { offset, .. } if offset == at as u64),
-        "{error}"
-    );
+    for length in [
+        format::MAX_CHUNK_LEN + 16,
+        format::MAX_EVENTS_LEN as u32 + 1,
+    ] {
+        let mut bytes = small.bytes.clone();
+        bytes[at + 4..at + 8].copy_from_slice(&length.to_le_bytes());
+        let path = write_file(&dir, "absurd.data", &bytes);
+        let (events, result) = read_until_error(&path);
+        assert_eq!(events, small.blocks[0]);
+        let error = result.err().unwrap();
+        assert!(
+            matches!(error, DataError::Corrupt { offset, .. } if offset == at as u64),
+            "{error}"
+        );
+        assert!(error.to_string().contains("more than the"), "{error}");
+    }
 }
 
 #[test]

@@ -39,6 +39,12 @@ const THREAD_NEW: u8 = 2 << THREAD_SHIFT;
 const RESERVED: u8 = !(EXIT | NEW_FUNCTION | NEW_STACK | THREAD_MASK);
 /// The fewest bytes an event takes: its tag and a one-byte timestamp.
 const MIN_EVENT_LEN: usize = 2;
+/// The most: its tag, a new thread (two 5-byte varints), a 10-byte timestamp, a function id and
+/// a stack of 5 bytes each.
+const MAX_EVENT_LEN: usize = 1 + 5 + 5 + 10 + 5 + 5;
+/// The longest payload a chunk of [`EVENTS_PER_CHUNK`] events can have: readers refuse longer
+/// ones before reading them.
+pub const MAX_EVENTS_LEN: usize = 3 + EVENTS_PER_CHUNK * MAX_EVENT_LEN;
 
 /// What a thread's next event is encoded against.
 #[derive(Clone, Copy, Debug, Default)]
@@ -110,6 +116,7 @@ impl EventEncoder {
             }
             out[tag_at] = tag;
         }
+        debug_assert!(out.len() <= MAX_EVENTS_LEN);
     }
 }
 
@@ -367,6 +374,21 @@ mod tests {
             .map(|i| Event::entry(u64::from(i), 100 + i % 3, i % 7).at_stack(64 * (i % 5)))
             .collect();
         round_trip(&events);
+    }
+
+    #[test]
+    fn the_longest_payload() {
+        // Every event a new thread, with the largest differences each field can have.
+        let events: Vec<Event> = (0..EVENTS_PER_CHUNK as u32)
+            .map(|i| Event {
+                timestamp_ns: if i % 2 == 0 { 1 << 63 } else { 0 },
+                tid: u32::MAX - i,
+                function: 0x7fff_ffff,
+                stack: 0x8000_0000,
+                pid: u32::MAX,
+            })
+            .collect();
+        assert_eq!(round_trip(&events).len(), MAX_EVENTS_LEN);
     }
 
     #[test]
