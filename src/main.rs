@@ -107,6 +107,7 @@ fn trace_options(args: TraceArgs) -> Result<TraceOptions> {
         },
         filter: args.filter.spec()?,
         exit_probes: args.exit_probes,
+        follow: args.follow,
         debug: args.debug,
     })
 }

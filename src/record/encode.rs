@@ -23,17 +23,21 @@ impl<'a> EventEncoder<'a> {
 
 impl CallSink for EventEncoder<'_> {
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
-        self.out
-            .borrow_mut()
-            .push(Event::entry(entry.start_ns, entry.tid, entry.function).on_cpu(entry.cpu));
+        self.out.borrow_mut().push(
+            Event::entry(entry.start_ns, entry.tid, entry.function)
+                .on_cpu(entry.cpu)
+                .in_process(entry.pid),
+        );
     }
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
         if call.complete {
             let end = call.start_ns + call.duration_ns;
-            self.out
-                .borrow_mut()
-                .push(Event::exit(end, call.tid, call.function).on_cpu(call.cpu));
+            self.out.borrow_mut().push(
+                Event::exit(end, call.tid, call.function)
+                    .on_cpu(call.cpu)
+                    .in_process(call.pid),
+            );
         }
     }
 }

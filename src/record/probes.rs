@@ -3,7 +3,7 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -114,6 +114,9 @@ pub struct ProbeConfig {
     pub wait_for_exec: bool,
     /// Stop the process at a dlopen's return until the recorder lets it go on.
     pub stop_on_dlopen: bool,
+    /// Follow the processes the target forks, and the programs they exec (`--follow`): each is
+    /// stopped until the recorder has probed it.
+    pub follow: bool,
 }
 
 /// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
@@ -148,6 +151,7 @@ impl<'obj> LoadedProbes<'obj> {
         rodata.target_tgid = config.tgid;
         rodata.wait_for_exec = config.wait_for_exec;
         rodata.stop_on_dlopen = config.stop_on_dlopen;
+        rodata.follow = config.follow;
         // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
         // that, so the common hit pays for no wake-up.
         rodata.wakeup_bytes = u64::from(config.buffer_bytes / 8);
@@ -160,19 +164,23 @@ impl<'obj> LoadedProbes<'obj> {
             let link = skel.progs.target_exec.attach().map_err(load_error)?;
             skel.links.target_exec = Some(link);
         }
+        if config.follow {
+            let link = skel.progs.process_forked.attach().map_err(load_error)?;
+            skel.links.process_forked = Some(link);
+            let link = skel.progs.process_execed.attach().map_err(load_error)?;
+            skel.links.process_execed = Some(link);
+        }
         Ok(LoadedProbes { skel })
     }
 
-    /// Attaches entry and exit probes for every function of `table` in the modules from
-    /// `first_module` on, filtered to `pid`. `files[i]` opens `table.modules[first_module + i]`.
-    /// `exits` says, per function id, where its exit is probed; without it every exit is a
-    /// uretprobe.
+    /// Attaches entry and exit probes for every function of `table` in `modules`, filtered to
+    /// `pid`: each module index with the path that opens its file. `exits` says, per function
+    /// id, where its exit is probed; without it every exit is a uretprobe.
     pub fn attach(
         &self,
         table: &FunctionTable,
         exits: Option<&[ExitProbe]>,
-        first_module: usize,
-        files: &[PathBuf],
+        modules: &[(usize, &Path)],
         pid: u32,
     ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
@@ -182,8 +190,8 @@ impl<'obj> LoadedProbes<'obj> {
             entry_links: Vec::new(),
             attach_time: Duration::ZERO,
         };
-        let modules = table.modules.iter().enumerate().skip(first_module);
-        for ((module_index, module), file) in modules.zip(files) {
+        for &(module_index, file) in modules {
+            let module = &table.modules[module_index];
             let plan = ModuleProbes::new(table, exits, module_index as u32);
             let progs = &self.skel.progs;
             let kinds = [
