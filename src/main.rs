@@ -20,7 +20,7 @@ use utrace::record::{
 use utrace::report::flame_graph::Weight;
 use utrace::report::summary::SortKey;
 use utrace::report::tree::Columns;
-use utrace::report::{scan_threads, write_report, Format, ReportOptions, TraceInfo};
+use utrace::report::{scan_threads, write_report, Format, ReportOptions, ThreadScan, TraceInfo};
 
 fn main() -> ExitCode {
     let cli = cli::parse();
@@ -70,6 +70,7 @@ fn run_live(args: LiveArgs) -> Result<u8> {
         trace: trace_options(args.trace)?,
         out,
         columns: Columns {
+            process_ids: false,
             thread_ids: args.tid,
             timestamps: args.timestamp,
             cpus: args.cpuid,
@@ -171,11 +172,11 @@ fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
         bail!("--weight applies to --format=flame-graph and svg, not {format}");
     }
     let filter = args.filter.spec()?;
-    let show_thread_ids = format == Format::Replay && {
+    let scan = if format == Format::Replay {
         let mut reader = DataReader::open(&args.input)?;
-        let scan = scan_threads(&mut reader, &filter)
-            .with_context(|| format!("{}", args.input.display()))?;
-        scan.tids.len() > 1
+        scan_threads(&mut reader, &filter).with_context(|| format!("{}", args.input.display()))?
+    } else {
+        ThreadScan::default()
     };
     Ok(ReportOptions {
         sort: args.sort,
@@ -183,7 +184,8 @@ fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
         avg_self: args.avg_self,
         weight: args.weight,
         filter,
-        show_thread_ids,
+        show_thread_ids: scan.tids.len() > 1,
+        show_process_ids: scan.pids.len() > 1,
         show_timestamps: args.timestamp,
         show_cpus: args.cpuid,
     })

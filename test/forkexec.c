@@ -3,6 +3,9 @@
  *
  * Usage: forkexec [PROGRAM [ARGS...]]
  *
+ * With FORKEXEC_WAIT=1 in the environment it first prints "ready" and waits
+ * for SIGUSR1 (for a tracer to attach with -p).
+ *
  * The parent calls parent_work 5 times, forks, waits for the child, then
  * calls parent_work 2 more times. The child calls run_child once, which calls
  * child_work 11 times; then, given PROGRAM, it execs it (which prints its own
@@ -17,6 +20,7 @@
  *                  inherited from the parent, never returns in the child).
  * The exit code is the child's.
  */
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,9 +54,35 @@ COUNTED unsigned long run_child(void)
 	return acc;
 }
 
+static volatile sig_atomic_t go;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	go = 1;
+}
+
+/* Prints "ready" and waits for SIGUSR1, with the signal mask as it was. */
+static void wait_for_usr1(void)
+{
+	sigset_t usr1, old;
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &usr1, &old);
+	signal(SIGUSR1, on_usr1);
+	printf("ready\n");
+	fflush(stdout);
+	while (!go)
+		sigsuspend(&old);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
 int main(int argc, char **argv)
 {
 	BUMP(n_main);
+	const char *wait = getenv("FORKEXEC_WAIT");
+	if (wait && wait[0] == '1')
+		wait_for_usr1();
 	unsigned long acc = 1;
 	for (int i = 0; i < 5; i++)
 		acc = parent_work(acc);
