@@ -210,3 +210,62 @@ fn follow_traces_the_children_of_an_attached_process() {
     child_counts.extend(own_counts(stdout.as_bytes()));
     assert_counts_match(&child_counts, &processes[&child]);
 }
+
+#[test]
+fn live_follow_prints_each_process_under_its_pid() {
+    if !bpf_available("live_follow_prints_each_process_under_its_pid") {
+        return;
+    }
+    let forkexec = compile("forkexec.c", "forkexec", &[]);
+    let calls = compile("calls.c", "calls-exec", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("live.txt");
+    let output = utrace()
+        .args(["live", "--follow", "-o"])
+        .arg(&tree)
+        .arg("--")
+        .arg(&forkexec)
+        .arg(&calls)
+        .output()
+        .unwrap();
+    assert_success(&output);
+    assert_eq!(
+        output.stdout,
+        run_untraced(&forkexec, &[calls.to_str().unwrap()]).stdout
+    );
+    let tree = std::fs::read_to_string(&tree).unwrap();
+    // The process id column comes on, under a new header, when the child first calls.
+    let header = tree
+        .lines()
+        .position(|line| line.starts_with("# DURATION    PID   TID"))
+        .unwrap_or_else(|| panic!("no PID column: {tree}"));
+    let pid_of = |line: &str| line[10..].split_whitespace().next().unwrap().to_string();
+    // The lines of the calls of `name`: `name();`, or `name() {` for a call held back too long.
+    let lines_of = |name: &str| -> Vec<&str> {
+        let (leaf, open) = (format!("{name}();"), format!("{name}() {{"));
+        tree.lines()
+            .filter(|line| {
+                let call = line.split(" | ").nth(1).map(str::trim);
+                call == Some(&leaf) || call == Some(&open)
+            })
+            .collect()
+    };
+    let child_work = lines_of("child_work");
+    assert_eq!(child_work.len(), 11, "{tree}");
+    let child = pid_of(child_work[0]);
+    assert!(child_work.iter().all(|line| pid_of(line) == child));
+    // The exec'ed program's functions are named, in the child.
+    let worker_steps: Vec<&str> = tree
+        .lines()
+        .filter(|l| l.contains("worker_step();"))
+        .collect();
+    assert_eq!(worker_steps.len(), 10_000);
+    assert!(worker_steps.iter().all(|line| line.lines().count() == 1));
+    let parent_after = &tree
+        .lines()
+        .skip(header)
+        .filter(|l| l.contains("parent_work();"))
+        .collect::<Vec<_>>();
+    assert_eq!(parent_after.len(), 2, "{tree}");
+    assert!(parent_after.iter().all(|line| pid_of(line) != child));
+}

@@ -102,8 +102,8 @@ pub trait Drain {
     fn take(&mut self, pending: &mut Vec<Event>, due: bool) -> bool;
 
     /// Functions planned during the session (a library loaded with dlopen that `--nest-lib`
-    /// matches), numbered on from the table's: the events that use them come after. Only called
-    /// when the session follows dlopen; false when it can take no more.
+    /// matches, a program a process exec'ed under `--follow`), numbered on from the table's: the
+    /// events that use them come after. False when it can take no more.
     fn more_functions(&mut self, more: &FunctionTable) -> bool;
 }
 

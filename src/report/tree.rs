@@ -20,6 +20,7 @@
 //! Lines come in the order the calls were decided, threads interleaved; memory grows with the
 //! number of threads, not with the trace.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io::{self, Write};
 
@@ -30,7 +31,8 @@ use crate::replay::{CallEntry, CallSink, FastHashMap, FinishedCall, ReplayStats}
 /// Prints the call tree; a [`CallSink`] that needs entries. Write errors are kept and returned by
 /// [`finish`](Self::finish), since a sink cannot return them; after one, nothing more is written.
 pub struct TreePrinter<'t, W: Write> {
-    table: &'t FunctionTable,
+    /// Owned once functions are added (live mode under `--follow`).
+    table: Cow<'t, FunctionTable>,
     /// `"()"` after names that have no parameter list of their own (C, Rust), `""` after
     /// demangled C++ names that already end in one.
     parens: Vec<&'static str>,
@@ -64,10 +66,10 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         let parens = table
             .functions
             .iter()
-            .map(|f| if f.name.contains('(') { "" } else { "()" })
+            .map(|f| parens_after(&f.name))
             .collect();
         Ok(TreePrinter {
-            table,
+            table: Cow::Borrowed(table),
             parens,
             columns,
             columns_when_needed: false,
@@ -86,6 +88,14 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         let mut printer = TreePrinter::new(table, columns, out)?;
         printer.columns_when_needed = true;
         Ok(printer)
+    }
+
+    /// Takes in functions planned during the recording (a program a followed process exec'ed),
+    /// numbered on from the table's.
+    pub fn add_functions(&mut self, more: &FunctionTable) {
+        self.parens
+            .extend(more.functions.iter().map(|f| parens_after(&f.name)));
+        self.table.to_mut().extend(more.clone());
     }
 
     /// Prints the held-back entries that started before `before_ns` as open blocks (`fib() {`),
@@ -157,6 +167,15 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         if let Err(error) = result {
             self.error = Some(error);
         }
+    }
+}
+
+/// `"()"` after a name that has no parameter list of its own, `""` after one that has.
+fn parens_after(name: &str) -> &'static str {
+    if name.contains('(') {
+        ""
+    } else {
+        "()"
     }
 }
 
