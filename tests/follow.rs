@@ -255,17 +255,16 @@ fn live_follow_prints_each_process_under_its_pid() {
     let child = pid_of(child_work[0]);
     assert!(child_work.iter().all(|line| pid_of(line) == child));
     // The exec'ed program's functions are named, in the child.
-    let worker_steps: Vec<&str> = tree
-        .lines()
-        .filter(|l| l.contains("worker_step();"))
-        .collect();
+    let worker_steps = lines_of("worker_step");
     assert_eq!(worker_steps.len(), 10_000);
-    assert!(worker_steps.iter().all(|line| line.lines().count() == 1));
-    let parent_after = &tree
-        .lines()
-        .skip(header)
-        .filter(|l| l.contains("parent_work();"))
-        .collect::<Vec<_>>();
+    assert!(worker_steps.iter().all(|line| pid_of(line) == child));
+    // The parent's calls after the fork are under the new header, with its own pid.
+    assert_eq!(lines_of("parent_work").len(), 7, "{tree}");
+    let after_header: Vec<&str> = tree.lines().skip(header).collect();
+    let parent_after: Vec<&&str> = after_header
+        .iter()
+        .filter(|line| line.trim_end().ends_with("parent_work();"))
+        .collect();
     assert_eq!(parent_after.len(), 2, "{tree}");
     assert!(parent_after.iter().all(|line| pid_of(line) != child));
 }
