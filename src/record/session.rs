@@ -205,6 +205,8 @@ impl Session {
         )?;
         let all_modules: Vec<usize> = (0..self.table.modules.len()).collect();
         let mut attached = self.attach_modules(&loaded, &all_modules, pid)?;
+        // Per followed process, its probes: detached with the target's, all at once.
+        let mut followed_probes = Vec::new();
         let mut traced = match options.follow {
             true => Some(TracedProcesses::new(pid, all_modules)?),
             false => None,
@@ -293,7 +295,7 @@ impl Session {
                     // Stopped by the BPF side: let it go on, probed or not.
                     traced.resume(change.stopped_pid());
                     match probed {
-                        Ok(more) => attached.absorb(more),
+                        Ok(more) => followed_probes.push(more),
                         Err(error) if error.is::<DrainFull>() => drain_full = true,
                         Err(error) => eprintln!("utrace: warning: {error:#}"),
                     }
@@ -338,7 +340,8 @@ impl Session {
 
         loaded.set_recording(false);
         let attach_time = attached.attach_time;
-        let detach_time = attached.detach();
+        followed_probes.push(attached);
+        let detach_time = AttachedProbes::detach(followed_probes);
         ring.consume_raw();
         drain_batch(drain, true, &mut events);
         // Processes stopped for probes that will not come: they run on untraced.
