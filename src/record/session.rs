@@ -312,7 +312,7 @@ impl Session {
                 target_end = self.target.ended()?;
             }
             if let Some(status) = target_end {
-                if traced.as_ref().is_none_or(TracedProcesses::followed_ended) {
+                if traced.as_ref().map_or(true, TracedProcesses::followed_ended) {
                     break Stop::Ended(status);
                 }
             }
