@@ -5,9 +5,18 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use common::*;
+
+/// test/forkexec.c and the program its child execs (test/calls.c, under a name of its own).
+fn forkexec_and_calls() -> (PathBuf, PathBuf) {
+    (
+        compile("forkexec.c", "forkexec", &[]),
+        compile("calls.c", "calls-exec", &[]),
+    )
+}
 
 /// The `<role> calls <count> <name>` lines test/forkexec.c prints for `role`.
 fn role_counts(stdout: &[u8], role: &str) -> BTreeMap<String, u64> {
@@ -49,8 +58,7 @@ fn follow_traces_a_forked_child_that_execs_another_program() {
     if !bpf_available("follow_traces_a_forked_child_that_execs_another_program") {
         return;
     }
-    let forkexec = compile("forkexec.c", "forkexec", &[]);
-    let calls = compile("calls.c", "calls-exec", &[]);
+    let (forkexec, calls) = forkexec_and_calls();
     let calls_arg = calls.to_str().unwrap();
     let recording = record_unchanged(&forkexec, &[calls_arg], &["--follow"]);
     let stdout = &recording.output.stdout;
@@ -138,8 +146,7 @@ fn without_follow_only_the_target_is_traced() {
     if !bpf_available("without_follow_only_the_target_is_traced") {
         return;
     }
-    let forkexec = compile("forkexec.c", "forkexec", &[]);
-    let calls = compile("calls.c", "calls-exec", &[]);
+    let (forkexec, calls) = forkexec_and_calls();
     let recording = record_unchanged(&forkexec, &[calls.to_str().unwrap()], &[]);
     let json = recording.json();
     // One process: the report is as it always was, without pids.
@@ -158,8 +165,7 @@ fn follow_traces_the_children_of_an_attached_process() {
     if !bpf_available("follow_traces_the_children_of_an_attached_process") {
         return;
     }
-    let forkexec = compile("forkexec.c", "forkexec", &[]);
-    let calls = compile("calls.c", "calls-exec", &[]);
+    let (forkexec, calls) = forkexec_and_calls();
     let mut program = Command::new(&forkexec)
         .arg(&calls)
         .env("FORKEXEC_WAIT", "1")
@@ -216,8 +222,7 @@ fn live_follow_prints_each_process_under_its_pid() {
     if !bpf_available("live_follow_prints_each_process_under_its_pid") {
         return;
     }
-    let forkexec = compile("forkexec.c", "forkexec", &[]);
-    let calls = compile("calls.c", "calls-exec", &[]);
+    let (forkexec, calls) = forkexec_and_calls();
     let dir = tempfile::tempdir().unwrap();
     let tree = dir.path().join("live.txt");
     let output = utrace()

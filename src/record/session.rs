@@ -114,9 +114,12 @@ impl Session {
         // Fork (for -c) before any thread exists: the child only waits and execs.
         let Prepared {
             target,
-            files,
-            scope,
-            libraries,
+            program:
+                ProgramFiles {
+                    files,
+                    scope,
+                    libraries,
+                },
         } = Target::prepare(
             &options.target,
             &options.child_setup,
@@ -312,7 +315,10 @@ impl Session {
                 target_end = self.target.ended()?;
             }
             if let Some(status) = target_end {
-                if traced.as_ref().map_or(true, TracedProcesses::followed_ended) {
+                if traced
+                    .as_ref()
+                    .map_or(true, TracedProcesses::followed_ended)
+                {
                     break Stop::Ended(status);
                 }
             }

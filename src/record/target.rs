@@ -49,13 +49,7 @@ pub enum SignalAction {
 /// A target ready to be traced, and what is known of its files.
 pub struct Prepared {
     pub target: Target,
-    /// The files to probe: the executable first, then the libraries `--nest-lib` matches.
-    pub files: Vec<TracedFile>,
-    /// What the PLT calls bind to, when `--lib`, `--no-lib` or `--libname` need it.
-    pub scope: BindingScope,
-    /// Every library of the program in load order, when `--nest-lib` or the PLT flags needed
-    /// them (empty otherwise).
-    pub libraries: Vec<TracedFile>,
+    pub program: ProgramFiles,
 }
 
 impl Target {
@@ -74,27 +68,22 @@ impl Target {
                 let path = program
                     .canonicalize()
                     .with_context(|| format!("cannot open {}", program.display()))?;
-                let program_files = ProgramFiles::of(&path, nest_libs, plt_libraries, true);
+                let files = ProgramFiles::of(&path, nest_libs, plt_libraries, true);
                 // Planning reads files only; the fork comes last so the child waits the least.
                 let child = HeldChild::spawn(&program, command, setup)?;
                 Ok(Prepared {
                     target: Target::Started(child),
-                    files: program_files.files,
-                    scope: program_files.scope,
-                    libraries: program_files.libraries,
+                    program: files,
                 })
             }
             TargetSpec::Pid(pid) => {
                 let process = RunningProcess::open(*pid)?;
                 let (executable, libraries) = process_files(&process)?;
-                let mut files = vec![executable.clone()];
-                files.extend(selected_libraries(nest_libs, &libraries, true));
-                let scope = binding_scope(plt_libraries, &executable, &libraries, true);
+                let files =
+                    ProgramFiles::select(executable, libraries, nest_libs, plt_libraries, true);
                 Ok(Prepared {
                     target: Target::Running(process),
-                    files,
-                    scope,
-                    libraries,
+                    program: files,
                 })
             }
         }
@@ -203,6 +192,18 @@ impl ProgramFiles {
         } else {
             command_libraries(path)
         };
+        ProgramFiles::select(executable, libraries, nest_libs, plt_libraries, warn)
+    }
+
+    /// The files to probe of `executable` and its `libraries` (in load order); `warn` says
+    /// which patterns select none of them.
+    fn select(
+        executable: TracedFile,
+        libraries: Vec<TracedFile>,
+        nest_libs: &LibraryPatterns,
+        plt_libraries: &PltLibraries,
+        warn: bool,
+    ) -> ProgramFiles {
         let mut files = vec![executable.clone()];
         files.extend(selected_libraries(nest_libs, &libraries, warn));
         let scope = binding_scope(plt_libraries, &executable, &libraries, warn);
