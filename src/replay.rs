@@ -75,6 +75,10 @@ pub trait CallSink {
     /// A call has started; `stack` is as for [`call_finished`](Self::call_finished). Most
     /// reports only need finished calls, hence the default that does nothing.
     fn call_entered(&mut self, _entry: &CallEntry, _stack: &[FunctionId]) {}
+
+    /// `note` (an [`Event::PROCESS_EXECED`]) came, after the calls it ended were finished. Only
+    /// a sink that writes the events back needs it.
+    fn process_execed(&mut self, _note: &Event) {}
 }
 
 /// A closure is a sink, which keeps one-off consumers and tests short.
@@ -145,6 +149,7 @@ impl Replayer {
     pub fn push<S: CallSink>(&mut self, event: &Event, sink: &mut S) {
         if event.function == Event::PROCESS_EXECED {
             self.close_process(event.pid, event.timestamp_ns, sink);
+            sink.process_execed(event);
             return;
         }
         let function = event.function_id();
@@ -836,5 +841,48 @@ mod tests {
         let hashes: std::collections::HashSet<u64> =
             paths.iter().map(|path| hasher.hash_one(path)).collect();
         assert_eq!(hashes.len(), paths.len());
+    }
+
+    #[test]
+    fn replay_an_exec_ends_the_calls_open_in_its_process_only() {
+        let (pid, other) = (5, 9);
+        let exec = Event {
+            function: Event::PROCESS_EXECED,
+            ..Event::entry(30, 5, 0).in_process(pid)
+        };
+        let events = [
+            Event::entry(0, 5, MAIN).in_process(pid),
+            Event::entry(10, 6, A).in_process(pid),
+            Event::entry(15, 9, B).in_process(other),
+            Event::entry(20, 5, A).in_process(pid),
+            exec,
+            // The new program starts a new tree on the same thread.
+            Event::entry(40, 5, C).in_process(pid),
+            Event::exit(50, 5, C).in_process(pid),
+            Event::exit(60, 9, B).in_process(other),
+        ];
+        let (calls, stats) = replay(4, &events, 60);
+        let ended: Vec<(FunctionId, u32, u64, u32, bool)> = calls
+            .iter()
+            .map(|(c, _)| (c.function, c.tid, c.duration_ns, c.depth, c.complete))
+            .collect();
+        assert_eq!(
+            ended,
+            [
+                // Closed at the exec: both threads of the process, innermost first.
+                (A, 5, 10, 1, false),
+                (MAIN, 5, 30, 0, false),
+                (A, 6, 20, 0, false),
+                (C, 5, 10, 0, true),
+                (B, 9, 45, 0, true),
+            ]
+        );
+        assert!(calls
+            .iter()
+            .all(|(c, _)| c.pid == if c.tid == 9 { other } else { pid }));
+        assert_eq!(
+            (stats.unfinished_calls, stats.unknown_function_events),
+            (3, 0)
+        );
     }
 }

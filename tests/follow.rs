@@ -273,3 +273,30 @@ fn live_follow_prints_each_process_under_its_pid() {
     assert_eq!(parent_after.len(), 2, "{tree}");
     assert!(parent_after.iter().all(|line| pid_of(line) != child));
 }
+
+#[test]
+fn record_time_filters_keep_the_processes_apart() {
+    if !bpf_available("record_time_filters_keep_the_processes_apart") {
+        return;
+    }
+    let (forkexec, calls) = forkexec_and_calls();
+    let recording = record_unchanged(
+        &forkexec,
+        &[calls.to_str().unwrap()],
+        &["--follow", "--max-depth", "2"],
+    );
+    let json = recording.json();
+    let (target, child) = target_and_child(&json);
+    let processes = counts_by_pid(&json);
+    assert_eq!(processes[&target]["parent_work"], 7);
+    assert_eq!(processes[&child]["child_work"], 11);
+    // Depth 2 in calls: main's fib and each worker thread's, not their recursion.
+    assert_eq!(processes[&child]["fib"], 5);
+    // The file keeps the exec: calls' main is an outermost call, not one under execv@plt.
+    let replay = recording.report(&["--format=replay"]);
+    let calls_main = format!(" {child} [{child:>6}] | main() {{");
+    assert!(
+        replay.lines().any(|line| line.ends_with(&calls_main)),
+        "{replay}"
+    );
+}

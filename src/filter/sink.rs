@@ -3,6 +3,7 @@
 //! traced.
 
 use super::FilterSpec;
+use crate::event::Event;
 use crate::plan::{FunctionId, FunctionTable};
 use crate::replay::{CallEntry, CallSink, FastHashMap, FinishedCall};
 
@@ -127,6 +128,10 @@ impl ThreadView {
 }
 
 impl<S: CallSink> CallSink for FilteredSink<'_, S> {
+    fn process_execed(&mut self, note: &Event) {
+        self.inner.process_execed(note);
+    }
+
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
         let index = self.thread_index(entry.tid, entry.pid);
         let thread = &mut self.threads[index];

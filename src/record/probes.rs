@@ -159,6 +159,13 @@ impl<'obj> LoadedProbes<'obj> {
             .events
             .set_max_entries(config.buffer_bytes)
             .map_err(load_error)?;
+        if !config.follow {
+            // A hash map's entries are allocated when it is created: none are needed.
+            open.maps
+                .followed_processes
+                .set_max_entries(1)
+                .map_err(load_error)?;
+        }
         let mut skel = open.load().map_err(load_error)?;
         if config.wait_for_exec {
             let link = skel.progs.target_exec.attach().map_err(load_error)?;
