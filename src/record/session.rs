@@ -466,9 +466,10 @@ impl Session {
                 (child, modules)
             }
             ProcessChange::Execed { pid } => {
-                let modules = self.plan_program(pid, options, drain)?;
-                traced.replace_modules(pid, modules.clone());
-                (pid, modules)
+                // Whatever the outcome, the old program's modules are gone from the process.
+                let planned = self.plan_program(pid, options, drain);
+                traced.replace_modules(pid, planned.as_deref().unwrap_or_default().to_vec());
+                (pid, planned?)
             }
         };
         if options.debug {
