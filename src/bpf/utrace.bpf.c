@@ -239,3 +239,15 @@ int process_execed(void *ctx)
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }
+
+/* --follow: the last thread of a followed process has exited; its pid may be reused by a process
+ * that is not followed once it has been reaped, which comes after this. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(followed_exit, struct task_struct *task, bool group_dead)
+{
+	__u32 tgid = task->tgid;
+
+	if (group_dead && tgid != target_tgid)
+		bpf_map_delete_elem(&followed_processes, &tgid);
+	return 0;
+}

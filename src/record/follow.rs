@@ -45,10 +45,12 @@ struct TracedProcess {
     modules: Vec<usize>,
 }
 
-/// The traced processes: the target and every process followed from it.
+/// The traced processes: the target and every process followed from it that still runs.
 pub struct TracedProcesses {
     target: u32,
     processes: HashMap<u32, TracedProcess>,
+    /// How many processes were followed in all.
+    followed: usize,
 }
 
 impl TracedProcesses {
@@ -58,6 +60,7 @@ impl TracedProcesses {
         Ok(TracedProcesses {
             target,
             processes: HashMap::from([(target, TracedProcess { process, modules })]),
+            followed: 0,
         })
     }
 
@@ -80,6 +83,7 @@ impl TracedProcesses {
         let process = RunningProcess::open(pid)?;
         self.processes
             .insert(pid, TracedProcess { process, modules });
+        self.followed += 1;
         Ok(())
     }
 
@@ -91,16 +95,17 @@ impl TracedProcesses {
     }
 
     /// Whether every followed process (the target aside, whose end the session sees itself)
-    /// has ended.
-    pub fn followed_ended(&self) -> bool {
+    /// has ended. Forgets those that have: an ended process forks nothing more.
+    pub fn followed_ended(&mut self) -> bool {
+        let target = self.target;
         self.processes
-            .iter()
-            .all(|(&pid, traced)| pid == self.target || traced.process.has_exited())
+            .retain(|&pid, traced| pid == target || !traced.process.has_exited());
+        self.processes.len() == 1
     }
 
     /// How many processes were traced, the target included.
     pub fn count(&self) -> usize {
-        self.processes.len()
+        self.followed + 1
     }
 
     /// Lets a process the BPF side stopped go on (probed or not). Through its pidfd; a process

@@ -176,6 +176,8 @@ impl<'obj> LoadedProbes<'obj> {
             skel.links.process_forked = Some(link);
             let link = skel.progs.process_execed.attach().map_err(load_error)?;
             skel.links.process_execed = Some(link);
+            let link = skel.progs.followed_exit.attach().map_err(load_error)?;
+            skel.links.followed_exit = Some(link);
         }
         Ok(LoadedProbes { skel })
     }

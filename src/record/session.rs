@@ -316,7 +316,7 @@ impl Session {
             }
             if let Some(status) = target_end {
                 if traced
-                    .as_ref()
+                    .as_mut()
                     .map_or(true, TracedProcesses::followed_ended)
                 {
                     break Stop::Ended(status);
