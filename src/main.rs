@@ -21,7 +21,7 @@ use utrace::report::flame_graph::Weight;
 use utrace::report::progress::{ProgressBar, WithProgress};
 use utrace::report::summary::SortKey;
 use utrace::report::tree::Columns;
-use utrace::report::{scan_threads, write_report, Format, ReportOptions, TraceInfo};
+use utrace::report::{scan_threads, write_report, Format, ReportOptions, ThreadScan, TraceInfo};
 
 fn main() -> ExitCode {
     let cli = cli::parse();
@@ -71,6 +71,7 @@ fn run_live(args: LiveArgs) -> Result<u8> {
         trace: trace_options(args.trace)?,
         out,
         columns: Columns {
+            process_ids: false,
             thread_ids: args.tid,
             timestamps: args.timestamp,
             cpus: args.cpuid,
@@ -108,6 +109,7 @@ fn trace_options(args: TraceArgs) -> Result<TraceOptions> {
         },
         filter: args.filter.spec()?,
         exit_probes: args.exit_probes,
+        follow: args.follow,
         debug: args.debug,
     })
 }
@@ -188,14 +190,15 @@ fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
         bail!("--weight applies to --format=flame-graph and svg, not {format}");
     }
     let filter = args.filter.spec()?;
-    let show_thread_ids = format == Format::Replay && {
+    let scan = if format == Format::Replay {
         let reader = DataReader::open(&args.input)?;
-        let scan = scan_threads(
+        scan_threads(
             &mut with_progress(args, true, "finding threads", reader),
             &filter,
         )
-        .with_context(|| format!("{}", args.input.display()))?;
-        scan.tids.len() > 1
+        .with_context(|| format!("{}", args.input.display()))?
+    } else {
+        ThreadScan::default()
     };
     Ok(ReportOptions {
         sort: args.sort,
@@ -203,7 +206,8 @@ fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
         avg_self: args.avg_self,
         weight: args.weight,
         filter,
-        show_thread_ids,
+        show_thread_ids: scan.tids.len() > 1,
+        show_process_ids: scan.pids.len() > 1,
         show_timestamps: args.timestamp,
         show_cpus: args.cpuid,
     })
