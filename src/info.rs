@@ -160,6 +160,7 @@ mod tests {
             hostname: "bench".into(),
             kernel: "6.8.0".into(),
             utrace_version: "0.1.0".into(),
+            probe_costs: None,
         };
         let function = |name: &str, module| TracedFunction {
             name: name.into(),
@@ -167,6 +168,7 @@ mod tests {
             offset: 0x1000,
             size: 8,
             kind: FunctionKind::Function,
+            probes: Default::default(),
         };
         let table = FunctionTable {
             modules: vec!["/bin/calls".into(), "/lib/libc.so.6".into()],

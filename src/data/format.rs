@@ -41,7 +41,7 @@ use crate::event::Event;
 /// The first 8 bytes of every `utrace.data` file.
 pub const MAGIC: [u8; 8] = *b"UTRACE\0D";
 /// The format version this code writes and reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Size of the file header: magic, version, reserved.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Size of a chunk header: kind, length, checksum, reserved.

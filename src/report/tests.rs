@@ -37,6 +37,7 @@ fn function(name: &str, module: u32) -> TracedFunction {
         } else {
             FunctionKind::Function
         },
+        probes: Default::default(),
     }
 }
 
