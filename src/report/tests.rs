@@ -139,6 +139,7 @@ fn report_summary_matches_golden() {
             threads: 2,
             first_timestamp_ns: 0,
             last_timestamp_ns: 2_500_000,
+            clamped_times: 0,
         }
     );
 }
