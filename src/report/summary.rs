@@ -374,6 +374,17 @@ pub(crate) fn replay_note(replay: &ReplayStats) -> Option<String> {
             )
         ));
     }
+    if replay.clamped_times > 0 {
+        parts.push(format!(
+            "{} shown as 0 (shorter than the probe costs taken out of {})",
+            plural(replay.clamped_times, "time", "times"),
+            if replay.clamped_times == 1 {
+                "it"
+            } else {
+                "them"
+            }
+        ));
+    }
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 

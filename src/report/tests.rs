@@ -297,7 +297,12 @@ fn report_summary_counts_recursion_once_in_total() {
         Event::exit(50, 1, 0),
     ];
     let mut summary = Summary::new(1);
-    replay_source(&mut IterBlocks::new([&events[..]]), 1, &mut summary).unwrap();
+    replay_source(
+        &mut IterBlocks::new([&events[..]]),
+        Replayer::new(1),
+        &mut summary,
+    )
+    .unwrap();
     let stats = summary.stats(0).unwrap();
     assert_eq!(stats.calls, 3);
     assert_eq!(stats.total_ns, 50);
@@ -651,6 +656,7 @@ fn filtered(filter: FilterSpec) -> Vec<(&'static str, u64, u64, u64, u32)> {
         &mut IterBlocks::new([&events[..]]),
         &table,
         &filter,
+        None,
         &mut collect,
     )
     .unwrap();
