@@ -373,10 +373,9 @@ impl CallStack {
             .get(function as usize)
             .copied()
             .unwrap_or_default();
-        let duration_ns = ending.correct(
-            end_ns.saturating_sub(frame.start_ns),
-            cost.inside_ns + frame.probes_below_ns,
-        );
+        let raw_ns = end_ns.saturating_sub(frame.start_ns);
+        let taken_ns = cost.inside_ns + frame.probes_below_ns;
+        let duration_ns = ending.correct(raw_ns, taken_ns);
         let self_ns = ending.correct(duration_ns, frame.child_ns);
         let call = FinishedCall {
             function,
@@ -395,9 +394,13 @@ impl CallStack {
         match self.frames.last_mut() {
             Some(parent) => {
                 parent.child_ns = parent.child_ns.saturating_add(duration_ns);
-                parent.probes_below_ns = parent
-                    .probes_below_ns
-                    .saturating_add(frame.probes_below_ns + cost.full_ns);
+                // A duration shown as 0 had more taken out than it lasted: those probes cost
+                // less than measured, and the caller is not charged the difference either, so
+                // the self times still add up to the outermost duration.
+                let overtaken_ns = taken_ns.saturating_sub(raw_ns);
+                parent.probes_below_ns = parent.probes_below_ns.saturating_add(
+                    (frame.probes_below_ns + cost.full_ns).saturating_sub(overtaken_ns),
+                );
             }
             // Every counter is back to zero: lend the vector to the next thread that enters.
             None => ending.spare_active.push(std::mem::take(&mut self.active)),
@@ -613,22 +616,22 @@ mod tests {
 
     #[test]
     fn replay_correction_never_goes_below_zero_and_counts_the_clamps() {
-        // b lasts less than its own inside cost; a less than b's whole probes.
+        // b lasts less than its own inside cost: 500 ns too much would be taken out.
         let events = [
             Event::entry(0, 1, A),
             Event::entry(100, 1, B),
             Event::exit(600, 1, B),
-            Event::exit(2_000, 1, A),
+            Event::exit(3_000, 1, A),
         ];
         let mut calls = Vec::new();
         let mut replayer = correcting_replayer();
         replayer.push_all(&events, &mut |call: &FinishedCall, _: &[FunctionId]| {
             calls.push((call.function, call.duration_ns, call.self_ns));
         });
-        // b: 500 − 1000 → 0 (duration, then self: 2 clamps); a: 2000 − 100 − 2500 → 0, and its
-        // self from 0 stays 0 with nothing to take (b is 0).
-        assert_eq!(calls, [(B, 0, 0), (A, 0, 0)]);
-        assert_eq!(replayer.stats().clamped_times, 2);
+        // b: 500 − 1000 → 0; a is charged b's whole probes less those 500 ns:
+        // 3000 − 100 − (2500 − 500), all of it its own.
+        assert_eq!(calls, [(B, 0, 0), (A, 900, 900)]);
+        assert_eq!(replayer.stats().clamped_times, 1);
     }
 
     /// Records entries and exits in the order the sink sees them.
