@@ -545,9 +545,10 @@ mod tests {
         );
     }
 
-    /// A replayer that corrects MAIN's and A's probes as emulated (100 ns inside, 300 in all)
-    /// and B's and C's as single-stepped (1000 inside, 2500 in all).
-    fn correcting_replayer() -> Replayer {
+    /// (function, duration, self) of each call of `events`, replayed with MAIN's and A's probes
+    /// corrected as emulated (100 ns inside, 300 in all) and B's and C's as single-stepped (1000
+    /// inside, 2500 in all).
+    fn replay_corrected(events: &[Event]) -> (Vec<(FunctionId, u64, u64)>, ReplayStats) {
         use crate::probe_cost::{Execution, ExitKind, ProbeClass};
         let mut table = FunctionTable::of_names(&["main", "a", "b", "c"]);
         let stepped = ProbeClass::new(Execution::SingleStepped, ExitKind::Uretprobe);
@@ -573,7 +574,11 @@ mod tests {
         };
         let mut replayer = Replayer::new(4);
         replayer.correct_probe_costs(&table, &costs);
-        replayer
+        let mut calls = Vec::new();
+        replayer.push_all(events, &mut |call: &FinishedCall, _: &[FunctionId]| {
+            calls.push((call.function, call.duration_ns, call.self_ns));
+        });
+        (calls, replayer.stats())
     }
 
     #[test]
@@ -590,11 +595,7 @@ mod tests {
             Event::exit(13_000, 1, C),
             Event::exit(20_000, 1, MAIN),
         ];
-        let mut calls = Vec::new();
-        let mut replayer = correcting_replayer();
-        replayer.push_all(&events, &mut |call: &FinishedCall, _: &[FunctionId]| {
-            calls.push((call.function, call.duration_ns, call.self_ns));
-        });
+        let (calls, stats) = replay_corrected(&events);
         assert_eq!(
             calls,
             [
@@ -611,7 +612,7 @@ mod tests {
                 ),
             ]
         );
-        assert_eq!(replayer.stats().clamped_times, 0);
+        assert_eq!(stats.clamped_times, 0);
     }
 
     #[test]
@@ -623,15 +624,11 @@ mod tests {
             Event::exit(600, 1, B),
             Event::exit(3_000, 1, A),
         ];
-        let mut calls = Vec::new();
-        let mut replayer = correcting_replayer();
-        replayer.push_all(&events, &mut |call: &FinishedCall, _: &[FunctionId]| {
-            calls.push((call.function, call.duration_ns, call.self_ns));
-        });
+        let (calls, stats) = replay_corrected(&events);
         // b: 500 − 1000 → 0; a is charged b's whole probes less those 500 ns:
         // 3000 − 100 − (2500 − 500), all of it its own.
         assert_eq!(calls, [(B, 0, 0), (A, 900, 900)]);
-        assert_eq!(replayer.stats().clamped_times, 1);
+        assert_eq!(stats.clamped_times, 1);
     }
 
     /// Records entries and exits in the order the sink sees them.

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use libbpf_rs::RingBufferBuilder;
 
 use super::probes::{LoadedProbes, ObjectStorage, ProbeConfig, ProbeError};
+use super::proc_maps::file_offset_of;
 use crate::elf::returns::NoExitSites;
 use crate::elf::ExitProbe;
 use crate::event::Event;
@@ -179,14 +180,15 @@ fn calibrate() -> Result<(ProbeCosts, Duration), CalibrationError> {
 /// The file the calibration functions live in, a table of them (one per class, in
 /// [`ProbeClass::ALL`] order) and where their exits are probed.
 fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), CalibrationError> {
-    let maps =
-        std::fs::read_to_string("/proc/self/maps").map_err(|_| CalibrationError::NoMapping)?;
     let mut module = None;
     let mut functions = Vec::new();
     let mut exits = Vec::new();
     for (class, &f) in ProbeClass::ALL.iter().zip(&PROBED) {
         let address = f as usize as u64;
-        let (path, offset) = file_offset(&maps, address).ok_or(CalibrationError::NoMapping)?;
+        let (file, offset) = file_offset_of(std::process::id(), address)
+            .ok()
+            .flatten()
+            .ok_or(CalibrationError::NoMapping)?;
         let code = code_of(f);
         let ret = code.iter().position(|&b| b == 0xc3).unwrap_or(0) as u64;
         exits.push(match class.exit {
@@ -201,14 +203,14 @@ fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), Calibr
             kind: FunctionKind::Function,
             probes: *class,
         });
-        module = Some(path);
+        module = Some(file);
     }
     let module = module.ok_or(CalibrationError::NoMapping)?;
     let table = FunctionTable {
-        modules: vec![module.clone()],
+        modules: vec![module.path],
         functions,
     };
-    Ok((PathBuf::from(module), table, exits))
+    Ok((module.open_path, table, exits))
 }
 
 /// The first bytes of a calibration function: all of its code.
@@ -216,24 +218,6 @@ fn code_of(f: unsafe extern "C" fn(u64) -> u64) -> &'static [u8] {
     // SAFETY: each function is at most 6 bytes and aligned to 16 in an executable, readable
     // mapping of our own file: its 8 first bytes are mapped and never change.
     unsafe { std::slice::from_raw_parts(f as usize as *const u8, 8) }
-}
-
-/// The mapped file and the file offset of `address`, from the text of `/proc/self/maps`.
-fn file_offset(maps: &str, address: u64) -> Option<(String, u64)> {
-    maps.lines().find_map(|line| {
-        // address perms offset dev inode path
-        let mut fields = line.split_whitespace();
-        let (start, end) = fields.next()?.split_once('-')?;
-        let (start, end) = (
-            u64::from_str_radix(start, 16).ok()?,
-            u64::from_str_radix(end, 16).ok()?,
-        );
-        let perms = fields.next()?;
-        let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
-        let path = fields.nth(2)?;
-        (perms.contains('x') && (start..end).contains(&address))
-            .then(|| (path.to_owned(), address - start + offset))
-    })
 }
 
 /// The time per call, in ns, of each of [`ROUNDS`] loops of [`CALLS`] calls of `f`.
@@ -278,22 +262,6 @@ fn median(values: &[u64]) -> u64 {
 mod tests {
     use super::*;
     use crate::elf::site::execution_at;
-
-    #[test]
-    fn file_offsets_come_from_the_executable_mapping() {
-        let maps = "\
-55d0c0000000-55d0c0001000 r--p 00000000 fe:01 123 /usr/bin/prog
-55d0c0001000-55d0c0005000 r-xp 00001000 fe:01 123 /usr/bin/prog
-7f0000000000-7f0000001000 rw-p 00000000 00:00 0
-";
-        assert_eq!(
-            file_offset(maps, 0x55d0_c000_1234),
-            Some(("/usr/bin/prog".to_owned(), 0x1234))
-        );
-        // Mapped, but not executable; and not mapped at all.
-        assert_eq!(file_offset(maps, 0x55d0_c000_0010), None);
-        assert_eq!(file_offset(maps, 0x10), None);
-    }
 
     #[test]
     fn calibration_functions_are_of_their_class() {
