@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use libbpf_rs::RingBufferBuilder;
 
-use super::probes::{LoadedProbes, ObjectStorage, ProbeConfig, ProbeError};
+use super::probes::{AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig, ProbeError};
 use super::proc_maps::file_offset_of;
 use crate::elf::returns::NoExitSites;
 use crate::elf::ExitProbe;
@@ -93,12 +93,23 @@ pub enum CalibrationError {
     Implausible(&'static str),
 }
 
+/// The probe costs measured for a recording, and the probes that measured them.
+pub struct Calibration {
+    /// `None` when they could not be measured.
+    pub costs: Option<ProbeCosts>,
+    /// Kept attached until the recording's own probes are gone: detaching waits out the
+    /// kernel's uretprobe grace period, which a traced program hitting its uretprobes holds (see
+    /// [`AttachedProbes`]), and a thread waiting for it would hold up utrace's exit too. Nothing
+    /// calls the probed functions any more.
+    _probes: Option<AttachedProbes>,
+}
+
 /// The probe costs for a recording, or `None`, said in one line, when they cannot be measured:
 /// the recording goes on with raw times. Missing permissions are an error, as the recording's own
 /// probes would fail to load the same way. `debug` prints the figures.
-pub fn probe_costs(debug: bool) -> Result<Option<ProbeCosts>, ProbeError> {
+pub fn probe_costs(debug: bool) -> Result<Calibration, ProbeError> {
     match calibrate() {
-        Ok((costs, took)) => {
+        Ok((costs, took, probes)) => {
             if debug {
                 eprintln!(
                     "utrace: probe costs measured in {:.1} ms:",
@@ -108,7 +119,10 @@ pub fn probe_costs(debug: bool) -> Result<Option<ProbeCosts>, ProbeError> {
                     eprintln!("utrace:   {line}");
                 }
             }
-            Ok(Some(costs))
+            Ok(Calibration {
+                costs: Some(costs),
+                _probes: Some(probes),
+            })
         }
         Err(CalibrationError::Probe(error @ ProbeError::NotPermitted { .. })) => Err(error),
         Err(error) => {
@@ -116,13 +130,16 @@ pub fn probe_costs(debug: bool) -> Result<Option<ProbeCosts>, ProbeError> {
                 "utrace: warning: cannot measure the probe costs ({error}): reports will show \
                  raw times"
             );
-            Ok(None)
+            Ok(Calibration {
+                costs: None,
+                _probes: None,
+            })
         }
     }
 }
 
-/// The probe costs of every class, and how long measuring them took.
-fn calibrate() -> Result<(ProbeCosts, Duration), CalibrationError> {
+/// The probe costs of every class, how long measuring them took, and the probes, still attached.
+fn calibrate() -> Result<(ProbeCosts, Duration, AttachedProbes), CalibrationError> {
     let started = Instant::now();
     let pid = std::process::id();
     let (module, table, exits) = calibration_plan()?;
@@ -169,12 +186,7 @@ fn calibrate() -> Result<(ProbeCosts, Duration), CalibrationError> {
         classes.push((*class, cost));
     }
     loaded.set_recording(false);
-    let took = started.elapsed();
-    drop(ring);
-    // Detaching waits out the kernel's uretprobe grace period (about 100 ms), and nothing
-    // calls the probed functions any more: the recording need not wait for it.
-    std::thread::spawn(move || attached.detach());
-    Ok((ProbeCosts { classes }, took))
+    Ok((ProbeCosts { classes }, started.elapsed(), attached))
 }
 
 /// The file the calibration functions live in, a table of them (one per class, in

@@ -67,10 +67,13 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
     let mut session = Session::prepare(&options.trace)?;
     let table = session.table.clone();
     let mut replayer = Replayer::new(table.functions.len());
-    if !options.raw_times {
-        if let Some(costs) = super::calibrate::probe_costs(options.trace.debug)? {
-            replayer.correct_probe_costs(&table, &costs);
-        }
+    // Dropped, with its probes, after the session's probes are gone.
+    let calibration = match options.raw_times {
+        true => None,
+        false => Some(super::calibrate::probe_costs(options.trace.debug)?),
+    };
+    if let Some(costs) = calibration.as_ref().and_then(|c| c.costs.as_ref()) {
+        replayer.correct_probe_costs(&table, costs);
     }
     if options.flat {
         let printer = FlatPrinter::new(&table, options.out).context("writing the calls")?;

@@ -74,7 +74,7 @@ impl RecordOutcome {
 pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     let trace = &options.trace;
     let mut session = Session::prepare(trace)?;
-    let probe_costs = calibrate::probe_costs(trace.debug)?;
+    let calibration = calibrate::probe_costs(trace.debug)?;
     // Created before anything is loaded or attached: an output that cannot be written stops
     // utrace while a started command is still held, before it has run at all.
     let writer = DataWriter::create(
@@ -82,7 +82,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         &metadata(
             session.target.command_line(&trace.target),
             session.target.pid(),
-            probe_costs,
+            calibration.costs.clone(),
         ),
         &session.table,
     )
