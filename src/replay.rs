@@ -34,6 +34,9 @@ pub struct FinishedCall {
     pub cpu: u32,
     /// Entry time, CLOCK_MONOTONIC ns.
     pub start_ns: u64,
+    /// Exit time (or when the call was closed), CLOCK_MONOTONIC ns: as recorded, so
+    /// `end_ns - start_ns` is the raw duration.
+    pub end_ns: u64,
     /// From entry to exit, less the probe costs when they are corrected
     /// ([`Replayer::correct_probe_costs`]).
     pub duration_ns: u64,
@@ -382,6 +385,7 @@ impl CallStack {
             tid: self.tid,
             cpu: exit_cpu.unwrap_or(frame.cpu),
             start_ns: frame.start_ns,
+            end_ns: end_ns.max(frame.start_ns),
             duration_ns,
             self_ns,
             depth: depth as u32,
@@ -501,6 +505,7 @@ mod tests {
             tid,
             cpu: 0,
             start_ns,
+            end_ns: start_ns + duration_ns,
             duration_ns,
             self_ns,
             depth,
