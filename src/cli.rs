@@ -153,6 +153,10 @@ pub struct LiveArgs {
     /// One line per entry and per exit, as they come, instead of the tree.
     #[arg(long, conflicts_with_all = ["tid", "timestamp", "cpuid"])]
     pub flat: bool,
+    /// Show durations as measured, with the cost of utrace's own probes left in (not measured
+    /// at start then).
+    #[arg(long)]
+    pub raw_times: bool,
 }
 
 #[derive(Args)]
@@ -185,6 +189,10 @@ pub struct ReportArgs {
     /// Replay: show the CPU each line's event happened on.
     #[arg(long)]
     pub cpuid: bool,
+    /// Show durations as measured, with the cost of utrace's own probes left in (by default
+    /// the costs measured when recording are taken out).
+    #[arg(long)]
+    pub raw_times: bool,
     #[command(flatten)]
     pub filter: FilterArgs,
 }

@@ -77,6 +77,18 @@ impl DataFileInfo {
                 .count();
             writeln!(out, "  {module} ({count})")?;
         }
+        match &m.probe_costs {
+            Some(costs) => {
+                writeln!(
+                    out,
+                    "probe costs: measured at start, taken out of reported times"
+                )?;
+                for line in costs.lines() {
+                    writeln!(out, "  {line}")?;
+                }
+            }
+            None => writeln!(out, "probe costs: not measured (reports show raw times)")?,
+        }
         writeln!(out, "events:      {}", self.scan.events)?;
         match &self.statistics {
             Some(s) => writeln!(out, "lost events: {}", s.lost_events)?,
@@ -165,6 +177,7 @@ mod tests {
             hostname: "bench".into(),
             kernel: "6.8.0".into(),
             utrace_version: "0.1.0".into(),
+            probe_costs: None,
         };
         let function = |name: &str, module| TracedFunction {
             name: name.into(),
@@ -172,6 +185,7 @@ mod tests {
             offset: 0x1000,
             size: 8,
             kind: FunctionKind::Function,
+            probes: Default::default(),
         };
         let table = FunctionTable {
             modules: vec!["/bin/calls".into(), "/lib/libc.so.6".into()],
@@ -217,6 +231,7 @@ duration:    1.500 ms
 functions:   3 planned in 2 modules
   /bin/calls (2)
   /lib/libc.so.6 (1)
+probe costs: not measured (reports show raw times)
 events:      4
 lost events: 2
 threads:     2 (7, 9)

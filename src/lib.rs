@@ -7,6 +7,7 @@ pub mod event;
 pub mod filter;
 pub mod info;
 pub mod plan;
+pub mod probe_cost;
 pub mod record;
 pub mod replay;
 pub mod report;

@@ -77,6 +77,7 @@ fn run_live(args: LiveArgs) -> Result<u8> {
             cpus: args.cpuid,
         },
         flat: args.flat,
+        raw_times: args.raw_times,
     })?;
     Ok(exit_code(&outcome))
 }
@@ -126,8 +127,11 @@ fn exit_code(outcome: &RecordOutcome) -> u8 {
 }
 
 fn run_report(args: ReportArgs) -> Result<()> {
-    let options = report_options(&args)?;
+    let mut options = report_options(&args)?;
     let reader = DataReader::open(&args.input)?;
+    if !args.raw_times {
+        options.probe_costs = reader.metadata().probe_costs.clone();
+    }
     // The table is borrowed while the reader streams its events, so it is taken out first.
     let table = reader.functions().clone();
     // A report written to the terminal as it is read would be torn by the bar's redraws.
@@ -210,6 +214,7 @@ fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
         show_process_ids: scan.pids.len() > 1,
         show_timestamps: args.timestamp,
         show_cpus: args.cpuid,
+        probe_costs: None,
     })
 }
 

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::elf::binding::BindingScope;
 use crate::elf::FunctionSymbol;
 use crate::filter::{parse_globs, FilterError, Glob};
+use crate::probe_cost::{ExitKind, ProbeClass};
 
 /// Index into [`FunctionTable::functions`].
 pub type FunctionId = u32;
@@ -32,6 +33,8 @@ pub struct TracedFunction {
     /// Size of the function in bytes (0 where the symbol has none).
     pub size: u64,
     pub kind: FunctionKind,
+    /// What decides what its probes cost (see [`crate::probe_cost`]).
+    pub probes: ProbeClass,
 }
 
 /// The traced functions and the files they live in.
@@ -82,6 +85,7 @@ impl FunctionTable {
                 offset: symbol.offset,
                 size: symbol.size,
                 kind: symbol.kind,
+                probes: ProbeClass::new(symbol.execution, ExitKind::Uretprobe),
             }));
     }
 }
@@ -100,6 +104,7 @@ impl FunctionTable {
                 size: 1,
                 kind: FunctionKind::Function,
                 site: crate::elf::ProbeSite::ENTRY,
+                execution: crate::probe_cost::Execution::Emulated,
                 plt_symbol: None,
             })
             .collect();
@@ -227,6 +232,7 @@ mod tests {
             size: 8,
             kind: FunctionKind::Function,
             site: crate::elf::ProbeSite::ENTRY,
+            execution: crate::probe_cost::Execution::Emulated,
             plt_symbol: None,
         }
     }

@@ -22,7 +22,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::event::Event;
-use crate::plan::FunctionId;
+use crate::plan::{FunctionId, FunctionTable};
+use crate::probe_cost::{ProbeCost, ProbeCosts};
 
 /// One call that has ended (or was closed), as the replayer hands it to a [`CallSink`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +36,11 @@ pub struct FinishedCall {
     pub cpu: u32,
     /// Entry time, CLOCK_MONOTONIC ns.
     pub start_ns: u64,
+    /// Exit time (or when the call was closed), CLOCK_MONOTONIC ns: as recorded, so
+    /// `end_ns - start_ns` is the raw duration.
+    pub end_ns: u64,
+    /// From entry to exit, less the probe costs when they are corrected
+    /// ([`Replayer::correct_probe_costs`]).
     pub duration_ns: u64,
     /// The duration minus the durations of the direct children.
     pub self_ns: u64,
@@ -103,6 +109,9 @@ pub struct ReplayStats {
     pub first_timestamp_ns: u64,
     /// The latest timestamp of any event replayed (0 when none was).
     pub last_timestamp_ns: u64,
+    /// Durations and self times that the probe-cost correction would have made negative, shown
+    /// as 0.
+    pub clamped_times: u64,
 }
 
 impl ReplayStats {
@@ -127,6 +136,9 @@ pub struct Replayer {
     spare_active: Vec<Vec<u32>>,
     /// Events with a known function replayed so far: tells the first timestamp from a default 0.
     events_seen: u64,
+    /// What each function's probes add, by function id: taken out of durations. Empty when
+    /// durations are raw; a function beyond it costs nothing.
+    costs: Vec<ProbeCost>,
     stats: ReplayStats,
 }
 
@@ -141,8 +153,20 @@ impl Replayer {
             last_thread: None,
             spare_active: Vec::new(),
             events_seen: 0,
+            costs: Vec::new(),
             stats: ReplayStats::default(),
         }
+    }
+
+    /// Takes utrace's own probe costs out of every duration and self time from now on: those of
+    /// the call's own probes that lie between its timestamps, and the whole probes of the traced
+    /// calls below it (see [`crate::probe_cost`]).
+    pub fn correct_probe_costs(&mut self, table: &FunctionTable, costs: &ProbeCosts) {
+        self.costs = table
+            .functions
+            .iter()
+            .map(|function| costs.of(function.probes))
+            .collect();
     }
 
     /// Replays one event; the calls it ends go to `sink`, innermost first.
@@ -165,6 +189,11 @@ impl Replayer {
         self.stats.last_timestamp_ns = self.stats.last_timestamp_ns.max(ts);
         let thread = self.thread_index(event.tid(), event.pid);
         let stack = &mut self.stacks[thread];
+        let mut ending = Ending {
+            costs: &self.costs,
+            spare_active: &mut self.spare_active,
+            clamped: &mut self.stats.clamped_times,
+        };
         if event.is_exit() {
             if !stack.is_active(function) {
                 self.stats.unmatched_exits += 1;
@@ -172,10 +201,10 @@ impl Replayer {
             }
             // The function is on the stack, so this loop stops at it.
             while stack.top() != Some(function) {
-                stack.pop(ts, None, sink, &mut self.spare_active);
+                stack.pop(ts, None, sink, &mut ending);
                 self.stats.unfinished_calls += 1;
             }
-            stack.pop(ts, Some(event.cpu()), sink, &mut self.spare_active);
+            stack.pop(ts, Some(event.cpu()), sink, &mut ending);
         } else {
             let function_count = self.function_count;
             stack.enter(function, ts, event.cpu(), || {
@@ -229,8 +258,13 @@ impl Replayer {
     /// thread in order of thread id. A frame that started after `end_ns` gets a duration of 0.
     pub fn finish<S: CallSink>(mut self, end_ns: u64, sink: &mut S) -> ReplayStats {
         self.stacks.sort_by_key(|stack| stack.tid);
+        let mut ending = Ending {
+            costs: &self.costs,
+            spare_active: &mut self.spare_active,
+            clamped: &mut self.stats.clamped_times,
+        };
         for stack in &mut self.stacks {
-            self.stats.unfinished_calls += stack.close(end_ns, sink, &mut self.spare_active);
+            self.stats.unfinished_calls += stack.close(end_ns, sink, &mut ending);
         }
         self.stats()
     }
@@ -238,8 +272,13 @@ impl Replayer {
     /// Process `pid` exec'ed at `ts`: the calls open in its threads will never return (its
     /// old program is gone), so they end there, unfinished.
     fn close_process<S: CallSink>(&mut self, pid: u32, ts: u64, sink: &mut S) {
+        let mut ending = Ending {
+            costs: &self.costs,
+            spare_active: &mut self.spare_active,
+            clamped: &mut self.stats.clamped_times,
+        };
         for stack in self.stacks.iter_mut().filter(|stack| stack.pid == pid) {
-            self.stats.unfinished_calls += stack.close(ts, sink, &mut self.spare_active);
+            self.stats.unfinished_calls += stack.close(ts, sink, &mut ending);
         }
     }
 
@@ -266,7 +305,28 @@ struct Frame {
     cpu: u32,
     /// Sum of the durations of the direct children that have ended.
     child_ns: u64,
+    /// Sum of the whole probe costs of the calls below this one that have ended: all of it lies
+    /// inside this call's duration.
+    probes_below_ns: u64,
     recursive: bool,
+}
+
+/// What closing a frame needs besides the stack: the probe costs by function, where the
+/// counters of an emptied stack go, and the count of times clamped at 0.
+struct Ending<'a> {
+    costs: &'a [ProbeCost],
+    spare_active: &'a mut Vec<Vec<u32>>,
+    clamped: &'a mut u64,
+}
+
+impl Ending<'_> {
+    /// `raw - taken`, or 0 (counted) when the correction takes more than there is.
+    fn correct(&mut self, raw: u64, taken: u64) -> u64 {
+        raw.checked_sub(taken).unwrap_or_else(|| {
+            *self.clamped += 1;
+            0
+        })
+    }
 }
 
 /// One thread's open calls, outermost first.
@@ -321,20 +381,16 @@ impl CallStack {
             start_ns: ts,
             cpu,
             child_ns: 0,
+            probes_below_ns: 0,
             recursive,
         });
     }
 
     /// Closes every open frame at `end_ns`, innermost first, unfinished; returns how many.
-    fn close<S: CallSink>(
-        &mut self,
-        end_ns: u64,
-        sink: &mut S,
-        spare_active: &mut Vec<Vec<u32>>,
-    ) -> u64 {
+    fn close<S: CallSink>(&mut self, end_ns: u64, sink: &mut S, ending: &mut Ending) -> u64 {
         let mut closed = 0;
         while self.top().is_some() {
-            self.pop(end_ns, None, sink, spare_active);
+            self.pop(end_ns, None, sink, ending);
             closed += 1;
         }
         closed
@@ -347,20 +403,29 @@ impl CallStack {
         end_ns: u64,
         exit_cpu: Option<u32>,
         sink: &mut S,
-        spare_active: &mut Vec<Vec<u32>>,
+        ending: &mut Ending,
     ) {
         let frame = self.frames.pop().expect("pop on an empty call stack");
         let depth = self.frames.len();
         let function = self.path[depth];
-        let duration_ns = end_ns.saturating_sub(frame.start_ns);
+        let cost = ending
+            .costs
+            .get(function as usize)
+            .copied()
+            .unwrap_or_default();
+        let raw_ns = end_ns.saturating_sub(frame.start_ns);
+        let taken_ns = cost.inside_ns + frame.probes_below_ns;
+        let duration_ns = ending.correct(raw_ns, taken_ns);
+        let self_ns = ending.correct(duration_ns, frame.child_ns);
         let call = FinishedCall {
             function,
             tid: self.tid,
             pid: self.pid,
             cpu: exit_cpu.unwrap_or(frame.cpu),
             start_ns: frame.start_ns,
+            end_ns: end_ns.max(frame.start_ns),
             duration_ns,
-            self_ns: duration_ns.saturating_sub(frame.child_ns),
+            self_ns,
             depth: depth as u32,
             complete: exit_cpu.is_some(),
             recursive: frame.recursive,
@@ -369,9 +434,18 @@ impl CallStack {
         self.path.pop();
         self.active[function as usize] -= 1;
         match self.frames.last_mut() {
-            Some(parent) => parent.child_ns = parent.child_ns.saturating_add(duration_ns),
+            Some(parent) => {
+                parent.child_ns = parent.child_ns.saturating_add(duration_ns);
+                // A duration shown as 0 had more taken out than it lasted: those probes cost
+                // less than measured, and the caller is not charged the difference either, so
+                // the self times still add up to the outermost duration.
+                let overtaken_ns = taken_ns.saturating_sub(raw_ns);
+                parent.probes_below_ns = parent.probes_below_ns.saturating_add(
+                    (frame.probes_below_ns + cost.full_ns).saturating_sub(overtaken_ns),
+                );
+            }
             // Every counter is back to zero: lend the vector to the next thread that enters.
-            None => spare_active.push(std::mem::take(&mut self.active)),
+            None => ending.spare_active.push(std::mem::take(&mut self.active)),
         }
     }
 }
@@ -470,6 +544,7 @@ mod tests {
             pid: 0,
             cpu: 0,
             start_ns,
+            end_ns: start_ns + duration_ns,
             duration_ns,
             self_ns,
             depth,
@@ -509,8 +584,95 @@ mod tests {
                 threads: 1,
                 first_timestamp_ns: 0,
                 last_timestamp_ns: 120,
+                clamped_times: 0,
             }
         );
+    }
+
+    /// (function, duration, self) of each call of `events`, replayed with MAIN's and A's probes
+    /// corrected as emulated (100 ns inside, 300 in all) and B's and C's as single-stepped (1000
+    /// inside, 2500 in all).
+    fn replay_corrected(events: &[Event]) -> (Vec<(FunctionId, u64, u64)>, ReplayStats) {
+        use crate::probe_cost::{Execution, ExitKind, ProbeClass};
+        let mut table = FunctionTable::of_names(&["main", "a", "b", "c"]);
+        let stepped = ProbeClass::new(Execution::SingleStepped, ExitKind::Uretprobe);
+        table.functions[B as usize].probes = stepped;
+        table.functions[C as usize].probes = stepped;
+        let costs = ProbeCosts {
+            classes: vec![
+                (
+                    ProbeClass::default(),
+                    ProbeCost {
+                        inside_ns: 100,
+                        full_ns: 300,
+                    },
+                ),
+                (
+                    stepped,
+                    ProbeCost {
+                        inside_ns: 1_000,
+                        full_ns: 2_500,
+                    },
+                ),
+            ],
+        };
+        let mut replayer = Replayer::new(4);
+        replayer.correct_probe_costs(&table, &costs);
+        let mut calls = Vec::new();
+        replayer.push_all(events, &mut |call: &FinishedCall, _: &[FunctionId]| {
+            calls.push((call.function, call.duration_ns, call.self_ns));
+        });
+        (calls, replayer.stats())
+    }
+
+    #[test]
+    fn replay_takes_probe_costs_out_of_durations_and_self_times() {
+        // main → a → b, then main → c. Raw: b 2000, a 5000 (self 3000), c 3000,
+        // main 20000 (self 10000).
+        let events = [
+            Event::entry(0, 1, MAIN),
+            Event::entry(1_000, 1, A),
+            Event::entry(2_000, 1, B),
+            Event::exit(4_000, 1, B),
+            Event::exit(6_000, 1, A),
+            Event::entry(10_000, 1, C),
+            Event::exit(13_000, 1, C),
+            Event::exit(20_000, 1, MAIN),
+        ];
+        let (calls, stats) = replay_corrected(&events);
+        assert_eq!(
+            calls,
+            [
+                // Its own inside cost only.
+                (B, 2_000 - 1_000, 2_000 - 1_000),
+                // Its inside cost and b's whole probes; b's corrected duration below it.
+                (A, 5_000 - 100 - 2_500, 5_000 - 100 - 2_500 - 1_000),
+                (C, 3_000 - 1_000, 3_000 - 1_000),
+                // Every probe below it whole: a's, b's and c's.
+                (
+                    MAIN,
+                    20_000 - 100 - (300 + 2_500 + 2_500),
+                    20_000 - 100 - (300 + 2_500 + 2_500) - 2_400 - 2_000
+                ),
+            ]
+        );
+        assert_eq!(stats.clamped_times, 0);
+    }
+
+    #[test]
+    fn replay_correction_never_goes_below_zero_and_counts_the_clamps() {
+        // b lasts less than its own inside cost: 500 ns too much would be taken out.
+        let events = [
+            Event::entry(0, 1, A),
+            Event::entry(100, 1, B),
+            Event::exit(600, 1, B),
+            Event::exit(3_000, 1, A),
+        ];
+        let (calls, stats) = replay_corrected(&events);
+        // b: 500 − 1000 → 0; a is charged b's whole probes less those 500 ns:
+        // 3000 − 100 − (2500 − 500), all of it its own.
+        assert_eq!(calls, [(B, 0, 0), (A, 900, 900)]);
+        assert_eq!(stats.clamped_times, 1);
     }
 
     /// Records entries and exits in the order the sink sees them.

@@ -54,6 +54,7 @@ fn small_recording(dir: &Path) -> Recording {
         hostname: "host".into(),
         kernel: "6.8.0".into(),
         utrace_version: "0.1.0".into(),
+        probe_costs: None,
     };
     let table = FunctionTable {
         modules: vec!["/bin/prog".into()],
@@ -66,6 +67,7 @@ fn small_recording(dir: &Path) -> Recording {
                 offset: 0x1000 + 0x10 * i as u64,
                 size: 16,
                 kind: FunctionKind::Function,
+                probes: Default::default(),
             })
             .collect(),
     };

@@ -44,7 +44,9 @@ pub use events::{EventDecoder, EventEncoder, MAX_EVENTS_LEN};
 
 /// The first 8 bytes of every `utrace.data` file.
 pub const MAGIC: [u8; 8] = *b"UTRACE\0D";
-/// The format version this code writes and reads.
+/// The format version this code writes and reads (3: events stored as changes from the event
+/// before; the metadata holds the probe costs measured at start, and each function its probe
+/// class).
 pub const VERSION: u32 = 3;
 /// Size of the file header: magic, version, reserved.
 pub const FILE_HEADER_LEN: usize = 16;

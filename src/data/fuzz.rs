@@ -37,6 +37,7 @@ fn recording(functions: usize, blocks: &[Vec<Event>], statistics: bool) -> Vec<u
         hostname: "h".into(),
         kernel: "k".into(),
         utrace_version: "v".into(),
+        probe_costs: None,
     };
     let table = FunctionTable {
         modules: vec!["/bin/prog".into()],
@@ -47,6 +48,7 @@ fn recording(functions: usize, blocks: &[Vec<Event>], statistics: bool) -> Vec<u
                 offset: 16 * i as u64,
                 size: 16,
                 kind: FunctionKind::Function,
+                probes: Default::default(),
             })
             .collect(),
     };

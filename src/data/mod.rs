@@ -16,6 +16,8 @@ mod tests;
 
 use serde::{Deserialize, Serialize};
 
+use crate::probe_cost::ProbeCosts;
+
 pub use error::DataError;
 pub use reader::DataReader;
 pub use writer::DataWriter;
@@ -35,6 +37,9 @@ pub struct Metadata {
     pub kernel: String,
     /// The version of utrace that recorded the file.
     pub utrace_version: String,
+    /// What utrace's probes cost on the machine, measured before recording; `None` when the
+    /// measurement failed (reports then show raw times).
+    pub probe_costs: Option<ProbeCosts>,
 }
 
 impl Metadata {

@@ -20,6 +20,7 @@ fn metadata() -> Metadata {
         hostname: "bench".into(),
         kernel: "6.8.0-utrace".into(),
         utrace_version: "0.1.0".into(),
+        probe_costs: None,
     }
 }
 
@@ -37,6 +38,7 @@ fn table(count: usize) -> FunctionTable {
                 } else {
                     FunctionKind::Function
                 },
+                probes: Default::default(),
             })
             .collect(),
     }

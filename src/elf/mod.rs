@@ -37,6 +37,7 @@ use goblin::elf::header::{self, Header};
 use goblin::elf::Elf;
 
 use crate::plan::FunctionKind;
+use crate::probe_cost::Execution;
 
 pub use demangle::demangle;
 pub use returns::NoExitSites;
@@ -58,6 +59,8 @@ pub struct FunctionSymbol {
     pub kind: FunctionKind,
     /// Where in the function the probes sit: the entry, unless the kernel cannot probe it.
     pub site: ProbeSite,
+    /// How the kernel runs the instruction under the entry probe: what the probe costs.
+    pub execution: Execution,
     /// For a PLT stub, the symbol its GOT slot is bound to, as the file spells it (mangled):
     /// what the dynamic loader looks up (see [`binding`]). `None` for functions, and for stubs
     /// of the file's own ifuncs (`R_X86_64_IRELATIVE`), which call into the file itself.
@@ -165,7 +168,8 @@ fn functions_in(path: &Path, bytes: &[u8], sites: SitePolicy) -> Result<ElfFunct
         let Some(offset) = segments.file_offset(function.address) else {
             continue;
         };
-        match site::choose(code_at(bytes, offset, function.size), sites) {
+        let code = code_at(bytes, offset, function.size);
+        match site::choose(code, sites) {
             Ok(site) => functions.push(FunctionSymbol {
                 name: demangle(function.name),
                 address: function.address,
@@ -173,6 +177,10 @@ fn functions_in(path: &Path, bytes: &[u8], sites: SitePolicy) -> Result<ElfFunct
                 size: function.size,
                 kind: FunctionKind::Function,
                 site,
+                execution: site::execution_at(
+                    code.get(site.offset_in_function as usize..)
+                        .unwrap_or_default(),
+                ),
                 plt_symbol: None,
             }),
             Err(reason) => unprobeable.push(Unprobeable {
@@ -194,6 +202,7 @@ fn functions_in(path: &Path, bytes: &[u8], sites: SitePolicy) -> Result<ElfFunct
                 kind: FunctionKind::Plt,
                 // `[endbr64] jmp *GOT(%rip)`: always probeable.
                 site: ProbeSite::ENTRY,
+                execution: site::execution_at(code_at(bytes, offset, stub.size)),
                 plt_symbol: stub.symbol,
             });
         }

@@ -23,6 +23,7 @@
 //! [`SiteKind`] says why the site is where it is; other reasons to move a site (performance,
 //! such as skipping `endbr64`) are new kinds and new steps of the walk.
 
+use crate::probe_cost::Execution;
 use iced_x86::{
     Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, OpAccess, OpKind,
     Register,
@@ -176,6 +177,21 @@ pub fn kernel_can_probe(code: &[u8]) -> bool {
     code.iter()
         .take_while(|&&byte| is_legacy_prefix(byte))
         .all(|&byte| !matches!(byte, 0xf0 | 0x2e | 0x3e | 0x26 | 0x36))
+}
+
+/// How the kernel runs the instruction that starts `code` under a uprobe: it emulates `push`
+/// of a register, the one-byte `nop`, and relative `jmp`, `call` and `jcc`
+/// (`arch/x86/kernel/uprobes.c`), and single-steps everything else out of line.
+pub fn execution_at(code: &[u8]) -> Execution {
+    match code {
+        [0x50..=0x57, ..]
+        | [0x41, 0x50..=0x57, ..]
+        | [0x90, ..]
+        | [0xe8 | 0xe9 | 0xeb, ..]
+        | [0x70..=0x7f, ..]
+        | [0x0f, 0x80..=0x8f, ..] => Execution::Emulated,
+        _ => Execution::SingleStepped,
+    }
 }
 
 fn is_legacy_prefix(byte: u8) -> bool {
@@ -440,6 +456,26 @@ mod tests {
                 why: "moves the stack pointer"
             })
         );
+    }
+
+    #[test]
+    fn pushes_nops_and_relative_branches_are_emulated() {
+        let emulated: [&[u8]; 7] = [
+            &[0x55],
+            &[0x41, 0x57],
+            &[0x90],
+            &[0xe8, 0, 0, 0, 0],
+            &[0xeb, 0],
+            &[0x74, 0],
+            &[0x0f, 0x84, 0, 0, 0, 0],
+        ];
+        for code in emulated {
+            assert_eq!(execution_at(code), Execution::Emulated, "{code:x?}");
+        }
+        let stepped: [&[u8]; 5] = [&ENDBR64, &RET, &[0x48, 0x89, 0xf8], &[0xff, 0x25], &[]];
+        for code in stepped {
+            assert_eq!(execution_at(code), Execution::SingleStepped, "{code:x?}");
+        }
     }
 
     #[test]

@@ -159,7 +159,7 @@ impl<S: CallSink> CallSink for FilteredSink<'_, S> {
         if !thread.shown {
             return;
         }
-        let end_ns = call.start_ns.saturating_add(call.duration_ns);
+        let end_ns = call.end_ns;
         // A call that is too short proves nothing about itself, but its end may prove its callers.
         thread.enter_proven(end_ns, self.min_duration_ns, self.inner);
         // The replayer hands every frame it opened back exactly once, innermost first.

@@ -37,9 +37,8 @@ impl CallSink for EventEncoder<'_> {
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
         if call.complete {
-            let end = call.start_ns + call.duration_ns;
             self.out.borrow_mut().push(
-                Event::exit(end, call.tid, call.function)
+                Event::exit(call.end_ns, call.tid, call.function)
                     .on_cpu(call.cpu)
                     .in_process(call.pid),
             );

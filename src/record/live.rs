@@ -29,6 +29,8 @@ pub struct LiveOptions {
     pub columns: Columns,
     /// One line per event instead of the tree.
     pub flat: bool,
+    /// Leave the probe costs in the durations (and do not measure them).
+    pub raw_times: bool,
 }
 
 /// What live mode needs of a printer beyond being a sink.
@@ -74,13 +76,22 @@ impl<W: Write> LivePrinter for FlatPrinter<'_, W> {
 pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
     let mut session = Session::prepare(&options.trace)?;
     let table = session.table.clone();
+    let mut replayer = Replayer::new(table.functions.len());
+    // Dropped, with its probes, after the session's probes are gone.
+    let calibration = match options.raw_times {
+        true => None,
+        false => Some(super::calibrate::probe_costs(options.trace.debug)?),
+    };
+    if let Some(costs) = calibration.as_ref().and_then(|c| c.costs.as_ref()) {
+        replayer.correct_probe_costs(&table, costs);
+    }
     if options.flat {
         let printer = FlatPrinter::new(&table, options.out).context("writing the calls")?;
-        print_live(&mut session, &options.trace, &table, printer)
+        print_live(&mut session, &options.trace, &table, replayer, printer)
     } else {
         let printer = TreePrinter::live(&table, options.columns, options.out)
             .context("writing the call tree")?;
-        print_live(&mut session, &options.trace, &table, printer)
+        print_live(&mut session, &options.trace, &table, replayer, printer)
     }
 }
 
@@ -118,11 +129,12 @@ fn print_live<P: LivePrinter>(
     session: &mut Session,
     trace: &TraceOptions,
     table: &FunctionTable,
+    replayer: Replayer,
     mut printer: P,
 ) -> Result<RecordOutcome> {
     let mut drain = LiveDrain {
         filter: &trace.filter,
-        replayer: Replayer::new(table.functions.len()),
+        replayer,
         filtered: FilteredSink::new(&trace.filter, table, &mut printer),
         write_error: None,
     };

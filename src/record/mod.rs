@@ -1,6 +1,7 @@
 //! Recording: start the target, load and attach BPF, drain the ring buffer into `utrace.data`.
 
 mod attach;
+mod calibrate;
 mod encode;
 mod follow;
 mod live;
@@ -29,6 +30,7 @@ use crate::data::{DataWriter, Metadata, Statistics};
 use crate::event::Event;
 use crate::filter::{FilterSpec, FilteredSink};
 use crate::plan::FunctionTable;
+use crate::probe_cost::ProbeCosts;
 use crate::replay::Replayer;
 use encode::EventEncoder;
 pub use live::{live, LiveOptions};
@@ -73,6 +75,7 @@ impl RecordOutcome {
 pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     let trace = &options.trace;
     let mut session = Session::prepare(trace)?;
+    let calibration = calibrate::probe_costs(trace.debug)?;
     // Created before anything is loaded or attached: an output that cannot be written stops
     // utrace while a started command is still held, before it has run at all.
     let writer = DataWriter::create(
@@ -80,6 +83,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         &metadata(
             session.target.command_line(&trace.target),
             session.target.pid(),
+            calibration.costs.clone(),
         ),
         &session.table,
     )
@@ -216,7 +220,7 @@ fn give_to_sudo_user(path: &std::path::Path) {
     }
 }
 
-fn metadata(command: Vec<String>, pid: u32) -> Metadata {
+fn metadata(command: Vec<String>, pid: u32, probe_costs: Option<ProbeCosts>) -> Metadata {
     let read = |path| {
         std::fs::read_to_string(path)
             .map(|s| s.trim().to_string())
@@ -232,6 +236,7 @@ fn metadata(command: Vec<String>, pid: u32) -> Metadata {
         hostname: read("/proc/sys/kernel/hostname"),
         kernel: read("/proc/sys/kernel/osrelease"),
         utrace_version: env!("CARGO_PKG_VERSION").to_string(),
+        probe_costs,
     }
 }
 

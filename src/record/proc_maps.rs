@@ -21,34 +21,75 @@ pub fn executable_files(pid: u32) -> io::Result<Vec<MappedFile>> {
     Ok(parse_maps(pid, &maps))
 }
 
+/// The file mapped executable at `address` in `pid`, and the file offset of that address.
+pub fn file_offset_of(pid: u32, address: u64) -> io::Result<Option<(MappedFile, u64)>> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(find_offset(pid, &maps, address))
+}
+
 fn parse_maps(pid: u32, maps: &str) -> Vec<MappedFile> {
     let mut files: Vec<MappedFile> = Vec::new();
-    for line in maps.lines() {
-        // address perms offset dev inode path
-        let mut fields = line.splitn(6, ' ');
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
-            continue;
-        };
-        let Some(path) = fields.nth(3).map(str::trim_start) else {
-            continue;
-        };
-        if !perms.contains('x') || !path.starts_with('/') {
-            continue;
+    for mapping in executable_mappings(maps) {
+        let file = mapping.file(pid);
+        if !files.iter().any(|f| f.path == file.path) {
+            files.push(file);
         }
-        let (path, deleted) = match path.strip_suffix(" (deleted)") {
-            Some(path) => (path, true),
-            None => (path, false),
-        };
-        if files.iter().any(|f| f.path == path) {
-            continue;
-        }
-        files.push(MappedFile {
-            path: path.to_string(),
-            open_path: PathBuf::from(format!("/proc/{pid}/map_files/{range}")),
-            deleted,
-        });
     }
     files
+}
+
+fn find_offset(pid: u32, maps: &str, address: u64) -> Option<(MappedFile, u64)> {
+    executable_mappings(maps)
+        .find(|m| (m.start..m.end).contains(&address))
+        .map(|m| (m.file(pid), address - m.start + m.offset))
+}
+
+/// One line of `/proc/PID/maps` that maps a file with execute permission.
+struct ExecutableMapping<'a> {
+    /// `START-END`, as the line has it.
+    range: &'a str,
+    start: u64,
+    end: u64,
+    /// File offset of `start`.
+    offset: u64,
+    /// As the kernel shows it, " (deleted)" included.
+    path: &'a str,
+}
+
+impl ExecutableMapping<'_> {
+    fn file(&self, pid: u32) -> MappedFile {
+        let (path, deleted) = match self.path.strip_suffix(" (deleted)") {
+            Some(path) => (path, true),
+            None => (self.path, false),
+        };
+        MappedFile {
+            path: path.to_string(),
+            open_path: PathBuf::from(format!("/proc/{pid}/map_files/{}", self.range)),
+            deleted,
+        }
+    }
+}
+
+fn executable_mappings(maps: &str) -> impl Iterator<Item = ExecutableMapping<'_>> {
+    maps.lines().filter_map(|line| {
+        // address perms offset dev inode path (which may hold spaces)
+        let mut fields = line.splitn(6, ' ');
+        let range = fields.next()?;
+        let perms = fields.next()?;
+        let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+        let path = fields.nth(2)?.trim_start();
+        if !perms.contains('x') || !path.starts_with('/') {
+            return None;
+        }
+        let (start, end) = range.split_once('-')?;
+        Some(ExecutableMapping {
+            range,
+            start: u64::from_str_radix(start, 16).ok()?,
+            end: u64::from_str_radix(end, 16).ok()?,
+            offset,
+            path,
+        })
+    })
 }
 
 #[cfg(test)]
@@ -81,6 +122,25 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn file_offsets_come_from_the_executable_mapping() {
+        let maps = "\
+55d0c0000000-55d0c0001000 r--p 00000000 fe:01 123 /usr/bin/prog
+55d0c0001000-55d0c0005000 r-xp 00001000 fe:01 123 /usr/bin/prog
+7f0000000000-7f0000001000 rw-p 00000000 00:00 0
+";
+        let (file, offset) = find_offset(7, maps, 0x55d0_c000_1234).unwrap();
+        assert_eq!(offset, 0x1234);
+        assert_eq!(file.path, "/usr/bin/prog");
+        assert_eq!(
+            file.open_path,
+            PathBuf::from("/proc/7/map_files/55d0c0001000-55d0c0005000")
+        );
+        // Mapped, but not executable; and not mapped at all.
+        assert_eq!(find_offset(7, maps, 0x55d0_c000_0010), None);
+        assert_eq!(find_offset(7, maps, 0x10), None);
     }
 
     #[test]

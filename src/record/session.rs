@@ -21,6 +21,7 @@ use crate::elf::{ExitProbe, FunctionSymbol, SiteKind, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
 use crate::plan::{FunctionKind, FunctionTable, LibraryPatterns, PltLibraries};
+use crate::probe_cost::ExitKind;
 
 /// How long the consumer sleeps when the probes have not woken it. Bounds the delay of events
 /// at low rates; at high rates the fill-level wake-up comes first.
@@ -573,12 +574,21 @@ fn plan(
             .plt_libraries
             .apply(&file.path, elf.functions, scope);
         functions.retain(|f| options.filter.shows_name(&f.name));
-        if let Some(exits) = &mut exits {
-            let probes = crate::elf::read_exit_probes(&file.open_path, &functions)
-                .with_context(|| format!("finding the exits of the functions of {}", file.path))?;
+        let first = table.functions.len();
+        let probes = exits
+            .is_some()
+            .then(|| crate::elf::read_exit_probes(&file.open_path, &functions))
+            .transpose()
+            .with_context(|| format!("finding the exits of the functions of {}", file.path))?;
+        table.add_module(file.path.clone(), functions);
+        if let (Some(exits), Some(probes)) = (&mut exits, probes) {
+            for (function, exit) in table.functions[first..].iter_mut().zip(&probes) {
+                if matches!(exit, ExitProbe::Sites(_)) {
+                    function.probes.exit = ExitKind::Instruction;
+                }
+            }
             exits.extend(probes);
         }
-        table.add_module(file.path.clone(), functions);
     }
     Ok((table, exits))
 }

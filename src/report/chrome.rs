@@ -141,7 +141,7 @@ impl<W: Write> CallSink for ChromeTrace<W> {
     }
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
-        let end_ns = call.start_ns.saturating_add(call.duration_ns);
-        self.event('E', (call.pid, call.tid), end_ns, call.function);
+        // A timeline: where the exit happened, probe costs and all.
+        self.event('E', (call.pid, call.tid), call.end_ns, call.function);
     }
 }

@@ -68,13 +68,12 @@ impl<W: Write> CallSink for FlatPrinter<'_, W> {
     }
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
-        let end = call.start_ns + call.duration_ns;
         let tail = if call.complete {
             format!(" {}", HumanDuration(call.duration_ns))
         } else {
             " (no exit)".to_string()
         };
-        self.line(end, call.tid, "<==", call.function, &tail);
+        self.line(call.end_ns, call.tid, "<==", call.function, &tail);
     }
 }
 

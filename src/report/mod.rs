@@ -25,6 +25,7 @@ use thiserror::Error;
 use crate::event::Event;
 use crate::filter::{FilterSpec, FilteredSink};
 use crate::plan::FunctionTable;
+use crate::probe_cost::ProbeCosts;
 use crate::replay::{CallSink, FastHashMap, ReplayStats, Replayer};
 
 use chrome::ChromeTrace;
@@ -194,6 +195,8 @@ pub struct ReportOptions {
     pub show_timestamps: bool,
     /// Replay: show the CPU of each line's event (`--cpuid`).
     pub show_cpus: bool,
+    /// Every format: the probe costs to take out of durations; `None` shows them raw.
+    pub probe_costs: Option<ProbeCosts>,
 }
 
 impl ReportOptions {
@@ -209,14 +212,13 @@ impl ReportOptions {
 /// timestamp seen (the data file has no later one to offer).
 pub fn replay_source<E, S>(
     source: &mut E,
-    function_count: usize,
+    mut replayer: Replayer,
     sink: &mut S,
 ) -> Result<ReportOutcome, ReportError>
 where
     E: EventSource + ?Sized,
     S: CallSink,
 {
-    let mut replayer = Replayer::new(function_count);
     let mut events = 0u64;
     while let Some(block) = source
         .next_block()
@@ -230,25 +232,30 @@ where
     Ok(ReportOutcome { events, replay })
 }
 
-/// [`replay_source`] through `filter`: the filtering layer is only put in when it hides
-/// something, so unfiltered reports pay nothing for it.
+/// [`replay_source`] through `filter`, with the probe costs taken out when `probe_costs` has
+/// them: the filtering layer is only put in when it hides something, so unfiltered reports pay
+/// nothing for it.
 pub fn replay_filtered<E, S>(
     source: &mut E,
     table: &FunctionTable,
     filter: &FilterSpec,
+    probe_costs: Option<&ProbeCosts>,
     sink: &mut S,
 ) -> Result<ReportOutcome, ReportError>
 where
     E: EventSource + ?Sized,
     S: CallSink,
 {
-    let function_count = table.functions.len();
+    let mut replayer = Replayer::new(table.functions.len());
+    if let Some(costs) = probe_costs {
+        replayer.correct_probe_costs(table, costs);
+    }
     if filter.shows_everything() {
-        replay_source(source, function_count, sink)
+        replay_source(source, replayer, sink)
     } else {
         replay_source(
             source,
-            function_count,
+            replayer,
             &mut FilteredSink::new(filter, table, sink),
         )
     }
@@ -314,34 +321,35 @@ where
 {
     let function_count = table.functions.len();
     let filter = &options.filter;
+    let costs = options.probe_costs.as_ref();
     match format {
         Format::Summary if options.per_thread => {
             let mut summaries = GroupedSummaries::new(Grouping::Thread, function_count);
-            let outcome = replay_filtered(source, table, filter, &mut summaries)?;
+            let outcome = replay_filtered(source, table, filter, costs, &mut summaries)?;
             summaries.write_text(table, &outcome.replay, options.table_layout(), out)?;
             Ok(outcome)
         }
         Format::Summary => {
             let mut summary = Summary::new(function_count);
-            let outcome = replay_filtered(source, table, filter, &mut summary)?;
+            let outcome = replay_filtered(source, table, filter, costs, &mut summary)?;
             summary.write_text(table, &outcome.replay, options.table_layout(), out)?;
             Ok(outcome)
         }
         Format::Json => {
             let mut processes = GroupedSummaries::new(Grouping::Process, function_count);
-            let outcome = replay_filtered(source, table, filter, &mut processes)?;
+            let outcome = replay_filtered(source, table, filter, costs, &mut processes)?;
             json::write_json(&info(source), table, &processes, options.sort, out)?;
             Ok(outcome)
         }
         Format::FlameGraph => {
             let mut stacks = FoldedStacks::new(options.weight);
-            let outcome = replay_filtered(source, table, filter, &mut stacks)?;
+            let outcome = replay_filtered(source, table, filter, costs, &mut stacks)?;
             stacks.write_folded(table, out)?;
             Ok(outcome)
         }
         Format::Svg => {
             let mut stacks = FoldedStacks::new(options.weight);
-            let outcome = replay_filtered(source, table, filter, &mut stacks)?;
+            let outcome = replay_filtered(source, table, filter, costs, &mut stacks)?;
             let lines = stacks.lines(table);
             svg::write_svg(&info(source).command, options.weight.unit(), &lines, out)?;
             Ok(outcome)
@@ -354,13 +362,13 @@ where
                 cpus: options.show_cpus,
             };
             let mut printer = TreePrinter::new(table, columns, &mut *out)?;
-            let outcome = replay_filtered(source, table, filter, &mut printer)?;
+            let outcome = replay_filtered(source, table, filter, costs, &mut printer)?;
             printer.finish(&outcome.replay)?;
             Ok(outcome)
         }
         Format::Chrome => {
             let mut trace = ChromeTrace::new(table, &info(source), &mut *out)?;
-            let outcome = replay_filtered(source, table, filter, &mut trace)?;
+            let outcome = replay_filtered(source, table, filter, costs, &mut trace)?;
             trace.finish(&info(source), &outcome.replay)?;
             Ok(outcome)
         }

@@ -251,8 +251,20 @@ impl Summary {
 }
 
 fn write_note(replay: &ReplayStats, out: &mut dyn Write) -> io::Result<()> {
-    if let Some(note) = replay_note(replay) {
+    // The clamps only here: calls shorter than their probes' measured cost are common (the cost
+    // is a median), and the call tree shows each of them as 0 already.
+    let clamped = (replay.clamped_times > 0).then(|| {
+        format!(
+            "{} shown as 0: less than the probe costs taken out (--raw-times shows them as \
+             measured)",
+            plural(replay.clamped_times, "time", "times")
+        )
+    });
+    let notes: Vec<String> = replay_note(replay).into_iter().chain(clamped).collect();
+    if !notes.is_empty() {
         writeln!(out)?;
+    }
+    for note in notes {
         writeln!(out, "  note: {note}")?;
     }
     Ok(())

@@ -37,6 +37,7 @@ fn function(name: &str, module: u32) -> TracedFunction {
         } else {
             FunctionKind::Function
         },
+        probes: Default::default(),
     }
 }
 
@@ -138,6 +139,7 @@ fn report_summary_matches_golden() {
             threads: 2,
             first_timestamp_ns: 0,
             last_timestamp_ns: 2_500_000,
+            clamped_times: 0,
         }
     );
 }
@@ -295,7 +297,12 @@ fn report_summary_counts_recursion_once_in_total() {
         Event::exit(50, 1, 0),
     ];
     let mut summary = Summary::new(1);
-    replay_source(&mut IterBlocks::new([&events[..]]), 1, &mut summary).unwrap();
+    replay_source(
+        &mut IterBlocks::new([&events[..]]),
+        Replayer::new(1),
+        &mut summary,
+    )
+    .unwrap();
     let stats = summary.stats(0).unwrap();
     assert_eq!(stats.calls, 3);
     assert_eq!(stats.total_ns, 50);
@@ -327,6 +334,7 @@ fn report_summary_sorts_by_total_then_name() {
             pid: 1,
             cpu: 0,
             start_ns: 0,
+            end_ns: duration_ns,
             duration_ns,
             self_ns: duration_ns,
             depth: 0,
@@ -358,6 +366,7 @@ fn report_flame_graph_merges_paths_that_read_the_same() {
             pid: 1,
             cpu: 0,
             start_ns: 0,
+            end_ns: self_ns,
             duration_ns: self_ns,
             self_ns,
             depth: stack.len() as u32 - 1,
@@ -651,6 +660,7 @@ fn filtered(filter: FilterSpec) -> Vec<(&'static str, u64, u64, u64, u32)> {
         &mut IterBlocks::new([&events[..]]),
         &table,
         &filter,
+        None,
         &mut collect,
     )
     .unwrap();

@@ -312,7 +312,7 @@ impl<W: Write> CallSink for TreePrinter<'_, W> {
         // A leaf's line stands for its call, a closing line for its exit.
         let timestamp_ns = match line {
             Line::Leaf { .. } => call.start_ns,
-            _ => call.start_ns + call.duration_ns,
+            _ => call.end_ns,
         };
         let place = Place {
             duration: Some(call.duration_ns),

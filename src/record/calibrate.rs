@@ -1,0 +1,293 @@
+//! Measures what utrace's probes cost on this machine, per [`ProbeClass`], before recording.
+//!
+//! utrace probes small functions of its own, written in assembly so their instructions are
+//! exactly those of each class (a `push` the kernel emulates, a `mov` it single-steps, a `ret`
+//! under an exit probe), with its own BPF programs and its own process as the target. It calls
+//! each function in a loop untraced, then traced, timing the loops with CLOCK_MONOTONIC:
+//!
+//! - *full* cost = traced time per call − untraced time per call: both probes whole;
+//! - *inside* cost = exit timestamp − entry timestamp of the traced calls (the function's body is
+//!   a few instructions): the part of the probes between the two timestamps.
+//!
+//! Medians over several rounds keep a burst of load from another process out of the figures.
+
+use std::cell::RefCell;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use libbpf_rs::RingBufferBuilder;
+
+use super::probes::{AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig, ProbeError};
+use super::proc_maps::file_offset_of;
+use crate::elf::returns::NoExitSites;
+use crate::elf::ExitProbe;
+use crate::event::Event;
+use crate::plan::{FunctionKind, FunctionTable, TracedFunction};
+use crate::probe_cost::{ExitKind, ProbeClass, ProbeCost, ProbeCosts};
+
+/// Calls per timed loop.
+const CALLS: usize = 20;
+/// Timed loops per class; the median is kept.
+const ROUNDS: usize = 9;
+
+// One function per class, each returning its argument: the entry probe sits on `push rbp`
+// (emulated) or `mov rax, rdi` (single-stepped); the exit probe on the `ret` (single-stepped) or
+// a uretprobe.
+std::arch::global_asm!(
+    ".pushsection .text.utrace_calibration, \"ax\", @progbits",
+    ".p2align 4",
+    ".globl utrace_calibration_emulated_uretprobe",
+    "utrace_calibration_emulated_uretprobe:",
+    "push rbp",
+    "mov rax, rdi",
+    "pop rbp",
+    "ret",
+    ".p2align 4",
+    ".globl utrace_calibration_stepped_uretprobe",
+    "utrace_calibration_stepped_uretprobe:",
+    "mov rax, rdi",
+    "ret",
+    ".p2align 4",
+    ".globl utrace_calibration_emulated_ret",
+    "utrace_calibration_emulated_ret:",
+    "push rbp",
+    "mov rax, rdi",
+    "pop rbp",
+    "ret",
+    ".p2align 4",
+    ".globl utrace_calibration_stepped_ret",
+    "utrace_calibration_stepped_ret:",
+    "mov rax, rdi",
+    "ret",
+    ".popsection",
+);
+
+extern "C" {
+    fn utrace_calibration_emulated_uretprobe(x: u64) -> u64;
+    fn utrace_calibration_stepped_uretprobe(x: u64) -> u64;
+    fn utrace_calibration_emulated_ret(x: u64) -> u64;
+    fn utrace_calibration_stepped_ret(x: u64) -> u64;
+}
+
+/// The probed function of each class, in [`ProbeClass::ALL`] order.
+const PROBED: [unsafe extern "C" fn(u64) -> u64; 4] = [
+    utrace_calibration_emulated_uretprobe,
+    utrace_calibration_stepped_uretprobe,
+    utrace_calibration_emulated_ret,
+    utrace_calibration_stepped_ret,
+];
+
+/// Why the probe costs could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrationError {
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error("cannot find utrace's own code in /proc/self/maps")]
+    NoMapping,
+    #[error("cannot read the probe events: {0}")]
+    RingBuffer(libbpf_rs::Error),
+    #[error("{got} of {expected} probe events arrived")]
+    MissingEvents { got: usize, expected: usize },
+    #[error("the probes cost nothing measurable ({0})")]
+    Implausible(&'static str),
+}
+
+/// The probe costs measured for a recording, and the probes that measured them.
+pub struct Calibration {
+    /// `None` when they could not be measured.
+    pub costs: Option<ProbeCosts>,
+    /// Kept attached until the recording's own probes are gone: detaching waits out the
+    /// kernel's uretprobe grace period, which a traced program hitting its uretprobes holds (see
+    /// [`AttachedProbes`]), and a thread waiting for it would hold up utrace's exit too. Nothing
+    /// calls the probed functions any more.
+    _probes: Option<AttachedProbes>,
+}
+
+/// The probe costs for a recording, or `None`, said in one line, when they cannot be measured:
+/// the recording goes on with raw times. Missing permissions are an error, as the recording's own
+/// probes would fail to load the same way. `debug` prints the figures.
+pub fn probe_costs(debug: bool) -> Result<Calibration, ProbeError> {
+    match calibrate() {
+        Ok((costs, took, probes)) => {
+            if debug {
+                eprintln!(
+                    "utrace: probe costs measured in {:.1} ms:",
+                    took.as_secs_f64() * 1e3
+                );
+                for line in costs.lines() {
+                    eprintln!("utrace:   {line}");
+                }
+            }
+            Ok(Calibration {
+                costs: Some(costs),
+                _probes: Some(probes),
+            })
+        }
+        Err(CalibrationError::Probe(error @ ProbeError::NotPermitted { .. })) => Err(error),
+        Err(error) => {
+            eprintln!(
+                "utrace: warning: cannot measure the probe costs ({error}): reports will show \
+                 raw times"
+            );
+            Ok(Calibration {
+                costs: None,
+                _probes: None,
+            })
+        }
+    }
+}
+
+/// The probe costs of every class, how long measuring them took, and the probes, still attached.
+fn calibrate() -> Result<(ProbeCosts, Duration, AttachedProbes), CalibrationError> {
+    let started = Instant::now();
+    let pid = std::process::id();
+    let (module, table, exits) = calibration_plan()?;
+
+    let mut storage = ObjectStorage::uninit();
+    let mut loaded = LoadedProbes::load(
+        &mut storage,
+        &ProbeConfig {
+            tgid: pid,
+            buffer_bytes: 256 << 10,
+            wait_for_exec: false,
+            stop_on_dlopen: false,
+            follow: false,
+        },
+    )?;
+    // Untraced first: the probes go in after.
+    let untraced: Vec<u64> = PROBED.iter().map(|&f| median(&time_rounds(f))).collect();
+
+    let attached = loaded.attach(&table, Some(&exits), &[(0, module.as_path())], pid)?;
+    loaded.set_recording(true);
+    let events = RefCell::new(Vec::with_capacity(2 * CALLS * ROUNDS));
+    let mut ring = RingBufferBuilder::new();
+    ring.add(loaded.events_map(), |bytes: &[u8]| {
+        let mut event = Event::default();
+        if plain::copy_from_bytes(&mut event, bytes).is_ok() {
+            events.borrow_mut().push(event);
+        }
+        0
+    })
+    .map_err(CalibrationError::RingBuffer)?;
+    let ring = ring.build().map_err(CalibrationError::RingBuffer)?;
+
+    let mut classes = Vec::new();
+    for ((class, &f), untraced) in ProbeClass::ALL.iter().zip(&PROBED).zip(untraced) {
+        let traced = median(&time_rounds(f));
+        ring.consume().map_err(CalibrationError::RingBuffer)?;
+        let inside = inside_times(&events.take())?;
+        let cost = ProbeCost {
+            inside_ns: median(&inside),
+            full_ns: traced.saturating_sub(untraced),
+        };
+        if cost.full_ns == 0 || cost.inside_ns == 0 {
+            return Err(CalibrationError::Implausible(class.name()));
+        }
+        classes.push((*class, cost));
+    }
+    loaded.set_recording(false);
+    Ok((ProbeCosts { classes }, started.elapsed(), attached))
+}
+
+/// The file the calibration functions live in, a table of them (one per class, in
+/// [`ProbeClass::ALL`] order) and where their exits are probed.
+fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), CalibrationError> {
+    let mut module = None;
+    let mut functions = Vec::new();
+    let mut exits = Vec::new();
+    for (class, &f) in ProbeClass::ALL.iter().zip(&PROBED) {
+        let address = f as usize as u64;
+        let (file, offset) = file_offset_of(std::process::id(), address)
+            .ok()
+            .flatten()
+            .ok_or(CalibrationError::NoMapping)?;
+        let code = code_of(f);
+        let ret = code.iter().position(|&b| b == 0xc3).unwrap_or(0) as u64;
+        exits.push(match class.exit {
+            ExitKind::Uretprobe => ExitProbe::Uretprobe(NoExitSites::Leaf),
+            ExitKind::Instruction => ExitProbe::Sites(vec![offset + ret]),
+        });
+        functions.push(TracedFunction {
+            name: class.name().to_owned(),
+            module: 0,
+            offset,
+            size: ret + 1,
+            kind: FunctionKind::Function,
+            probes: *class,
+        });
+        module = Some(file);
+    }
+    let module = module.ok_or(CalibrationError::NoMapping)?;
+    let table = FunctionTable {
+        modules: vec![module.path],
+        functions,
+    };
+    Ok((module.open_path, table, exits))
+}
+
+/// The first bytes of a calibration function: all of its code.
+fn code_of(f: unsafe extern "C" fn(u64) -> u64) -> &'static [u8] {
+    // SAFETY: each function is at most 6 bytes and aligned to 16 in an executable, readable
+    // mapping of our own file: its 8 first bytes are mapped and never change.
+    unsafe { std::slice::from_raw_parts(f as usize as *const u8, 8) }
+}
+
+/// The time per call, in ns, of each of [`ROUNDS`] loops of [`CALLS`] calls of `f`.
+fn time_rounds(f: unsafe extern "C" fn(u64) -> u64) -> Vec<u64> {
+    (0..ROUNDS)
+        .map(|_| {
+            let started = Instant::now();
+            for i in 0..CALLS as u64 {
+                // SAFETY: the calibration functions read only their argument register.
+                black_box(unsafe { f(black_box(i)) });
+            }
+            started.elapsed().as_nanos() as u64 / CALLS as u64
+        })
+        .collect()
+}
+
+/// Exit minus entry timestamp of each call in `events`, which hold one function's calls in
+/// order, one thread, nothing nested.
+fn inside_times(events: &[Event]) -> Result<Vec<u64>, CalibrationError> {
+    let expected = 2 * CALLS * ROUNDS;
+    let pairs: Vec<u64> = events
+        .chunks_exact(2)
+        .filter(|pair| !pair[0].is_exit() && pair[1].is_exit())
+        .map(|pair| pair[1].timestamp_ns.saturating_sub(pair[0].timestamp_ns))
+        .collect();
+    if 2 * pairs.len() != expected {
+        return Err(CalibrationError::MissingEvents {
+            got: 2 * pairs.len(),
+            expected,
+        });
+    }
+    Ok(pairs)
+}
+
+fn median(values: &[u64]) -> u64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    sorted.get(sorted.len() / 2).copied().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elf::site::execution_at;
+
+    #[test]
+    fn calibration_functions_are_of_their_class() {
+        for (class, &f) in ProbeClass::ALL.iter().zip(&PROBED) {
+            assert_eq!(execution_at(code_of(f)), class.entry, "{}", class.name());
+            // SAFETY: as in time_rounds.
+            assert_eq!(unsafe { f(7) }, 7);
+        }
+    }
+
+    #[test]
+    fn median_of_rounds() {
+        assert_eq!(median(&[5, 1, 9, 3, 7]), 5);
+        assert_eq!(median(&[]), 0);
+    }
+}

@@ -1,0 +1,122 @@
+//! End to end: utrace measures what its own probes cost at start, and reports take it out of
+//! durations and self times, so they come out as the program runs untraced.
+
+mod common;
+
+use common::*;
+
+/// test/spin.c's ROUNDS CALLS SPIN LEAF_SPIN: each call of `work` spins about 2.5 µs between
+/// each of its 500 calls of `tiny` (emulated entry), whose probes add about a fifth to its
+/// raw self time; `leaf` spins about 70 µs, and its single-stepped entry probe adds about a quarter
+/// to its raw duration.
+const ARGS: [&str; 4] = ["50", "500", "9000", "250000"];
+
+/// The untraced copies and the program's own timing get no probes.
+const UNPROBED: [&str; 4] = [
+    "--no-function",
+    "untraced_*",
+    "--no-function",
+    "clock_gettime*",
+];
+
+/// How many recordings a test may make before it gives up: what a probe costs swings with what
+/// else the machine runs (other processes hitting uprobes contend with ours), and one recording
+/// taken during a swing is not a wrong correction. Every attempt must fail for the test to fail.
+const ATTEMPTS: usize = 3;
+
+#[test]
+fn corrected_self_times_are_the_untraced_times() {
+    if !bpf_available("corrected_self_times_are_the_untraced_times") {
+        return;
+    }
+    let spin = compile("spin.c", "spin", &[]);
+    let mut failures = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let recording = record_unchanged(&spin, &ARGS, &UNPROBED);
+        assert_counts_match(
+            &own_counts(&recording.output.stdout),
+            &recording.traced_counts(),
+        );
+        let info = utrace()
+            .args(["info", "-i"])
+            .arg(recording.data())
+            .output()
+            .unwrap();
+        let info = String::from_utf8_lossy(&info.stdout);
+        assert!(
+            info.contains("probe costs: measured at start")
+                && info.contains("single-stepped entry, uretprobe: "),
+            "{info}"
+        );
+        match correction_failure(&recording) {
+            None => return,
+            Some(failure) => failures.push(failure),
+        }
+    }
+    panic!("{}", failures.join("\n\n"));
+}
+
+/// What is wrong with the times of `recording`, if anything: `work`'s corrected self time must
+/// be within 10% of its untraced time and its raw one more than 10% above; `leaf`'s corrected
+/// time at most half as far from its untraced time as its raw one (a single-step's cost swings
+/// more than an emulation's).
+fn correction_failure(recording: &Recording) -> Option<String> {
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    let corrected = recording.report(&["--avg-self"]);
+    let raw = recording.report(&["--avg-self", "--raw-times"]);
+    let ratios = |function: &str| {
+        let untraced = untraced_ns(&stderr, function);
+        let ratios = (
+            min_self_ns(&corrected, function) / untraced,
+            min_self_ns(&raw, function) / untraced,
+        );
+        eprintln!(
+            "{function}: untraced {untraced} ns; corrected/untraced {:.3}, raw/untraced {:.3}",
+            ratios.0, ratios.1
+        );
+        ratios
+    };
+    let (corrected_work, raw_work) = ratios("work");
+    let (corrected_leaf, raw_leaf) = ratios("leaf");
+    let problem = if (corrected_work - 1.0).abs() >= 0.10 {
+        "work's corrected self time is not within 10% of its untraced time"
+    } else if raw_work <= 1.10 {
+        "work's raw self time is not inflated by more than 10%"
+    } else if raw_leaf <= 1.10 || (corrected_leaf - 1.0).abs() >= 0.5 * (raw_leaf - 1.0) {
+        "leaf's corrected time is not twice as close to its untraced time as its raw time"
+    } else {
+        return None;
+    };
+    Some(format!("{problem}:\n{corrected}{raw}{stderr}"))
+}
+
+/// What test/spin.c said its fastest untraced round of `function` took (`spin: untraced work
+/// 1012345`).
+fn untraced_ns(stderr: &str, function: &str) -> f64 {
+    let prefix = format!("spin: untraced {function} ");
+    stderr
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("spin did not print its {function} time: {stderr}"))
+        .parse()
+        .unwrap()
+}
+
+/// The "Min self" of `function` in a `--avg-self` summary, in ns.
+fn min_self_ns(summary: &str, function: &str) -> f64 {
+    let row: Vec<&str> = summary
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|row| row.last() == Some(&function))
+        .unwrap_or_else(|| panic!("{function} is not in the summary: {summary}"));
+    // total (2) | % | self (2) | calls | avg self (2) | min self (2) | max self (2) | name
+    let value: f64 = row[8].parse().unwrap();
+    let unit = match row[9] {
+        "ns" => 1.0,
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        other => panic!("unknown unit {other} in {summary}"),
+    };
+    value * unit
+}
