@@ -114,6 +114,8 @@ pub struct ProbeConfig {
     pub wait_for_exec: bool,
     /// Stop the process at a dlopen's return until the recorder lets it go on.
     pub stop_on_dlopen: bool,
+    /// The lowest virtual address of the executable's code segments (see [`Landings`]).
+    pub executable_code_vaddr: u64,
 }
 
 /// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
@@ -148,6 +150,7 @@ impl<'obj> LoadedProbes<'obj> {
         rodata.target_tgid = config.tgid;
         rodata.wait_for_exec = config.wait_for_exec;
         rodata.stop_on_dlopen = config.stop_on_dlopen;
+        rodata.executable_code_vaddr = config.executable_code_vaddr;
         // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
         // that, so the common hit pays for no wake-up.
         rodata.wakeup_bytes = u64::from(config.buffer_bytes / 8);
@@ -166,25 +169,58 @@ impl<'obj> LoadedProbes<'obj> {
     /// Attaches entry and exit probes for every function of `table` in the modules from
     /// `first_module` on, filtered to `pid`. `files[i]` opens `table.modules[first_module + i]`.
     /// `exits` says, per function id, where its exit is probed; without it every exit is a
-    /// uretprobe.
+    /// uretprobe. The PLT stubs of `landings` are probed in the libraries instead.
     pub fn attach(
         &self,
         table: &FunctionTable,
         exits: Option<&[ExitProbe]>,
+        landings: &Landings,
         first_module: usize,
         files: &[PathBuf],
         pid: u32,
     ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
         let mut attached = AttachedProbes {
+            landing_links: Vec::new(),
             return_links: Vec::new(),
             exit_site_links: Vec::new(),
             entry_links: Vec::new(),
             attach_time: Duration::ZERO,
         };
+        for (library, probes) in &landings.libraries {
+            // One link per set of distinct offsets: two stubs can land in one function
+            // (aliases such as `strdup` and `__strdup`).
+            let mut rest: Vec<(usize, u64)> = probes.clone();
+            while !rest.is_empty() {
+                let mut seen = std::collections::HashSet::new();
+                let (batch, later): (Vec<_>, Vec<_>) =
+                    rest.into_iter().partition(|(offset, _)| seen.insert(*offset));
+                rest = later;
+                let count = batch.len();
+                let (offsets, cookies): (Vec<usize>, Vec<u64>) = batch.into_iter().unzip();
+                let opts = UprobeMultiOpts {
+                    offsets,
+                    cookies,
+                    session: true,
+                    ..Default::default()
+                };
+                let link = self
+                    .skel
+                    .progs
+                    .plt_call
+                    .attach_uprobe_multi_with_opts(pid as i32, library, "", opts)
+                    .map_err(|error| ProbeError::Attach {
+                        count,
+                        direction: "PLT call",
+                        path: library.display().to_string(),
+                        error,
+                    })?;
+                attached.landing_links.push(link);
+            }
+        }
         let modules = table.modules.iter().enumerate().skip(first_module);
         for ((module_index, module), file) in modules.zip(files) {
-            let plan = ModuleProbes::new(table, exits, module_index as u32);
+            let plan = ModuleProbes::new(table, exits, landings, module_index as u32);
             let progs = &self.skel.progs;
             let kinds = [
                 (
@@ -301,6 +337,8 @@ impl<'obj> LoadedProbes<'obj> {
 /// 6.18). With the return probes gone first, no hit re-arms the timer and detach takes
 /// milliseconds. Fields drop in declaration order, so an implicit drop keeps the order too.
 pub struct AttachedProbes {
+    /// Session links (entry and return) of the PLT calls probed in their libraries.
+    landing_links: Vec<Link>,
     return_links: Vec<Link>,
     exit_site_links: Vec<Link>,
     entry_links: Vec<Link>,
@@ -310,6 +348,7 @@ pub struct AttachedProbes {
 impl AttachedProbes {
     /// Takes over the links of `more` (a library probed during the recording).
     pub fn absorb(&mut self, more: AttachedProbes) {
+        self.landing_links.extend(more.landing_links);
         self.return_links.extend(more.return_links);
         self.exit_site_links.extend(more.exit_site_links);
         self.entry_links.extend(more.entry_links);
@@ -318,10 +357,42 @@ impl AttachedProbes {
     /// Detaches every probe and says how long it took.
     pub fn detach(self) -> Duration {
         let started = Instant::now();
+        drop(self.landing_links);
         drop(self.return_links);
         drop(self.exit_site_links);
         drop(self.entry_links);
         started.elapsed()
+    }
+}
+
+/// PLT calls probed in the library function they land in rather than at their stub (see
+/// [`crate::elf::plt_calls`]): the BPF program keeps a hit when its return address follows a
+/// direct call of the stub in the executable, whose load bias it finds from the kernel's
+/// `mm->start_code` and [`ProbeConfig::executable_code_vaddr`].
+#[derive(Debug, Default)]
+pub struct Landings {
+    /// Per library (as opened): (file offset of the function's probe site, cookie) pairs.
+    libraries: Vec<(PathBuf, Vec<(usize, u64)>)>,
+    /// The ids of the stubs probed this way, which get no probe of their own.
+    functions: std::collections::HashSet<u32>,
+}
+
+impl Landings {
+    /// Probes the calls through the stub of function `id`, at virtual address `stub` in the
+    /// executable, at file offset `offset` of `library`.
+    pub fn add(&mut self, id: u32, stub: u64, library: &Path, offset: u64) {
+        let cookie = u64::from(id) | (stub << 32);
+        match self.libraries.iter_mut().find(|(path, _)| path == library) {
+            Some((_, probes)) => probes.push((offset as usize, cookie)),
+            None => self
+                .libraries
+                .push((library.to_owned(), vec![(offset as usize, cookie)])),
+        }
+        self.functions.insert(id);
+    }
+
+    pub fn len(&self) -> usize {
+        self.functions.len()
     }
 }
 
@@ -338,14 +409,19 @@ struct ModuleProbes {
 }
 
 impl ModuleProbes {
-    fn new(table: &FunctionTable, exits: Option<&[ExitProbe]>, module: u32) -> ModuleProbes {
+    fn new(
+        table: &FunctionTable,
+        exits: Option<&[ExitProbe]>,
+        landings: &Landings,
+        module: u32,
+    ) -> ModuleProbes {
         let mut probes = ModuleProbes {
             entries: Vec::new(),
             uretprobes: Vec::new(),
             exit_sites: Vec::new(),
         };
         for (id, function) in table.functions.iter().enumerate() {
-            if function.module != module {
+            if function.module != module || landings.functions.contains(&(id as u32)) {
                 continue;
             }
             let id = id as u64;

@@ -1,0 +1,187 @@
+//! Where a program's PLT calls can be probed more cheaply than at their stubs.
+//!
+//! A stub is `[endbr64] [bnd] jmp *slot(%rip)`, which the kernel single-steps (≈20 µs a hit in a
+//! VM). The library function the slot leads to often starts with an instruction the kernel
+//! emulates (a `push`: under a µs). Probing there sees the same calls and more: every other
+//! caller of that function too. The BPF side keeps a hit only when the return address follows a
+//! direct `call` of the stub in the executable, which is exactly a call through the stub when
+//! nothing else reaches the stub:
+//!
+//! - the executable is position-independent: a non-PIE one uses PLT addresses as function
+//!   pointers, which any code may call;
+//! - no jump, address computation, immediate or data relocation in the executable names the stub,
+//!   only direct calls ([`StubUses`]);
+//! - the slot's symbol is a plain function of the library it binds to (an ifunc's
+//!   implementation is chosen at run time), whose probe site the kernel emulates
+//!   ([`LibraryEntries`]).
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+use goblin::elf::header::ET_DYN;
+use goblin::elf::program_header::{PF_X, PT_LOAD};
+use goblin::elf::reloc::R_X86_64_RELATIVE;
+use goblin::elf::section_header::SHN_UNDEF;
+use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
+
+use super::{code_at, parse, plt, read_file, segments, site, symbols, ElfError, SitePolicy};
+
+/// What the executable does with its PLT stubs.
+#[derive(Debug, Default)]
+pub struct StubUses {
+    /// Position-independent (`ET_DYN`).
+    pub pie: bool,
+    /// The lowest virtual address of the executable `PT_LOAD` segments: where the kernel's
+    /// `mm->start_code` points once the program is loaded, which gives its load bias.
+    pub code_vaddr: u64,
+    /// Stubs some instruction or relocation names other than as a direct call's target.
+    pub not_only_called: BTreeSet<u64>,
+}
+
+impl StubUses {
+    /// Whether every use of the stub at `address` is a direct call.
+    pub fn only_called(&self, address: u64) -> bool {
+        self.pie && !self.not_only_called.contains(&address)
+    }
+}
+
+/// How the executable at `path` uses its PLT stubs.
+pub fn stub_uses(path: &Path) -> Result<StubUses, ElfError> {
+    let bytes = read_file(path)?;
+    let elf = parse(path, &bytes)?;
+    let segments = segments::ExecutableSegments::new(&elf.program_headers);
+    let stubs: BTreeSet<u64> = plt::stubs(&elf, &bytes)
+        .iter()
+        .map(|stub| stub.address)
+        .collect();
+    let mut not_only_called = BTreeSet::new();
+    let code = symbols::defined_functions(&elf)
+        .into_iter()
+        .chain(symbols::cold_fragments(&elf));
+    let mut instruction = Instruction::default();
+    for function in code {
+        let Some(offset) = segments.file_offset(function.address) else {
+            continue;
+        };
+        let bytes = code_at(&bytes, offset, function.size);
+        let mut decoder = Decoder::with_ip(64, bytes, function.address, DecoderOptions::NONE);
+        while decoder.can_decode() {
+            decoder.decode_out(&mut instruction);
+            if let Some(stub) = named_stub(&instruction, &stubs) {
+                not_only_called.insert(stub);
+            }
+        }
+    }
+    // A pointer to a stub stored in data.
+    for reloc in elf.dynrelas.iter() {
+        let addend = reloc.r_addend.and_then(|a| u64::try_from(a).ok());
+        if let (R_X86_64_RELATIVE, Some(addend)) = (reloc.r_type, addend) {
+            if stubs.contains(&addend) {
+                not_only_called.insert(addend);
+            }
+        }
+    }
+    let code_vaddr = elf
+        .program_headers
+        .iter()
+        .filter(|ph| ph.p_type == PT_LOAD && ph.p_flags & PF_X != 0)
+        .map(|ph| ph.p_vaddr)
+        .min()
+        .unwrap_or(0);
+    Ok(StubUses {
+        pie: elf.header.e_type == ET_DYN,
+        code_vaddr,
+        not_only_called,
+    })
+}
+
+/// The stub `instruction` names other than as the target of a direct call.
+fn named_stub(instruction: &Instruction, stubs: &BTreeSet<u64>) -> Option<u64> {
+    let is_branch = (0..instruction.op_count()).any(|operand| {
+        matches!(
+            instruction.op_kind(operand),
+            OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
+        )
+    });
+    if is_branch && stubs.contains(&instruction.near_branch_target()) {
+        return (instruction.flow_control() != FlowControl::Call)
+            .then(|| instruction.near_branch_target());
+    }
+    if instruction.is_ip_rel_memory_operand() && stubs.contains(&instruction.ip_rel_memory_address())
+    {
+        return Some(instruction.ip_rel_memory_address());
+    }
+    (0..instruction.op_count())
+        .filter_map(|operand| instruction.try_immediate(operand).ok())
+        .find(|value| stubs.contains(value))
+}
+
+/// Where a PLT call's library function is probed, or why it is not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Landing {
+    /// The file offset of the function's probe site in the library, an instruction the kernel
+    /// emulates.
+    At(u64),
+    /// The symbol is an ifunc: which implementation runs is chosen at run time.
+    Ifunc,
+    /// The function's probe site would be single-stepped there too.
+    SingleStepped,
+    /// The library does not define the symbol as a function.
+    Undefined,
+}
+
+/// The exported functions of a library, by symbol name (as `.dynsym` spells it), with where
+/// each one's calls can be probed.
+#[derive(Debug, Default)]
+pub struct LibraryEntries {
+    landings: HashMap<String, Landing>,
+}
+
+impl LibraryEntries {
+    pub fn landing(&self, symbol: &str) -> Landing {
+        self.landings
+            .get(symbol)
+            .copied()
+            .unwrap_or(Landing::Undefined)
+    }
+}
+
+/// Where the exported functions of the library at `path` are probed.
+pub fn library_entries(path: &Path) -> Result<LibraryEntries, ElfError> {
+    let bytes = read_file(path)?;
+    let elf = parse(path, &bytes)?;
+    let segments = segments::ExecutableSegments::new(&elf.program_headers);
+    let mut landings = HashMap::new();
+    for sym in elf.dynsyms.iter() {
+        if sym.st_shndx == SHN_UNDEF as usize {
+            continue;
+        }
+        let Some(name) = elf.dynstrtab.get_at(sym.st_name).filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let landing = match sym.st_type() {
+            STT_GNU_IFUNC => Landing::Ifunc,
+            STT_FUNC => match segments.file_offset(sym.st_value) {
+                Some(offset) => {
+                    let code = code_at(&bytes, offset, sym.st_size.max(1));
+                    match site::choose(code, SitePolicy::Best) {
+                        Ok(chosen) => {
+                            let at = code_at(&bytes, offset + chosen.offset_in_function, 16);
+                            if site::kernel_emulates(at) {
+                                Landing::At(offset + chosen.offset_in_function)
+                            } else {
+                                Landing::SingleStepped
+                            }
+                        }
+                        Err(_) => Landing::SingleStepped,
+                    }
+                }
+                None => Landing::Undefined,
+            },
+            _ => continue,
+        };
+        landings.insert(name.to_owned(), landing);
+    }
+    Ok(LibraryEntries { landings })
+}
