@@ -12,8 +12,8 @@
 //! - no jump, address computation, immediate or data relocation in the executable names the stub,
 //!   only direct calls ([`StubUses`]);
 //! - the slot's symbol is a plain function of the library it binds to (an ifunc's
-//!   implementation is chosen at run time), whose probe site the kernel emulates
-//!   ([`LibraryEntries`]).
+//!   implementation is chosen at run time) with an instruction the kernel emulates near its
+//!   start, where the probe goes ([`site::emulated_site`], [`LibraryEntries`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -25,7 +25,7 @@ use goblin::elf::section_header::SHN_UNDEF;
 use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 
-use super::{code_at, parse, plt, read_file, segments, site, symbols, ElfError, SitePolicy};
+use super::{code_at, parse, plt, read_file, segments, site, symbols, ElfError};
 
 /// What the executable does with its PLT stubs.
 #[derive(Debug, Default)]
@@ -164,17 +164,10 @@ pub fn library_entries(path: &Path) -> Result<LibraryEntries, ElfError> {
             STT_GNU_IFUNC => Landing::Ifunc,
             STT_FUNC => match segments.file_offset(sym.st_value) {
                 Some(offset) => {
-                    let code = code_at(&bytes, offset, sym.st_size.max(1));
-                    match site::choose(code, SitePolicy::Best) {
-                        Ok(chosen) => {
-                            let at = code_at(&bytes, offset + chosen.offset_in_function, 16);
-                            if site::kernel_emulates(at) {
-                                Landing::At(offset + chosen.offset_in_function)
-                            } else {
-                                Landing::SingleStepped
-                            }
-                        }
-                        Err(_) => Landing::SingleStepped,
+                    let code = code_at(&bytes, offset, sym.st_size);
+                    match site::emulated_site(code) {
+                        Some(site) => Landing::At(offset + site),
+                        None => Landing::SingleStepped,
                     }
                 }
                 None => Landing::Undefined,
