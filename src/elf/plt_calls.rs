@@ -11,10 +11,12 @@
 //!   pointers, which any code may call;
 //! - no jump, address computation, immediate or data relocation in the executable names the stub,
 //!   only direct calls ([`StubUses`]);
-//! - the slot's symbol is a plain function of the library it binds to (an ifunc's
-//!   implementation is chosen at run time) with an instruction the kernel emulates near its
+//! - the slot's symbol is a plain function of the library it binds to, defined once (an ifunc's
+//!   implementation is chosen at run time; a name defined in several versions binds by the
+//!   version asked for) with an instruction the kernel emulates near its
 //!   start, where the probe goes ([`site::emulated_site`], [`LibraryEntries`]).
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
@@ -108,7 +110,8 @@ fn named_stub(instruction: &Instruction, stubs: &BTreeSet<u64>) -> Option<u64> {
         return (instruction.flow_control() != FlowControl::Call)
             .then(|| instruction.near_branch_target());
     }
-    if instruction.is_ip_rel_memory_operand() && stubs.contains(&instruction.ip_rel_memory_address())
+    if instruction.is_ip_rel_memory_operand()
+        && stubs.contains(&instruction.ip_rel_memory_address())
     {
         return Some(instruction.ip_rel_memory_address());
     }
@@ -129,6 +132,10 @@ pub enum Landing {
     SingleStepped,
     /// The library does not define the symbol as a function.
     Undefined,
+    /// The library defines the name more than once, with different versions at different
+    /// addresses (`realpath@GLIBC_2.2.5` and `realpath@@GLIBC_2.3`): which one a call binds to
+    /// depends on the version the caller asks for, which utrace does not follow.
+    Versioned,
 }
 
 /// The exported functions of a library, by symbol name (as `.dynsym` spells it), with where
@@ -174,7 +181,93 @@ pub fn library_entries(path: &Path) -> Result<LibraryEntries, ElfError> {
             },
             _ => continue,
         };
-        landings.insert(name.to_owned(), landing);
+        let address = sym.st_value;
+        match landings.entry(name.to_owned()) {
+            Entry::Vacant(vacant) => {
+                vacant.insert((address, landing));
+            }
+            Entry::Occupied(mut seen) if seen.get().0 != address => {
+                seen.insert((address, Landing::Versioned));
+            }
+            Entry::Occupied(_) => {}
+        }
     }
+    let landings = landings
+        .into_iter()
+        .map(|(name, (_, landing))| (name, landing))
+        .collect();
     Ok(LibraryEntries { landings })
+}
+
+#[cfg(test)]
+mod tests {
+    use tempfile::TempDir;
+
+    use super::*;
+    use crate::elf::ldcache::LdCache;
+    use crate::elf::loader::load_order;
+    use crate::elf::tests::{compile, readelf_executable_loads};
+    use crate::elf::{read_function_symbols, FunctionKind};
+
+    const PLTUSES_C: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/elf/testdata/pltuses.c");
+
+    fn stub(program: &Path, name: &str) -> u64 {
+        let functions = read_function_symbols(program).unwrap();
+        let found = functions
+            .iter()
+            .find(|f| f.kind == FunctionKind::Plt && f.name == name);
+        found.unwrap_or_else(|| panic!("{name} missing")).address
+    }
+
+    #[test]
+    fn stubs_also_jumped_to_are_not_only_called() {
+        let dir = TempDir::new().unwrap();
+        let flags = [
+            "-O2",
+            "-fno-builtin",
+            "-fcf-protection=none",
+            "-pie",
+            "-fPIE",
+        ];
+        let program = compile(&dir, "cc", PLTUSES_C, "pltuses", &flags);
+        let uses = stub_uses(&program).unwrap();
+        assert!(uses.pie);
+        assert!(uses.only_called(stub(&program, "getenv@plt")));
+        assert!(!uses.only_called(stub(&program, "labs@plt")));
+        let first_code = readelf_executable_loads(&program)
+            .iter()
+            .map(|&(_, vaddr, _)| vaddr)
+            .min();
+        assert_eq!(Some(uses.code_vaddr), first_code);
+
+        // Not position-independent: its PLT addresses are function pointers.
+        let fixed = compile(&dir, "cc", PLTUSES_C, "pltuses-fixed", &["-O2", "-no-pie"]);
+        let uses = stub_uses(&fixed).unwrap();
+        assert!(!uses.pie);
+        assert!(!uses.only_called(stub(&fixed, "getenv@plt")));
+    }
+
+    #[test]
+    fn libc_functions_land_where_the_kernel_emulates_their_code() {
+        let dir = TempDir::new().unwrap();
+        let program = compile(&dir, "cc", PLTUSES_C, "pltuses", &["-O2"]);
+        let order = load_order(&program, &LdCache::system());
+        let libc = order
+            .libraries
+            .iter()
+            .find(|l| l.name == "libc.so.6")
+            .unwrap();
+        let entries = library_entries(&libc.path).unwrap();
+        // malloc saves registers first (after endbr64 in CET builds): emulated.
+        let Landing::At(offset) = entries.landing("malloc") else {
+            panic!("malloc: {:?}", entries.landing("malloc"));
+        };
+        let bytes = std::fs::read(&libc.path).unwrap();
+        assert!(site::kernel_emulates(&bytes[offset as usize..]));
+        // labs computes with movs to its ret; strlen is an ifunc; realpath has two versions.
+        assert_eq!(entries.landing("labs"), Landing::SingleStepped);
+        assert_eq!(entries.landing("strlen"), Landing::Ifunc);
+        assert_eq!(entries.landing("realpath"), Landing::Versioned);
+        assert_eq!(entries.landing("no_such_function"), Landing::Undefined);
+    }
 }

@@ -402,13 +402,13 @@ mod tests {
     fn emulated_instructions_are_the_kernels() {
         for code in [
             &PUSH_RBX[..],
-            &[0x41, 0x54],       // push %r12
-            &[0x90],             // nop
+            &[0x41, 0x54],             // push %r12
+            &[0x90],                   // nop
             &[0x0f, 0x1f, 0x44, 0, 0], // nopl 0(%rax,%rax,1)
-            &[0xe8, 0, 0, 0, 0], // call rel32
-            &[0xe9, 0, 0, 0, 0], // jmp rel32
-            &[0xeb, 0],          // jmp rel8
-            &[0x74, 0],          // je rel8
+            &[0xe8, 0, 0, 0, 0],       // call rel32
+            &[0xe9, 0, 0, 0, 0],       // jmp rel32
+            &[0xeb, 0],                // jmp rel8
+            &[0x74, 0],                // je rel8
             &[0x0f, 0x84, 0, 0, 0, 0], // je rel32
         ] {
             assert!(kernel_emulates(code), "{code:x?}");

@@ -193,8 +193,9 @@ impl<'obj> LoadedProbes<'obj> {
             let mut rest: Vec<(usize, u64)> = probes.clone();
             while !rest.is_empty() {
                 let mut seen = std::collections::HashSet::new();
-                let (batch, later): (Vec<_>, Vec<_>) =
-                    rest.into_iter().partition(|(offset, _)| seen.insert(*offset));
+                let (batch, later): (Vec<_>, Vec<_>) = rest
+                    .into_iter()
+                    .partition(|(offset, _)| seen.insert(*offset));
                 rest = later;
                 let count = batch.len();
                 let (offsets, cookies): (Vec<usize>, Vec<u64>) = batch.into_iter().unzip();

@@ -523,7 +523,10 @@ fn plan_landings(
     for &(id, function) in &stubs {
         let why = (|| {
             let symbol = symbols.get(&function.offset).copied().ok_or("unknown")?;
-            let raw = symbol.plt_symbol.as_deref().ok_or("into the program's own ifuncs")?;
+            let raw = symbol
+                .plt_symbol
+                .as_deref()
+                .ok_or("into the program's own ifuncs")?;
             if !uses.only_called(symbol.address) {
                 return Err("jumped to or taken as an address");
             }
@@ -543,6 +546,7 @@ fn plan_landings(
                 }
                 Some(Landing::Ifunc) => Err("into ifuncs (chosen at run time)"),
                 Some(Landing::SingleStepped) => Err("single-stepped in the library too"),
+                Some(Landing::Versioned) => Err("into names of several versions"),
                 Some(Landing::Undefined) | None => Err("unresolved"),
             }
         })();
@@ -563,15 +567,14 @@ fn preloads_libraries(target: &Target) -> bool {
     }
     match target {
         Target::Started(_) => std::env::var("LD_PRELOAD").is_ok_and(|value| listed(&value)),
-        Target::Running(process) => {
-            std::fs::read(format!("/proc/{}/environ", process.pid())).map_or(true, |environ| {
+        Target::Running(process) => std::fs::read(format!("/proc/{}/environ", process.pid()))
+            .map_or(true, |environ| {
                 environ.split(|&b| b == 0).any(|variable| {
                     variable
                         .strip_prefix(b"LD_PRELOAD=")
                         .is_some_and(|value| listed(&String::from_utf8_lossy(value)))
                 })
-            })
-        }
+            }),
     }
 }
 
