@@ -209,12 +209,15 @@ pub fn emulated_site(code: &[u8]) -> Option<u64> {
 /// (`push_setup_xol_ops`, `branch_setup_xol_ops` and the nop emulation in
 /// `arch/x86/kernel/uprobes.c`).
 pub fn kernel_emulates(code: &[u8]) -> bool {
-    match code {
-        [0x41, 0x50..=0x57, ..] | [0x50..=0x57, ..] => true,
-        [0x90, ..] | [0x0f, 0x1f, ..] => true,
-        [0xe8 | 0xe9 | 0xeb | 0x70..=0x7f, ..] | [0x0f, 0x80..=0x8f, ..] => true,
-        _ => false,
-    }
+    matches!(
+        code,
+        // push %reg, push %r8..%r15
+        [0x41, 0x50..=0x57, ..] | [0x50..=0x57, ..]
+        // nop, nopl/nopw
+        | [0x90, ..] | [0x0f, 0x1f, ..]
+        // call, jmp, jcc (rel8 and rel32)
+        | [0xe8 | 0xe9 | 0xeb | 0x70..=0x7f, ..] | [0x0f, 0x80..=0x8f, ..]
+    )
 }
 
 fn is_legacy_prefix(byte: u8) -> bool {
