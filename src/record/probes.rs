@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, OpenObject, UprobeMultiOpts};
+use libbpf_rs::{Link, OpenObject, ProgramMut, UprobeMultiOpts};
 
 use super::skel::{OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
 use crate::elf::ExitProbe;
@@ -197,7 +197,6 @@ impl<'obj> LoadedProbes<'obj> {
                     .into_iter()
                     .partition(|(offset, _)| seen.insert(*offset));
                 rest = later;
-                let count = batch.len();
                 let (offsets, cookies): (Vec<usize>, Vec<u64>) = batch.into_iter().unzip();
                 let opts = UprobeMultiOpts {
                     offsets,
@@ -205,17 +204,15 @@ impl<'obj> LoadedProbes<'obj> {
                     session: true,
                     ..Default::default()
                 };
-                let link = self
-                    .skel
-                    .progs
-                    .plt_call
-                    .attach_uprobe_multi_with_opts(pid as i32, library, "", opts)
-                    .map_err(|error| ProbeError::Attach {
-                        count,
-                        direction: "PLT call",
-                        path: library.display().to_string(),
-                        error,
-                    })?;
+                let path = library.display().to_string();
+                let link = attach_multi(
+                    &self.skel.progs.plt_call,
+                    library,
+                    opts,
+                    pid,
+                    "PLT call",
+                    path,
+                )?;
                 attached.landing_links.push(link);
             }
         }
@@ -257,15 +254,14 @@ impl<'obj> LoadedProbes<'obj> {
                     retprobe,
                     ..Default::default()
                 };
-                let link = program
-                    .attach_uprobe_multi_with_opts(pid as i32, file, "", opts)
-                    .map_err(|error| ProbeError::Attach {
-                        count: probes.len(),
-                        direction,
-                        path: module.clone(),
-                        error,
-                    })?;
-                links.push(link);
+                links.push(attach_multi(
+                    program,
+                    file,
+                    opts,
+                    pid,
+                    direction,
+                    module.clone(),
+                )?);
             }
         }
         attached.attach_time = started.elapsed();
@@ -279,22 +275,14 @@ impl<'obj> LoadedProbes<'obj> {
         offsets: Vec<usize>,
         pid: u32,
     ) -> Result<Link, ProbeError> {
-        let count = offsets.len();
         let opts = UprobeMultiOpts {
             offsets,
             retprobe: true,
             ..Default::default()
         };
-        self.skel
-            .progs
-            .library_loaded
-            .attach_uprobe_multi_with_opts(pid as i32, library, "", opts)
-            .map_err(|error| ProbeError::Attach {
-                count,
-                direction: "dlopen return",
-                path: library.display().to_string(),
-                error,
-            })
+        let path = library.display().to_string();
+        let program = &self.skel.progs.library_loaded;
+        attach_multi(program, library, opts, pid, "dlopen return", path)
     }
 
     /// The ring buffer map the events arrive in.
@@ -327,6 +315,27 @@ impl<'obj> LoadedProbes<'obj> {
         // it concurrently, so it is read with a volatile load rather than cached.
         unsafe { std::ptr::read_volatile(&raw const bss.lost_events) }
     }
+}
+
+/// Attaches `program` with one `uprobe_multi` link at the offsets of `opts` in `file`, filtered to
+/// `pid`; `direction` and `path` name the probes in an error.
+fn attach_multi(
+    program: &ProgramMut,
+    file: &Path,
+    opts: UprobeMultiOpts,
+    pid: u32,
+    direction: &'static str,
+    path: String,
+) -> Result<Link, ProbeError> {
+    let count = opts.offsets.len();
+    program
+        .attach_uprobe_multi_with_opts(pid as i32, file, "", opts)
+        .map_err(|error| ProbeError::Attach {
+            count,
+            direction,
+            path,
+            error,
+        })
 }
 
 /// Attached links; dropping them detaches every probe, return probes first.
