@@ -153,7 +153,10 @@ static __always_inline bool called_from_stub(__u64 ret, __u64 stub)
 /* A PLT call probed in the library function it lands in rather than at its stub, whose
  * indirect jump the kernel would single-step. The function's other callers hit this probe too:
  * only a call made by the executable through the stub counts, and only that one gets a return
- * probe (a session: returning 1 at the entry skips the return). The cookie holds the stub's
+ * probe (a session: returning 1 at the entry skips the return; the kernel, though, keeps the
+ * return probe without asking for a process other than the link's that hits the breakpoint,
+ * which happens when another tracer probes the same function in its own process). The cookie
+ * holds the stub's
  * function id and, in its high 32 bits, the stub's virtual address in the executable. */
 SEC("uprobe.session")
 int plt_call(struct pt_regs *ctx)
@@ -165,7 +168,9 @@ int plt_call(struct pt_regs *ctx)
 	if (bpf_session_is_return())
 		/* The `ret` has popped the return address: its slot is just below sp. */
 		return record((__u32)cookie | EVENT_EXIT, sp - 8);
-	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
+	/* Once recording stops, no call gets a return probe: return probes that keep coming hold up
+	 * the release of the links (see AttachedProbes::detach). */
+	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || !recording)
 		return 1;
 	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)sp))
 		return 1;

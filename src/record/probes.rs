@@ -345,7 +345,10 @@ fn attach_multi(
 /// it, and every new uretprobe hit pushes that timer back. While a return probe stays attached
 /// to a hot function, detaching the entry probes waited until the traced program ended (seen on
 /// 6.18). With the return probes gone first, no hit re-arms the timer and detach takes
-/// milliseconds. Fields drop in declaration order, so an implicit drop keeps the order too.
+/// milliseconds. With more than one such link (several files, or PLT calls probed in their
+/// libraries), releasing them one after the other would wait the same way for the ones not yet
+/// released: [`AttachedProbes::detach`] releases them together. Fields drop in declaration order,
+/// so an implicit drop keeps the return probes first too.
 pub struct AttachedProbes {
     /// Session links (entry and return) of the PLT calls probed in their libraries.
     landing_links: Vec<Link>,
@@ -364,11 +367,16 @@ impl AttachedProbes {
         self.entry_links.extend(more.entry_links);
     }
 
-    /// Detaches every probe and says how long it took.
+    /// Detaches every probe and says how long it took. The links that make return probes go
+    /// all at once, each on its own thread: releasing one waits for the grace period, which the
+    /// return probes another one still makes would hold up (see above).
     pub fn detach(self) -> Duration {
         let started = Instant::now();
-        drop(self.landing_links);
-        drop(self.return_links);
+        std::thread::scope(|scope| {
+            for link in self.landing_links.into_iter().chain(self.return_links) {
+                scope.spawn(move || drop(link));
+            }
+        });
         drop(self.exit_site_links);
         drop(self.entry_links);
         started.elapsed()
