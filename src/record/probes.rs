@@ -114,6 +114,9 @@ pub struct ProbeConfig {
     pub wait_for_exec: bool,
     /// Stop the process at a dlopen's return until the recorder lets it go on.
     pub stop_on_dlopen: bool,
+    /// Follow the processes the target forks, and the programs they exec (`--follow`): each is
+    /// stopped until the recorder has probed it.
+    pub follow: bool,
     /// The lowest virtual address of the executable's code segments (see [`Landings`]).
     pub executable_code_vaddr: u64,
 }
@@ -150,6 +153,7 @@ impl<'obj> LoadedProbes<'obj> {
         rodata.target_tgid = config.tgid;
         rodata.wait_for_exec = config.wait_for_exec;
         rodata.stop_on_dlopen = config.stop_on_dlopen;
+        rodata.follow = config.follow;
         rodata.executable_code_vaddr = config.executable_code_vaddr;
         // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
         // that, so the common hit pays for no wake-up.
@@ -158,66 +162,49 @@ impl<'obj> LoadedProbes<'obj> {
             .events
             .set_max_entries(config.buffer_bytes)
             .map_err(load_error)?;
+        if !config.follow {
+            // A hash map's entries are allocated when it is created: none are needed.
+            open.maps
+                .followed_processes
+                .set_max_entries(1)
+                .map_err(load_error)?;
+        }
         let mut skel = open.load().map_err(load_error)?;
         if config.wait_for_exec {
             let link = skel.progs.target_exec.attach().map_err(load_error)?;
             skel.links.target_exec = Some(link);
         }
+        if config.follow {
+            let link = skel.progs.process_forked.attach().map_err(load_error)?;
+            skel.links.process_forked = Some(link);
+            let link = skel.progs.process_execed.attach().map_err(load_error)?;
+            skel.links.process_execed = Some(link);
+            let link = skel.progs.followed_exit.attach().map_err(load_error)?;
+            skel.links.followed_exit = Some(link);
+        }
         Ok(LoadedProbes { skel })
     }
 
-    /// Attaches entry and exit probes for every function of `table` in the modules from
-    /// `first_module` on, filtered to `pid`. `files[i]` opens `table.modules[first_module + i]`.
-    /// `exits` says, per function id, where its exit is probed; without it every exit is a
-    /// uretprobe. The PLT stubs of `landings` are probed in the libraries instead.
+    /// Attaches entry and exit probes for every function of `table` in `modules`, filtered to
+    /// `pid`: each module index with the path that opens its file. `exits` says, per function
+    /// id, where its exit is probed; without it every exit is a uretprobe.
     pub fn attach(
         &self,
         table: &FunctionTable,
         exits: Option<&[ExitProbe]>,
         landings: &Landings,
-        first_module: usize,
-        files: &[PathBuf],
+        modules: &[(usize, &Path)],
         pid: u32,
     ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
         let mut attached = AttachedProbes {
-            landing_links: Vec::new(),
             return_links: Vec::new(),
             exit_site_links: Vec::new(),
             entry_links: Vec::new(),
             attach_time: Duration::ZERO,
         };
-        for (library, probes) in &landings.libraries {
-            // One link per set of distinct offsets: two stubs can land in one function
-            // (aliases such as `strdup` and `__strdup`).
-            let mut rest: Vec<(usize, u64)> = probes.clone();
-            while !rest.is_empty() {
-                let mut seen = std::collections::HashSet::new();
-                let (batch, later): (Vec<_>, Vec<_>) = rest
-                    .into_iter()
-                    .partition(|(offset, _)| seen.insert(*offset));
-                rest = later;
-                let (offsets, cookies): (Vec<usize>, Vec<u64>) = batch.into_iter().unzip();
-                let opts = UprobeMultiOpts {
-                    offsets,
-                    cookies,
-                    session: true,
-                    ..Default::default()
-                };
-                let path = library.display().to_string();
-                let link = attach_multi(
-                    &self.skel.progs.plt_call,
-                    library,
-                    opts,
-                    pid,
-                    "PLT call",
-                    path,
-                )?;
-                attached.landing_links.push(link);
-            }
-        }
-        let modules = table.modules.iter().enumerate().skip(first_module);
-        for ((module_index, module), file) in modules.zip(files) {
+        for &(module_index, file) in modules {
+            let module = &table.modules[module_index];
             let plan = ModuleProbes::new(table, exits, landings, module_index as u32);
             let progs = &self.skel.progs;
             let kinds = [
@@ -262,6 +249,47 @@ impl<'obj> LoadedProbes<'obj> {
                     direction,
                     module.clone(),
                 )?);
+            }
+        }
+        attached.attach_time = started.elapsed();
+        Ok(attached)
+    }
+
+    /// Attaches the probes of the PLT calls of `landings` in their libraries, filtered to
+    /// `pid`. Their session links make return probes: they go with the return links.
+    pub fn attach_landings(
+        &self,
+        landings: &Landings,
+        pid: u32,
+    ) -> Result<AttachedProbes, ProbeError> {
+        let started = Instant::now();
+        let mut attached = AttachedProbes {
+            return_links: Vec::new(),
+            exit_site_links: Vec::new(),
+            entry_links: Vec::new(),
+            attach_time: Duration::ZERO,
+        };
+        for (library, probes) in &landings.libraries {
+            // One link per set of distinct offsets: two stubs can land in one function
+            // (aliases such as `strdup` and `__strdup`).
+            let mut rest: Vec<(usize, u64)> = probes.clone();
+            while !rest.is_empty() {
+                let mut seen = std::collections::HashSet::new();
+                let (batch, later): (Vec<_>, Vec<_>) = rest
+                    .into_iter()
+                    .partition(|(offset, _)| seen.insert(*offset));
+                rest = later;
+                let (offsets, cookies): (Vec<usize>, Vec<u64>) = batch.into_iter().unzip();
+                let opts = UprobeMultiOpts {
+                    offsets,
+                    cookies,
+                    session: true,
+                    ..Default::default()
+                };
+                let path = library.display().to_string();
+                let program = &self.skel.progs.plt_call;
+                let link = attach_multi(program, library, opts, pid, "PLT call", path)?;
+                attached.return_links.push(link);
             }
         }
         attached.attach_time = started.elapsed();
@@ -345,13 +373,8 @@ fn attach_multi(
 /// it, and every new uretprobe hit pushes that timer back. While a return probe stays attached
 /// to a hot function, detaching the entry probes waited until the traced program ended (seen on
 /// 6.18). With the return probes gone first, no hit re-arms the timer and detach takes
-/// milliseconds. With more than one such link (several files, or PLT calls probed in their
-/// libraries), releasing them one after the other would wait the same way for the ones not yet
-/// released: [`AttachedProbes::detach`] releases them together. Fields drop in declaration order,
-/// so an implicit drop keeps the return probes first too.
+/// milliseconds. Fields drop in declaration order, so an implicit drop keeps the order too.
 pub struct AttachedProbes {
-    /// Session links (entry and return) of the PLT calls probed in their libraries.
-    landing_links: Vec<Link>,
     return_links: Vec<Link>,
     exit_site_links: Vec<Link>,
     entry_links: Vec<Link>,
@@ -361,26 +384,50 @@ pub struct AttachedProbes {
 impl AttachedProbes {
     /// Takes over the links of `more` (a library probed during the recording).
     pub fn absorb(&mut self, more: AttachedProbes) {
-        self.landing_links.extend(more.landing_links);
         self.return_links.extend(more.return_links);
         self.exit_site_links.extend(more.exit_site_links);
         self.entry_links.extend(more.entry_links);
     }
 
-    /// Detaches every probe and says how long it took. The links that make return probes go
-    /// all at once, each on its own thread: releasing one waits for the grace period, which the
-    /// return probes another one still makes would hold up (see above).
-    pub fn detach(self) -> Duration {
+    /// Detaches every probe of every set and says how long it took: return probes first, as
+    /// for one set. Releasing a link waits for RCU grace periods (tens of milliseconds on 6.18,
+    /// whatever its size), and concurrent releases share them: with one set per followed process,
+    /// one after the other would take seconds.
+    pub fn detach(sets: Vec<AttachedProbes>) -> Duration {
         let started = Instant::now();
-        std::thread::scope(|scope| {
-            for link in self.landing_links.into_iter().chain(self.return_links) {
-                scope.spawn(move || drop(link));
-            }
-        });
-        drop(self.exit_site_links);
-        drop(self.entry_links);
+        let mut return_links = Vec::new();
+        let mut exit_site_links = Vec::new();
+        let mut entry_links = Vec::new();
+        for set in sets {
+            return_links.extend(set.return_links);
+            exit_site_links.extend(set.exit_site_links);
+            entry_links.extend(set.entry_links);
+        }
+        for links in [return_links, exit_site_links, entry_links] {
+            release_concurrently(links);
+        }
         started.elapsed()
     }
+}
+
+/// At most this many threads release links at once.
+const RELEASE_THREADS: usize = 128;
+
+/// Drops `links` from up to [`RELEASE_THREADS`] threads at once, and returns when all are gone.
+fn release_concurrently(links: Vec<Link>) {
+    if links.len() <= 1 {
+        return drop(links);
+    }
+    let threads = links.len().min(RELEASE_THREADS);
+    let mut shares: Vec<Vec<Link>> = (0..threads).map(|_| Vec::new()).collect();
+    for (index, link) in links.into_iter().enumerate() {
+        shares[index % threads].push(link);
+    }
+    std::thread::scope(|scope| {
+        for share in shares {
+            scope.spawn(move || drop(share));
+        }
+    });
 }
 
 /// PLT calls probed in the library function they land in rather than at their stub (see

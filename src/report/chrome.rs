@@ -87,11 +87,14 @@ impl<W: Write> ChromeTrace<W> {
         Ok(self.out)
     }
 
-    fn event(&mut self, phase: char, tid: u32, ts_ns: u64, function: FunctionId) {
+    /// One event of thread `tid` of process `pid` (0 when the trace does not say: the traced
+    /// process's).
+    fn event(&mut self, phase: char, (pid, tid): (u32, u32), ts_ns: u64, function: FunctionId) {
         if self.error.is_some() {
             return;
         }
-        let result = self.write_event(phase, tid, ts_ns, function);
+        let pid = if pid == 0 { self.pid } else { pid };
+        let result = self.write_event(phase, (pid, tid), ts_ns, function);
         if let Err(error) = result {
             self.error = Some(error);
         }
@@ -100,11 +103,10 @@ impl<W: Write> ChromeTrace<W> {
     fn write_event(
         &mut self,
         phase: char,
-        tid: u32,
+        (pid, tid): (u32, u32),
         ts_ns: u64,
         function: FunctionId,
     ) -> io::Result<()> {
-        let pid = self.pid;
         if self.last_tid != Some(tid) {
             if self.named_threads.insert(tid, ()).is_none() {
                 write!(
@@ -135,11 +137,11 @@ fn json_string(text: &str) -> String {
 
 impl<W: Write> CallSink for ChromeTrace<W> {
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
-        self.event('B', entry.tid, entry.start_ns, entry.function);
+        self.event('B', (entry.pid, entry.tid), entry.start_ns, entry.function);
     }
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
         let end_ns = call.start_ns.saturating_add(call.duration_ns);
-        self.event('E', call.tid, end_ns, call.function);
+        self.event('E', (call.pid, call.tid), end_ns, call.function);
     }
 }

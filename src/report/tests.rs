@@ -324,6 +324,7 @@ fn report_summary_sorts_by_total_then_name() {
         let call = FinishedCall {
             function,
             tid: 1,
+            pid: 1,
             cpu: 0,
             start_ns: 0,
             duration_ns,
@@ -354,6 +355,7 @@ fn report_flame_graph_merges_paths_that_read_the_same() {
         let call = FinishedCall {
             function: *stack.last().unwrap(),
             tid: 1,
+            pid: 1,
             cpu: 0,
             start_ns: 0,
             duration_ns: self_ns,
