@@ -197,12 +197,7 @@ impl<'obj> LoadedProbes<'obj> {
         pid: u32,
     ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
-        let mut attached = AttachedProbes {
-            return_links: Vec::new(),
-            exit_site_links: Vec::new(),
-            entry_links: Vec::new(),
-            attach_time: Duration::ZERO,
-        };
+        let mut attached = AttachedProbes::default();
         for &(module_index, file) in modules {
             let module = &table.modules[module_index];
             let plan = ModuleProbes::new(table, exits, landings, module_index as u32);
@@ -263,12 +258,7 @@ impl<'obj> LoadedProbes<'obj> {
         pid: u32,
     ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
-        let mut attached = AttachedProbes {
-            return_links: Vec::new(),
-            exit_site_links: Vec::new(),
-            entry_links: Vec::new(),
-            attach_time: Duration::ZERO,
-        };
+        let mut attached = AttachedProbes::default();
         for (library, probes) in &landings.libraries {
             // One link per set of distinct offsets: two stubs can land in one function
             // (aliases such as `strdup` and `__strdup`).
@@ -374,6 +364,7 @@ fn attach_multi(
 /// to a hot function, detaching the entry probes waited until the traced program ended (seen on
 /// 6.18). With the return probes gone first, no hit re-arms the timer and detach takes
 /// milliseconds. Fields drop in declaration order, so an implicit drop keeps the order too.
+#[derive(Default)]
 pub struct AttachedProbes {
     return_links: Vec<Link>,
     exit_site_links: Vec<Link>,
