@@ -180,3 +180,39 @@ fn a_running_process_has_its_calls_named_after_their_library() {
         "{traced:?}"
     );
 }
+
+/// How many PLT calls `record -d` says it probed in the library function they call.
+fn probed_in_library(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .find_map(|line| {
+            let rest = line.strip_prefix("utrace: PLT calls of ")?;
+            let (_, rest) = rest.split_once(": ")?;
+            rest.split_once(" probed in the library")?.0.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("record -d says nothing of PLT calls: {stderr}"))
+}
+
+#[test]
+fn plt_calls_probed_in_libc_count_only_the_calls_through_the_stub() {
+    if !bpf_available("plt_calls_probed_in_libc_count_only_the_calls_through_the_stub") {
+        return;
+    }
+    // libc calls malloc and strlen inside strdup, and the program calls malloc through a
+    // pointer too: none of those is a call through malloc@plt or strlen@plt.
+    let program = compile("pltleak.c", "pltleak", &["-fno-builtin"]);
+    let recording = record_unchanged(&program, &["300"], &["-d"]);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    let own = own_counts(&recording.output.stdout);
+    assert_eq!(own["malloc@plt"], 300);
+    assert_counts_match(&own, &recording.traced_counts());
+    // The fast path was taken (malloc, free, strdup, getenv start with a push, the
+    // emulated instruction of pthread_getspecific is its second), or the test proves nothing.
+    assert!(probed_in_library(&stderr) >= 4, "{stderr}");
+
+    // The same counts with every probe on its stub.
+    let at_stubs = record_unchanged(&program, &["300"], &["-d", "--probe-at-entry"]);
+    let stderr = String::from_utf8_lossy(&at_stubs.output.stderr);
+    assert_eq!(probed_in_library(&stderr), 0, "{stderr}");
+    assert_counts_match(&own, &at_stubs.traced_counts());
+}

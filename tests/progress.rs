@@ -21,6 +21,7 @@ fn long_recording(path: &Path, calls: u64) {
         hostname: "h".into(),
         kernel: "k".into(),
         utrace_version: "v".into(),
+        probe_costs: None,
     };
     let table = FunctionTable {
         modules: vec!["/bin/long".into()],
@@ -31,6 +32,7 @@ fn long_recording(path: &Path, calls: u64) {
                 offset: 0,
                 size: 1,
                 kind: FunctionKind::Function,
+                probes: Default::default(),
             })
             .into(),
     };

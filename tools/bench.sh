@@ -53,6 +53,7 @@ kinds=(
 	"endbr64|endbr64_first|^endbr64"
 	"single-step|single_step_first|^mov .*\\(%rip\\)"
 	"plt|labs@plt|^(jmp|bnd jmp) +\\*.*\\(%rip\\)|^endbr64"
+	"plt-emulated|pthread_getspecific@plt|^(jmp|bnd jmp) +\\*.*\\(%rip\\)|^endbr64"
 )
 
 disassembly=$(objdump -d --no-show-raw-insn "$sites")
@@ -81,6 +82,8 @@ for entry in "${kinds[@]}"; do
 done
 grep -Eq 'call +[0-9a-f]+ <labs@plt>' <<<"$disassembly" ||
 	fail "the plt loop does not call labs through the PLT"
+grep -Eq 'call +[0-9a-f]+ <pthread_getspecific@plt>' <<<"$disassembly" ||
+	fail "the plt-emulated loop does not call pthread_getspecific through the PLT"
 
 # ns per call from a `sites:` line on standard input.
 ns_per_call() { sed -n 's/^sites: .*ns_per_call=\([0-9.]*\).*/\1/p'; }

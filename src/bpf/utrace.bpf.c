@@ -6,6 +6,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "event.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -25,6 +26,10 @@ struct {
 /* Set for a command utrace starts: its probes count only once it has exec'ed, since before
  * that the child is a copy of utrace running utrace's own libraries. */
 const volatile bool wait_for_exec = false;
+
+/* The lowest virtual address of the executable's code segments in its file: with the kernel's
+ * mm->start_code (where that code was loaded), the executable's load bias. */
+const volatile __u64 executable_code_vaddr = 0;
 
 /* Set when the recorder can stop the process at a dlopen's return (a command it started): it
  * then probes the new library and lets the process go on before the library's functions run. */
@@ -146,6 +151,58 @@ int function_entry(struct pt_regs *ctx)
 	record((__u32)cookie, slot);
 	if (cookie & COOKIE_ALSO_EXIT)
 		record((__u32)cookie | EVENT_EXIT, slot);
+	return 0;
+}
+
+extern bool bpf_session_is_return(void) __ksym;
+
+/* Whether the return address `ret` follows a direct `call` (e8 rel32) in the executable's code
+ * of the PLT stub at `stub` (its virtual address in the file). */
+static __always_inline bool called_from_stub(__u64 ret, __u64 stub)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u64 start = BPF_CORE_READ(task, mm, start_code);
+	__u64 end = BPF_CORE_READ(task, mm, end_code);
+	__u8 call[5];
+	__s32 rel;
+
+	if (ret < start + sizeof(call) || ret > end)
+		return false;
+	if (bpf_probe_read_user(call, sizeof(call), (void *)(ret - sizeof(call))))
+		return false;
+	if (call[0] != 0xe8)
+		return false;
+	__builtin_memcpy(&rel, &call[1], sizeof(rel));
+	return ret + rel == start - executable_code_vaddr + stub;
+}
+
+/* A PLT call probed in the library function it lands in rather than at its stub, whose
+ * indirect jump the kernel would single-step. The function's other callers hit this probe too:
+ * only a call made by the executable through the stub counts, and only that one gets a return
+ * probe (a session: returning 1 at the entry skips the return; the kernel, though, keeps the
+ * return probe without asking for a process other than the link's that hits the breakpoint,
+ * which happens when another tracer probes the same function in its own process). The cookie
+ * holds the stub's
+ * function id and, in its high 32 bits, the stub's virtual address in the executable. */
+SEC("uprobe.session")
+int plt_call(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 sp = PT_REGS_SP(ctx);
+	__u64 ret;
+
+	if (bpf_session_is_return())
+		/* The `ret` has popped the return address: its slot is just below sp. */
+		return record((__u32)cookie | EVENT_EXIT, sp - 8);
+	/* Once recording stops, no call gets a return probe: return probes that keep coming hold up
+	 * the release of the links (see AttachedProbes::detach). */
+	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || !recording)
+		return 1;
+	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)sp))
+		return 1;
+	if (!called_from_stub(ret, cookie >> 32))
+		return 1;
+	record((__u32)cookie, sp);
 	return 0;
 }
 

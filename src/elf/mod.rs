@@ -12,6 +12,8 @@
 //! - `site`: where in each function the probes go (past a leading `lock` instruction the kernel
 //!   cannot probe, for one);
 //! - `demangle`: Rust (legacy and v0) and C++ names;
+//! - `plt_calls`: where a PLT stub's calls can be probed in the library function they land in,
+//!   instead of on the stub's jump, which the kernel single-steps;
 //! - `returns`: the instructions that leave each function, where exit probes go when no
 //!   uretprobe may touch the stack ([`read_exit_probes`]).
 
@@ -20,6 +22,7 @@ mod demangle;
 pub mod ldcache;
 pub mod loader;
 mod plt;
+pub mod plt_calls;
 pub mod returns;
 mod segments;
 pub mod site;

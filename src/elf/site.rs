@@ -179,19 +179,56 @@ pub fn kernel_can_probe(code: &[u8]) -> bool {
         .all(|&byte| !matches!(byte, 0xf0 | 0x2e | 0x3e | 0x26 | 0x36))
 }
 
-/// How the kernel runs the instruction that starts `code` under a uprobe: it emulates `push`
-/// of a register, the one-byte `nop`, and relative `jmp`, `call` and `jcc`
-/// (`arch/x86/kernel/uprobes.c`), and single-steps everything else out of line.
+/// How the kernel runs the instruction that starts `code` under a uprobe: emulated when
+/// [`kernel_emulates`] says so, single-stepped out of line otherwise.
 pub fn execution_at(code: &[u8]) -> Execution {
-    match code {
-        [0x50..=0x57, ..]
-        | [0x41, 0x50..=0x57, ..]
-        | [0x90, ..]
-        | [0xe8 | 0xe9 | 0xeb, ..]
-        | [0x70..=0x7f, ..]
-        | [0x0f, 0x80..=0x8f, ..] => Execution::Emulated,
-        _ => Execution::SingleStepped,
+    if kernel_emulates(code) {
+        Execution::Emulated
+    } else {
+        Execution::SingleStepped
     }
+}
+
+/// The first instruction of the function whose machine code is `code` that the kernel emulates
+/// (see [`kernel_emulates`]), when control reaches it from the entry only through instructions a
+/// probe may skip (under the rules of [`choose`]); its offset in the function. `None` when there
+/// is none within [`MAX_SKIPPED`] instructions.
+pub fn emulated_site(code: &[u8]) -> Option<u64> {
+    let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let mut factory = InstructionInfoFactory::new();
+    let mut instruction = Instruction::default();
+    for _ in 0..=MAX_SKIPPED {
+        let offset = decoder.ip();
+        let rest = code.get(usize::try_from(offset).ok()?..)?;
+        if kernel_emulates(rest) {
+            return (offset == 0 || branch_into(code, 1..=offset).is_none()).then_some(offset);
+        }
+        if !decoder.can_decode() {
+            return None;
+        }
+        decoder.decode_out(&mut instruction);
+        if instruction.is_invalid() || unskippable(&instruction, &mut factory).is_some() {
+            return None;
+        }
+    }
+    None
+}
+
+/// Whether the kernel runs the instruction that starts `code` without single-stepping it (its
+/// uprobe then costs well under a µs instead of tens in a VM): a `push` of a register, a `nop`,
+/// a relative `call`, `jmp` or conditional jump, without prefixes other than REX.B on a push
+/// (`push_setup_xol_ops`, `branch_setup_xol_ops` and the nop emulation in
+/// `arch/x86/kernel/uprobes.c`).
+pub fn kernel_emulates(code: &[u8]) -> bool {
+    matches!(
+        code,
+        // push %reg, push %r8..%r15
+        [0x41, 0x50..=0x57, ..] | [0x50..=0x57, ..]
+        // nop, nopl/nopw
+        | [0x90, ..] | [0x0f, 0x1f, ..]
+        // call, jmp, jcc (rel8 and rel32)
+        | [0xe8 | 0xe9 | 0xeb | 0x70..=0x7f, ..] | [0x0f, 0x80..=0x8f, ..]
+    )
 }
 
 fn is_legacy_prefix(byte: u8) -> bool {
@@ -373,6 +410,59 @@ mod tests {
         }
         // A prefix byte after the opcode (an immediate) is not a prefix.
         assert!(kernel_can_probe(&[0xb0, 0xf0]), "mov $0xf0, %al");
+    }
+
+    #[test]
+    fn emulated_instructions_are_the_kernels() {
+        for code in [
+            &PUSH_RBX[..],
+            &[0x41, 0x54],             // push %r12
+            &[0x90],                   // nop
+            &[0x0f, 0x1f, 0x44, 0, 0], // nopl 0(%rax,%rax,1)
+            &[0xe8, 0, 0, 0, 0],       // call rel32
+            &[0xe9, 0, 0, 0, 0],       // jmp rel32
+            &[0xeb, 0],                // jmp rel8
+            &[0x74, 0],                // je rel8
+            &[0x0f, 0x84, 0, 0, 0, 0], // je rel32
+        ] {
+            assert!(kernel_emulates(code), "{code:x?}");
+        }
+        for code in [
+            &MOV_EAX_RSI[..],
+            &TEST_EAX,
+            &RET,
+            &ENDBR64,
+            &[0xff, 0x25, 0, 0, 0, 0], // jmp *0(%rip)
+            &[0x66, 0x53],             // push %bx
+            &[0x48, 0x83, 0xec, 0x08], // sub $8, %rsp
+            &[],
+        ] {
+            assert!(!kernel_emulates(code), "{code:x?}");
+        }
+    }
+
+    #[test]
+    fn emulated_sites_are_found_past_skippable_instructions() {
+        assert_eq!(emulated_site(&code(&[&PUSH_RBX, &RET])), Some(0));
+        assert_eq!(emulated_site(&code(&[&ENDBR64, &PUSH_RBX, &RET])), Some(4));
+        // cmp $0x1f, %edi; ja +0x3b: the conditional jump (pthread_getspecific).
+        let cmp_ja = [0x83, 0xff, 0x1f, 0x77, 0x3b];
+        assert_eq!(emulated_site(&code(&[&cmp_ja, &RET])), Some(3));
+        // mov; neg; cmovs; ret (labs): nothing emulated before the ret.
+        let labs = [0x48, 0x89, 0xf8, 0x48, 0xf7, 0xd8, 0x48, 0x0f, 0x48, 0xc7];
+        assert_eq!(emulated_site(&code(&[&labs, &RET])), None);
+        // sub $8, %rsp first: the stack moves.
+        let sub_rsp = [0x48, 0x83, 0xec, 0x08];
+        assert_eq!(emulated_site(&code(&[&sub_rsp, &PUSH_RBX, &RET])), None);
+        // A loop back into the skipped instructions.
+        let jne_0 = [0x75, 0xfb]; // at 3: jne 0... lands on 0, the entry: fine
+        assert_eq!(emulated_site(&code(&[&TEST_EAX, &[0x90], &jne_0])), Some(2));
+        let jne_1 = [0x75, 0xfc]; // at 3: jne 1, the nop: skipped by no one, but a target
+        assert_eq!(
+            emulated_site(&code(&[&MOV_EAX_RSI, &[0x90], &jne_1])),
+            None,
+            "a branch lands on the site"
+        );
     }
 
     #[test]

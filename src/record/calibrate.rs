@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use libbpf_rs::RingBufferBuilder;
 
-use super::probes::{AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig, ProbeError};
+use super::probes::{
+    AttachedProbes, Landings, LoadedProbes, ObjectStorage, ProbeConfig, ProbeError,
+};
 use super::proc_maps::file_offset_of;
 use crate::elf::returns::NoExitSites;
 use crate::elf::ExitProbe;
@@ -150,15 +152,19 @@ fn calibrate() -> Result<(ProbeCosts, Duration, AttachedProbes), CalibrationErro
         &ProbeConfig {
             tgid: pid,
             buffer_bytes: 256 << 10,
-            wait_for_exec: false,
-            stop_on_dlopen: false,
-            follow: false,
+            ..ProbeConfig::default()
         },
     )?;
     // Untraced first: the probes go in after.
     let untraced: Vec<u64> = PROBED.iter().map(|&f| median(&time_rounds(f))).collect();
 
-    let attached = loaded.attach(&table, Some(&exits), &[(0, module.as_path())], pid)?;
+    let attached = loaded.attach(
+        &table,
+        Some(&exits),
+        &Landings::default(),
+        &[(0, module.as_path())],
+        pid,
+    )?;
     loaded.set_recording(true);
     let events = RefCell::new(Vec::with_capacity(2 * CALLS * ROUNDS));
     let mut ring = RingBufferBuilder::new();

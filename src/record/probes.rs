@@ -3,11 +3,11 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, OpenObject, UprobeMultiOpts};
+use libbpf_rs::{Link, OpenObject, ProgramMut, UprobeMultiOpts};
 
 use super::skel::{OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
 use crate::elf::ExitProbe;
@@ -105,6 +105,7 @@ impl std::str::FromStr for ExitProbes {
 }
 
 /// What the loader needs to know before the programs are loaded.
+#[derive(Default)]
 pub struct ProbeConfig {
     /// The process whose threads are traced.
     pub tgid: u32,
@@ -117,6 +118,8 @@ pub struct ProbeConfig {
     /// Follow the processes the target forks, and the programs they exec (`--follow`): each is
     /// stopped until the recorder has probed it.
     pub follow: bool,
+    /// The lowest virtual address of the executable's code segments (see [`Landings`]).
+    pub executable_code_vaddr: u64,
 }
 
 /// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
@@ -152,6 +155,7 @@ impl<'obj> LoadedProbes<'obj> {
         rodata.wait_for_exec = config.wait_for_exec;
         rodata.stop_on_dlopen = config.stop_on_dlopen;
         rodata.follow = config.follow;
+        rodata.executable_code_vaddr = config.executable_code_vaddr;
         // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
         // that, so the common hit pays for no wake-up.
         rodata.wakeup_bytes = u64::from(config.buffer_bytes / 8);
@@ -189,19 +193,15 @@ impl<'obj> LoadedProbes<'obj> {
         &self,
         table: &FunctionTable,
         exits: Option<&[ExitProbe]>,
+        landings: &Landings,
         modules: &[(usize, &Path)],
         pid: u32,
     ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
-        let mut attached = AttachedProbes {
-            return_links: Vec::new(),
-            exit_site_links: Vec::new(),
-            entry_links: Vec::new(),
-            attach_time: Duration::ZERO,
-        };
+        let mut attached = AttachedProbes::default();
         for &(module_index, file) in modules {
             let module = &table.modules[module_index];
-            let plan = ModuleProbes::new(table, exits, module_index as u32);
+            let plan = ModuleProbes::new(table, exits, landings, module_index as u32);
             let progs = &self.skel.progs;
             let kinds = [
                 (
@@ -237,15 +237,50 @@ impl<'obj> LoadedProbes<'obj> {
                     retprobe,
                     ..Default::default()
                 };
-                let link = program
-                    .attach_uprobe_multi_with_opts(pid as i32, file, "", opts)
-                    .map_err(|error| ProbeError::Attach {
-                        count: probes.len(),
-                        direction,
-                        path: module.clone(),
-                        error,
-                    })?;
-                links.push(link);
+                links.push(attach_multi(
+                    program,
+                    file,
+                    opts,
+                    pid,
+                    direction,
+                    module.clone(),
+                )?);
+            }
+        }
+        attached.attach_time = started.elapsed();
+        Ok(attached)
+    }
+
+    /// Attaches the probes of the PLT calls of `landings` in their libraries, filtered to
+    /// `pid`. Their session links make return probes: they go with the return links.
+    pub fn attach_landings(
+        &self,
+        landings: &Landings,
+        pid: u32,
+    ) -> Result<AttachedProbes, ProbeError> {
+        let started = Instant::now();
+        let mut attached = AttachedProbes::default();
+        for (library, probes) in &landings.libraries {
+            // One link per set of distinct offsets: two stubs can land in one function
+            // (aliases such as `strdup` and `__strdup`).
+            let mut rest: Vec<(usize, u64)> = probes.clone();
+            while !rest.is_empty() {
+                let mut seen = std::collections::HashSet::new();
+                let (batch, later): (Vec<_>, Vec<_>) = rest
+                    .into_iter()
+                    .partition(|(offset, _)| seen.insert(*offset));
+                rest = later;
+                let (offsets, cookies): (Vec<usize>, Vec<u64>) = batch.into_iter().unzip();
+                let opts = UprobeMultiOpts {
+                    offsets,
+                    cookies,
+                    session: true,
+                    ..Default::default()
+                };
+                let path = library.display().to_string();
+                let program = &self.skel.progs.plt_call;
+                let link = attach_multi(program, library, opts, pid, "PLT call", path)?;
+                attached.return_links.push(link);
             }
         }
         attached.attach_time = started.elapsed();
@@ -259,22 +294,14 @@ impl<'obj> LoadedProbes<'obj> {
         offsets: Vec<usize>,
         pid: u32,
     ) -> Result<Link, ProbeError> {
-        let count = offsets.len();
         let opts = UprobeMultiOpts {
             offsets,
             retprobe: true,
             ..Default::default()
         };
-        self.skel
-            .progs
-            .library_loaded
-            .attach_uprobe_multi_with_opts(pid as i32, library, "", opts)
-            .map_err(|error| ProbeError::Attach {
-                count,
-                direction: "dlopen return",
-                path: library.display().to_string(),
-                error,
-            })
+        let path = library.display().to_string();
+        let program = &self.skel.progs.library_loaded;
+        attach_multi(program, library, opts, pid, "dlopen return", path)
     }
 
     /// The ring buffer map the events arrive in.
@@ -309,6 +336,27 @@ impl<'obj> LoadedProbes<'obj> {
     }
 }
 
+/// Attaches `program` with one `uprobe_multi` link at the offsets of `opts` in `file`, filtered to
+/// `pid`; `direction` and `path` name the probes in an error.
+fn attach_multi(
+    program: &ProgramMut,
+    file: &Path,
+    opts: UprobeMultiOpts,
+    pid: u32,
+    direction: &'static str,
+    path: String,
+) -> Result<Link, ProbeError> {
+    let count = opts.offsets.len();
+    program
+        .attach_uprobe_multi_with_opts(pid as i32, file, "", opts)
+        .map_err(|error| ProbeError::Attach {
+            count,
+            direction,
+            path,
+            error,
+        })
+}
+
 /// Attached links; dropping them detaches every probe, return probes first.
 ///
 /// The order matters. Releasing a link waits for the kernel's uretprobe SRCU grace period,
@@ -317,6 +365,7 @@ impl<'obj> LoadedProbes<'obj> {
 /// to a hot function, detaching the entry probes waited until the traced program ended (seen on
 /// 6.18). With the return probes gone first, no hit re-arms the timer and detach takes
 /// milliseconds. Fields drop in declaration order, so an implicit drop keeps the order too.
+#[derive(Default)]
 pub struct AttachedProbes {
     return_links: Vec<Link>,
     exit_site_links: Vec<Link>,
@@ -373,6 +422,42 @@ fn release_concurrently(links: Vec<Link>) {
     });
 }
 
+/// PLT calls probed in the library function they land in rather than at their stub (see
+/// [`crate::elf::plt_calls`]): the BPF program keeps a hit when its return address follows a
+/// direct call of the stub in the executable, whose load bias it finds from the kernel's
+/// `mm->start_code` and [`ProbeConfig::executable_code_vaddr`].
+#[derive(Debug, Default)]
+pub struct Landings {
+    /// Per library (as opened): (file offset of the function's probe site, cookie) pairs.
+    libraries: Vec<(PathBuf, Vec<(usize, u64)>)>,
+    /// The ids of the stubs probed this way, which get no probe of their own.
+    functions: std::collections::HashSet<u32>,
+}
+
+impl Landings {
+    /// Probes the calls through the stub of function `id`, at virtual address `stub` in the
+    /// executable, at file offset `offset` of `library`.
+    pub fn add(&mut self, id: u32, stub: u64, library: &Path, offset: u64) {
+        let cookie = u64::from(id) | (stub << 32);
+        match self.libraries.iter_mut().find(|(path, _)| path == library) {
+            Some((_, probes)) => probes.push((offset as usize, cookie)),
+            None => self
+                .libraries
+                .push((library.to_owned(), vec![(offset as usize, cookie)])),
+        }
+        self.functions.insert(id);
+    }
+
+    pub fn len(&self) -> usize {
+        self.functions.len()
+    }
+
+    /// The ids of the stubs probed where their calls land.
+    pub fn functions(&self) -> impl Iterator<Item = u32> + '_ {
+        self.functions.iter().copied()
+    }
+}
+
 /// Set in an entry probe's cookie when the entry instruction is also one of the function's exit
 /// sites (`COOKIE_ALSO_EXIT` in utrace.bpf.c): two probes on one instruction would run in an
 /// order the kernel does not promise.
@@ -386,14 +471,19 @@ struct ModuleProbes {
 }
 
 impl ModuleProbes {
-    fn new(table: &FunctionTable, exits: Option<&[ExitProbe]>, module: u32) -> ModuleProbes {
+    fn new(
+        table: &FunctionTable,
+        exits: Option<&[ExitProbe]>,
+        landings: &Landings,
+        module: u32,
+    ) -> ModuleProbes {
         let mut probes = ModuleProbes {
             entries: Vec::new(),
             uretprobes: Vec::new(),
             exit_sites: Vec::new(),
         };
         for (id, function) in table.functions.iter().enumerate() {
-            if function.module != module {
+            if function.module != module || landings.functions.contains(&(id as u32)) {
                 continue;
             }
             let id = id as u64;

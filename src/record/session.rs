@@ -10,7 +10,9 @@ use anyhow::{Context, Result};
 use libbpf_rs::RingBufferBuilder;
 
 use super::follow::{ProcessChange, TracedProcesses};
-use super::probes::{self, AttachedProbes, ExitProbes, LoadedProbes, ObjectStorage, ProbeConfig};
+use super::probes::{
+    self, AttachedProbes, ExitProbes, Landings, LoadedProbes, ObjectStorage, ProbeConfig,
+};
 use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
 use super::progress::Progress;
@@ -21,7 +23,7 @@ use crate::elf::{ExitProbe, FunctionSymbol, SiteKind, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
 use crate::plan::{FunctionKind, FunctionTable, LibraryPatterns, PltLibraries};
-use crate::probe_cost::ExitKind;
+use crate::probe_cost::{Execution, ExitKind};
 
 /// How long the consumer sleeps when the probes have not woken it. Bounds the delay of events
 /// at low rates; at high rates the fill-level wake-up comes first.
@@ -93,6 +95,10 @@ pub struct Session {
     /// Per function id, where its exit is probed under `--exit-probes=ret`; `None` under
     /// `--exit-probes=uretprobe`.
     pub exits: Option<Vec<ExitProbe>>,
+    /// The executable's PLT stubs whose calls are probed in the library function they land in.
+    landings: Landings,
+    /// The lowest virtual address of the executable's code segments.
+    executable_code_vaddr: u64,
 }
 
 /// Where a session's events and newly planned functions go.
@@ -127,12 +133,18 @@ impl Session {
             &options.nest_libs,
             &options.plt_libraries,
         )?;
-        let (table, exits) = plan(&files, options, &scope)?;
+        let (mut table, exits) = plan(&files, options, &scope)?;
         anyhow::ensure!(
             !table.functions.is_empty(),
             "no function of {} matches --function/--no-function: nothing to trace",
             files.first().map_or("the program", |f| f.path.as_str())
         );
+        let (landings, executable_code_vaddr) =
+            plan_landings(&table, &files[0], &libraries, &scope, options, &target);
+        // Their probe costs are those of the emulated site in the library, not of the stub.
+        for id in landings.functions() {
+            table.functions[id as usize].probes.entry = Execution::Emulated;
+        }
         if options.debug {
             for (index, file) in files.iter().enumerate() {
                 let count = table
@@ -168,6 +180,8 @@ impl Session {
             scope,
             libraries,
             exits,
+            landings,
+            executable_code_vaddr,
         })
     }
 
@@ -205,10 +219,12 @@ impl Session {
                 wait_for_exec: started_here,
                 stop_on_dlopen: started_here && dlopen_sites.is_some(),
                 follow: options.follow,
+                executable_code_vaddr: self.executable_code_vaddr,
             },
         )?;
         let all_modules: Vec<usize> = (0..self.table.modules.len()).collect();
         let mut attached = self.attach_modules(&loaded, &all_modules, pid)?;
+        attached.absorb(loaded.attach_landings(&self.landings, pid)?);
         // Per followed process, its probes: detached with the target's, all at once.
         let mut followed_probes = Vec::new();
         let mut traced = match options.follow {
@@ -444,7 +460,13 @@ impl Session {
             .iter()
             .map(|&module| (module, self.files[module].open_path.as_path()))
             .collect();
-        Ok(loaded.attach(&self.table, self.exits.as_deref(), &paths, pid)?)
+        Ok(loaded.attach(
+            &self.table,
+            self.exits.as_deref(),
+            &self.landings,
+            &paths,
+            pid,
+        )?)
     }
 
     /// Probes a process the BPF side stopped under `--follow`: a forked child gets the probes of
@@ -591,6 +613,138 @@ fn plan(
         }
     }
     Ok((table, exits))
+}
+
+/// Which of the executable's PLT stubs (module 0 of `table`, read from `executable`) are probed
+/// in the library function their calls land in (see [`crate::elf::plt_calls`]), and the lowest
+/// virtual address of its code. Under `--debug`, says how many got which kind of site and why the
+/// others keep their stub. Anything that cannot be read keeps the stubs.
+fn plan_landings(
+    table: &FunctionTable,
+    executable: &TracedFile,
+    libraries: &[TracedFile],
+    scope: &BindingScope,
+    options: &TraceOptions,
+    target: &Target,
+) -> (Landings, u64) {
+    use crate::elf::plt_calls::{self, Landing};
+    use std::collections::BTreeMap;
+
+    let mut landings = Landings::default();
+    let stubs: Vec<(u32, &crate::plan::TracedFunction)> = table
+        .functions
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.module == 0 && f.kind == FunctionKind::Plt)
+        .map(|(id, f)| (id as u32, f))
+        .collect();
+    let say = |landed: usize, kept: &BTreeMap<&str, usize>| {
+        if options.debug {
+            let kept: Vec<String> = kept.iter().map(|(why, n)| format!("{n} {why}")).collect();
+            eprintln!(
+                "utrace: PLT calls of {}: {landed} probed in the library function they call (an \
+                 emulated site), {} at their stub (single-stepped){}{}",
+                executable.path,
+                stubs.len() - landed,
+                if kept.is_empty() { "" } else { ": " },
+                kept.join(", ")
+            );
+        }
+    };
+    let everything_kept = |why| {
+        let kept = BTreeMap::from([(why, stubs.len())]);
+        say(0, &kept);
+        (Landings::default(), 0)
+    };
+    if stubs.is_empty() {
+        return (landings, 0);
+    }
+    if options.follow {
+        return everything_kept("as --follow traces other processes, which may run other programs");
+    }
+    if options.exit_probes == ExitProbes::Ret {
+        return everything_kept("as --exit-probes=ret probes their exits at the callers");
+    }
+    if options.sites == SitePolicy::Entry {
+        return everything_kept("as --probe-at-entry asks");
+    }
+    if preloads_libraries(target) {
+        return everything_kept("as libraries are preloaded, which utrace does not bind");
+    }
+    let Ok(uses) = plt_calls::stub_uses(&executable.open_path) else {
+        return everything_kept("as the executable cannot be read");
+    };
+    if !uses.pie {
+        return everything_kept("as the executable is not position-independent");
+    }
+    // The executable's symbols: the table has only names, the stubs' raw symbols are here.
+    let Ok(elf) = crate::elf::read_elf_functions(&executable.open_path) else {
+        return everything_kept("as the executable cannot be read");
+    };
+    let symbols: BTreeMap<u64, &FunctionSymbol> = elf
+        .functions
+        .iter()
+        .filter(|f| f.kind == FunctionKind::Plt)
+        .map(|f| (f.offset, f))
+        .collect();
+    let mut entries: BTreeMap<&str, Option<plt_calls::LibraryEntries>> = BTreeMap::new();
+    let mut kept: BTreeMap<&str, usize> = BTreeMap::new();
+    for &(id, function) in &stubs {
+        let why = (|| {
+            let symbol = symbols.get(&function.offset).copied().ok_or("unknown")?;
+            let raw = symbol
+                .plt_symbol
+                .as_deref()
+                .ok_or("into the program's own ifuncs")?;
+            if !uses.only_called(symbol.address) {
+                return Err("jumped to or taken as an address");
+            }
+            let stub = u32::try_from(symbol.address).map_err(|_| "beyond 4 GiB")?;
+            let path = scope.library_of(raw).ok_or("bound to no library")?;
+            let library = libraries
+                .iter()
+                .find(|l| l.path == path)
+                .ok_or("bound to the program itself")?;
+            let read = entries
+                .entry(path)
+                .or_insert_with(|| plt_calls::library_entries(&library.open_path).ok());
+            match read.as_ref().map(|read| read.landing(raw)) {
+                Some(Landing::At(offset)) => {
+                    landings.add(id, u64::from(stub), &library.open_path, offset);
+                    Ok(())
+                }
+                Some(Landing::Ifunc) => Err("into ifuncs (chosen at run time)"),
+                Some(Landing::SingleStepped) => Err("single-stepped in the library too"),
+                Some(Landing::Versioned) => Err("into names of several versions"),
+                Some(Landing::Undefined) | None => Err("unresolved"),
+            }
+        })();
+        if let Err(why) = why {
+            *kept.entry(why).or_default() += 1;
+        }
+    }
+    say(landings.len(), &kept);
+    (landings, uses.code_vaddr)
+}
+
+/// Whether the dynamic loader of the target preloads libraries (`LD_PRELOAD`,
+/// `/etc/ld.so.preload`), which come first in its binding order and which utrace does not list.
+fn preloads_libraries(target: &Target) -> bool {
+    let listed = |text: &str| !text.trim().is_empty();
+    if std::fs::read_to_string("/etc/ld.so.preload").is_ok_and(|text| listed(&text)) {
+        return true;
+    }
+    match target {
+        Target::Started(_) => std::env::var("LD_PRELOAD").is_ok_and(|value| listed(&value)),
+        Target::Running(process) => std::fs::read(format!("/proc/{}/environ", process.pid()))
+            .map_or(true, |environ| {
+                environ.split(|&b| b == 0).any(|variable| {
+                    variable
+                        .strip_prefix(b"LD_PRELOAD=")
+                        .is_some_and(|value| listed(&String::from_utf8_lossy(value)))
+                })
+            }),
+    }
 }
 
 /// Says how many functions of a file got which kind of probe site (`--debug`).

@@ -169,9 +169,9 @@ impl Target {
 pub struct ProgramFiles {
     /// The files to probe: the executable first, then the libraries `--nest-lib` matches.
     pub files: Vec<TracedFile>,
-    /// What the PLT calls bind to, when `--lib`, `--no-lib` or `--libname` need it.
+    /// What the PLT calls bind to.
     pub scope: BindingScope,
-    /// Every library of the program in load order, when needed (empty otherwise).
+    /// Every library of the program in load order.
     pub libraries: Vec<TracedFile>,
 }
 
@@ -187,11 +187,7 @@ impl ProgramFiles {
             path: path.to_string_lossy().into_owned(),
             open_path: path.to_path_buf(),
         };
-        let libraries = if nest_libs.is_empty() && !plt_libraries.is_active() {
-            Vec::new()
-        } else {
-            command_libraries(path)
-        };
+        let libraries = command_libraries(path);
         ProgramFiles::select(executable, libraries, nest_libs, plt_libraries, warn)
     }
 
@@ -282,27 +278,28 @@ fn selected_libraries(
         .collect()
 }
 
-/// The objects the loader binds PLT calls to, executable first, when `plt_libraries` needs
-/// them; with `warn`, warns of patterns that match none of the libraries. A file that cannot be
-/// read defines nothing: its stubs stay unresolved.
+/// The objects the loader binds PLT calls to, executable first (the PLT flags select by it, and
+/// PLT calls are probed where they land); with `warn`, warns of patterns of `plt_libraries` that
+/// match none of the libraries. A file that cannot be read defines nothing: its stubs stay
+/// unresolved.
 fn binding_scope(
     plt_libraries: &PltLibraries,
     executable: &TracedFile,
     libraries: &[TracedFile],
     warn: bool,
 ) -> BindingScope {
-    let mut scope = BindingScope::default();
-    if !plt_libraries.is_active() {
-        return scope;
-    }
     let all: Vec<&str> = libraries.iter().map(|l| l.path.as_str()).collect();
     for (flag, pattern) in plt_libraries.unmatched(&all).into_iter().filter(|_| warn) {
         eprintln!("utrace: warning: {flag} {pattern} matches none of the program's libraries");
     }
+    let mut scope = BindingScope::default();
     for file in std::iter::once(executable).chain(libraries) {
         match exported_functions(&file.open_path) {
             Ok(functions) => scope.push(file.path.clone(), functions),
-            Err(error) => eprintln!("utrace: warning: {error}; its functions stay unresolved"),
+            Err(error) if plt_libraries.is_active() => {
+                eprintln!("utrace: warning: {error}; its functions stay unresolved")
+            }
+            Err(_) => {}
         }
     }
     scope

@@ -4,7 +4,7 @@
  *
  * Usage: sites KIND CALLS [THREADS]
  *
- *   KIND     push | endbr64 | single-step | plt: which function the loop calls
+ *   KIND     push | endbr64 | single-step | plt | plt-emulated: which function the loop calls
  *   CALLS    calls per thread
  *   THREADS  threads running the loop at once (default 1)
  *
@@ -23,7 +23,12 @@
  *                RIP-relative `mov`: single-stepped out of line.
  *   plt          labs@plt: the loop calls labs() through the program's PLT (built with
  *                -fno-builtin so the call stays a call); the stub starts with an indirect
- *                RIP-relative `jmp`, single-stepped.
+ *                RIP-relative `jmp`, single-stepped. labs itself starts with a `mov` and has
+ *                no instruction the kernel emulates before its `ret`, so utrace keeps the
+ *                probe on the stub.
+ *   plt-emulated pthread_getspecific@plt: the same kind of stub, into a libc function whose
+ *                second instruction (`ja`, after a `cmp`) the kernel emulates: utrace probes
+ *                the call there instead of on the stub.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -51,9 +56,13 @@ PROBED long single_step_first(long x)
 	return bench_offset + x;
 }
 
-enum kind { PUSH, ENDBR64, SINGLE_STEP, PLT };
+enum kind { PUSH, ENDBR64, SINGLE_STEP, PLT, PLT_EMULATED };
 
-static const char *const kind_names[] = { "push", "endbr64", "single-step", "plt" };
+static const char *const kind_names[] = { "push", "endbr64", "single-step", "plt",
+					   "plt-emulated" };
+
+/* The key the plt-emulated loop reads. */
+static pthread_key_t bench_key;
 
 struct loop {
 	enum kind kind;
@@ -94,6 +103,10 @@ static void *run_loop(void *arg)
 		for (long i = 0; i < loop->calls; i++)
 			sum += labs(i - loop->calls / 2);
 		break;
+	case PLT_EMULATED:
+		for (long i = 0; i < loop->calls; i++)
+			sum += pthread_getspecific(bench_key) == NULL;
+		break;
 	}
 	loop->seconds = now() - start;
 	loop->sum = sum;
@@ -106,10 +119,10 @@ int main(int argc, char **argv)
 	int known = 0;
 
 	if (argc < 3 || argc > 4) {
-		fprintf(stderr, "usage: sites push|endbr64|single-step|plt CALLS [THREADS]\n");
+		fprintf(stderr, "usage: sites push|endbr64|single-step|plt|plt-emulated CALLS [THREADS]\n");
 		return 2;
 	}
-	for (int k = PUSH; k <= PLT; k++) {
+	for (int k = PUSH; k <= PLT_EMULATED; k++) {
 		if (strcmp(argv[1], kind_names[k]) == 0) {
 			kind = (enum kind)k;
 			known = 1;
@@ -124,6 +137,8 @@ int main(int argc, char **argv)
 
 	struct loop loops[64];
 	pthread_t ids[64];
+	if (pthread_key_create(&bench_key, NULL) != 0)
+		return 1;
 	for (int t = 0; t < threads; t++) {
 		loops[t] = (struct loop){ .kind = kind, .calls = calls };
 		if (threads == 1)

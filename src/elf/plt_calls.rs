@@ -1,0 +1,273 @@
+//! Where a program's PLT calls can be probed more cheaply than at their stubs.
+//!
+//! A stub is `[endbr64] [bnd] jmp *slot(%rip)`, which the kernel single-steps (≈20 µs a hit in a
+//! VM). The library function the slot leads to often starts with an instruction the kernel
+//! emulates (a `push`: under a µs). Probing there sees the same calls and more: every other
+//! caller of that function too. The BPF side keeps a hit only when the return address follows a
+//! direct `call` of the stub in the executable, which is exactly a call through the stub when
+//! nothing else reaches the stub:
+//!
+//! - the executable is position-independent: a non-PIE one uses PLT addresses as function
+//!   pointers, which any code may call;
+//! - no jump, address computation, immediate or data relocation in the executable names the stub,
+//!   only direct calls ([`StubUses`]);
+//! - the slot's symbol is a plain function of the library it binds to, defined once (an ifunc's
+//!   implementation is chosen at run time; a name defined in several versions binds by the
+//!   version asked for) with an instruction the kernel emulates near its
+//!   start, where the probe goes ([`site::emulated_site`], [`LibraryEntries`]).
+
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+use goblin::elf::header::ET_DYN;
+use goblin::elf::program_header::{PF_X, PT_LOAD};
+use goblin::elf::reloc::R_X86_64_RELATIVE;
+use goblin::elf::section_header::SHN_UNDEF;
+use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
+
+use super::{code_at, parse, plt, read_file, segments, site, symbols, ElfError};
+
+/// What the executable does with its PLT stubs.
+#[derive(Debug, Default)]
+pub struct StubUses {
+    /// Position-independent (`ET_DYN`).
+    pub pie: bool,
+    /// The lowest virtual address of the executable `PT_LOAD` segments: where the kernel's
+    /// `mm->start_code` points once the program is loaded, which gives its load bias.
+    pub code_vaddr: u64,
+    /// Stubs some instruction or relocation names other than as a direct call's target.
+    pub not_only_called: BTreeSet<u64>,
+}
+
+impl StubUses {
+    /// Whether every use of the stub at `address` is a direct call.
+    pub fn only_called(&self, address: u64) -> bool {
+        self.pie && !self.not_only_called.contains(&address)
+    }
+}
+
+/// How the executable at `path` uses its PLT stubs.
+pub fn stub_uses(path: &Path) -> Result<StubUses, ElfError> {
+    let bytes = read_file(path)?;
+    let elf = parse(path, &bytes)?;
+    let segments = segments::ExecutableSegments::new(&elf.program_headers);
+    let stubs: BTreeSet<u64> = plt::stubs(&elf, &bytes)
+        .iter()
+        .map(|stub| stub.address)
+        .collect();
+    let mut not_only_called = BTreeSet::new();
+    let code = symbols::defined_functions(&elf)
+        .into_iter()
+        .chain(symbols::cold_fragments(&elf));
+    let mut instruction = Instruction::default();
+    for function in code {
+        let Some(offset) = segments.file_offset(function.address) else {
+            continue;
+        };
+        let bytes = code_at(&bytes, offset, function.size);
+        let mut decoder = Decoder::with_ip(64, bytes, function.address, DecoderOptions::NONE);
+        while decoder.can_decode() {
+            decoder.decode_out(&mut instruction);
+            if let Some(stub) = named_stub(&instruction, &stubs) {
+                not_only_called.insert(stub);
+            }
+        }
+    }
+    // A pointer to a stub stored in data.
+    for reloc in elf.dynrelas.iter() {
+        let addend = reloc.r_addend.and_then(|a| u64::try_from(a).ok());
+        if let (R_X86_64_RELATIVE, Some(addend)) = (reloc.r_type, addend) {
+            if stubs.contains(&addend) {
+                not_only_called.insert(addend);
+            }
+        }
+    }
+    let code_vaddr = elf
+        .program_headers
+        .iter()
+        .filter(|ph| ph.p_type == PT_LOAD && ph.p_flags & PF_X != 0)
+        .map(|ph| ph.p_vaddr)
+        .min()
+        .unwrap_or(0);
+    Ok(StubUses {
+        pie: elf.header.e_type == ET_DYN,
+        code_vaddr,
+        not_only_called,
+    })
+}
+
+/// The stub `instruction` names other than as the target of a direct call.
+fn named_stub(instruction: &Instruction, stubs: &BTreeSet<u64>) -> Option<u64> {
+    let is_branch = (0..instruction.op_count()).any(|operand| {
+        matches!(
+            instruction.op_kind(operand),
+            OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
+        )
+    });
+    if is_branch && stubs.contains(&instruction.near_branch_target()) {
+        return (instruction.flow_control() != FlowControl::Call)
+            .then(|| instruction.near_branch_target());
+    }
+    if instruction.is_ip_rel_memory_operand()
+        && stubs.contains(&instruction.ip_rel_memory_address())
+    {
+        return Some(instruction.ip_rel_memory_address());
+    }
+    (0..instruction.op_count())
+        .filter_map(|operand| instruction.try_immediate(operand).ok())
+        .find(|value| stubs.contains(value))
+}
+
+/// Where a PLT call's library function is probed, or why it is not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Landing {
+    /// The file offset of the function's probe site in the library, an instruction the kernel
+    /// emulates.
+    At(u64),
+    /// The symbol is an ifunc: which implementation runs is chosen at run time.
+    Ifunc,
+    /// The function's probe site would be single-stepped there too.
+    SingleStepped,
+    /// The library does not define the symbol as a function.
+    Undefined,
+    /// The library defines the name more than once, with different versions at different
+    /// addresses (`realpath@GLIBC_2.2.5` and `realpath@@GLIBC_2.3`): which one a call binds to
+    /// depends on the version the caller asks for, which utrace does not follow.
+    Versioned,
+}
+
+/// The exported functions of a library, by symbol name (as `.dynsym` spells it), with where
+/// each one's calls can be probed.
+#[derive(Debug, Default)]
+pub struct LibraryEntries {
+    landings: HashMap<String, Landing>,
+}
+
+impl LibraryEntries {
+    pub fn landing(&self, symbol: &str) -> Landing {
+        self.landings
+            .get(symbol)
+            .copied()
+            .unwrap_or(Landing::Undefined)
+    }
+}
+
+/// Where the exported functions of the library at `path` are probed.
+pub fn library_entries(path: &Path) -> Result<LibraryEntries, ElfError> {
+    let bytes = read_file(path)?;
+    let elf = parse(path, &bytes)?;
+    let segments = segments::ExecutableSegments::new(&elf.program_headers);
+    let mut landings = HashMap::new();
+    for sym in elf.dynsyms.iter() {
+        if sym.st_shndx == SHN_UNDEF as usize {
+            continue;
+        }
+        let Some(name) = elf.dynstrtab.get_at(sym.st_name).filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let landing = match sym.st_type() {
+            STT_GNU_IFUNC => Landing::Ifunc,
+            STT_FUNC => match segments.file_offset(sym.st_value) {
+                Some(offset) => {
+                    let code = code_at(&bytes, offset, sym.st_size);
+                    match site::emulated_site(code) {
+                        Some(site) => Landing::At(offset + site),
+                        None => Landing::SingleStepped,
+                    }
+                }
+                None => Landing::Undefined,
+            },
+            _ => continue,
+        };
+        let address = sym.st_value;
+        match landings.entry(name.to_owned()) {
+            Entry::Vacant(vacant) => {
+                vacant.insert((address, landing));
+            }
+            Entry::Occupied(mut seen) if seen.get().0 != address => {
+                seen.insert((address, Landing::Versioned));
+            }
+            Entry::Occupied(_) => {}
+        }
+    }
+    let landings = landings
+        .into_iter()
+        .map(|(name, (_, landing))| (name, landing))
+        .collect();
+    Ok(LibraryEntries { landings })
+}
+
+#[cfg(test)]
+mod tests {
+    use tempfile::TempDir;
+
+    use super::*;
+    use crate::elf::ldcache::LdCache;
+    use crate::elf::loader::load_order;
+    use crate::elf::tests::{compile, readelf_executable_loads};
+    use crate::elf::{read_function_symbols, FunctionKind};
+
+    const PLTUSES_C: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/elf/testdata/pltuses.c");
+
+    fn stub(program: &Path, name: &str) -> u64 {
+        let functions = read_function_symbols(program).unwrap();
+        let found = functions
+            .iter()
+            .find(|f| f.kind == FunctionKind::Plt && f.name == name);
+        found.unwrap_or_else(|| panic!("{name} missing")).address
+    }
+
+    #[test]
+    fn stubs_also_jumped_to_are_not_only_called() {
+        let dir = TempDir::new().unwrap();
+        let flags = [
+            "-O2",
+            "-fno-builtin",
+            "-fcf-protection=none",
+            "-pie",
+            "-fPIE",
+        ];
+        let program = compile(&dir, "cc", PLTUSES_C, "pltuses", &flags);
+        let uses = stub_uses(&program).unwrap();
+        assert!(uses.pie);
+        assert!(uses.only_called(stub(&program, "getenv@plt")));
+        assert!(!uses.only_called(stub(&program, "labs@plt")));
+        let first_code = readelf_executable_loads(&program)
+            .iter()
+            .map(|&(_, vaddr, _)| vaddr)
+            .min();
+        assert_eq!(Some(uses.code_vaddr), first_code);
+
+        // Not position-independent: its PLT addresses are function pointers.
+        let fixed = compile(&dir, "cc", PLTUSES_C, "pltuses-fixed", &["-O2", "-no-pie"]);
+        let uses = stub_uses(&fixed).unwrap();
+        assert!(!uses.pie);
+        assert!(!uses.only_called(stub(&fixed, "getenv@plt")));
+    }
+
+    #[test]
+    fn libc_functions_land_where_the_kernel_emulates_their_code() {
+        let dir = TempDir::new().unwrap();
+        let program = compile(&dir, "cc", PLTUSES_C, "pltuses", &["-O2"]);
+        let order = load_order(&program, &LdCache::system());
+        let libc = order
+            .libraries
+            .iter()
+            .find(|l| l.name == "libc.so.6")
+            .unwrap();
+        let entries = library_entries(&libc.path).unwrap();
+        // malloc saves registers first (after endbr64 in CET builds): emulated.
+        let Landing::At(offset) = entries.landing("malloc") else {
+            panic!("malloc: {:?}", entries.landing("malloc"));
+        };
+        let bytes = std::fs::read(&libc.path).unwrap();
+        assert!(site::kernel_emulates(&bytes[offset as usize..]));
+        // labs computes with movs to its ret; strlen is an ifunc; realpath has two versions.
+        assert_eq!(entries.landing("labs"), Landing::SingleStepped);
+        assert_eq!(entries.landing("strlen"), Landing::Ifunc);
+        assert_eq!(entries.landing("realpath"), Landing::Versioned);
+        assert_eq!(entries.landing("no_such_function"), Landing::Undefined);
+    }
+}
