@@ -123,11 +123,21 @@ int function_entry(struct pt_regs *ctx)
 	return 0;
 }
 
-/* On a `ret` or a tail jump of the function: nothing on the stack changes. */
+/* Set in an exit site's cookie when the site is the instruction after a call of a PLT stub: the
+ * return address has been popped, its slot is just below sp. */
+#define COOKIE_AFTER_RETURN (1ull << 33)
+
+/* On a `ret` or a tail jump of the function (sp points at the return address), or after a call
+ * of a PLT stub. */
 SEC("uprobe.multi")
 int function_exit_site(struct pt_regs *ctx)
 {
-	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT, PT_REGS_SP(ctx));
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 slot = PT_REGS_SP(ctx);
+
+	if (cookie & COOKIE_AFTER_RETURN)
+		slot -= 8;
+	return record((__u32)cookie | EVENT_EXIT, slot);
 }
 
 SEC("uretprobe.multi")

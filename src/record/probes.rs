@@ -11,7 +11,7 @@ use libbpf_rs::{Link, OpenObject, UprobeMultiOpts};
 
 use super::skel::{OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
 use crate::elf::ExitProbe;
-use crate::plan::FunctionTable;
+use crate::plan::{FunctionKind, FunctionTable};
 
 /// Errors of loading and attaching the BPF side.
 #[derive(Debug, thiserror::Error)]
@@ -329,6 +329,10 @@ impl AttachedProbes {
 /// sites (`COOKIE_ALSO_EXIT` in utrace.bpf.c): two probes on one instruction would run in an
 /// order the kernel does not promise.
 const COOKIE_ALSO_EXIT: u64 = 1 << 32;
+/// Set in an exit site's cookie when the site is the instruction after a call of a PLT stub
+/// (`COOKIE_AFTER_RETURN` in utrace.bpf.c): the return address is popped there, so its slot is
+/// just below the stack pointer.
+const COOKIE_AFTER_RETURN: u64 = 1 << 33;
 
 /// The probes of one module, as (file offset, cookie) pairs per kind.
 struct ModuleProbes {
@@ -351,6 +355,10 @@ impl ModuleProbes {
             let id = id as u64;
             let entry = function.offset as usize;
             let mut cookie = id;
+            let exit_cookie = match function.kind {
+                FunctionKind::Plt => id | COOKIE_AFTER_RETURN,
+                _ => id,
+            };
             match exits.map(|exits| &exits[id as usize]) {
                 None | Some(ExitProbe::Uretprobe(_)) => probes.uretprobes.push((entry, id)),
                 Some(ExitProbe::Sites(offsets)) => {
@@ -358,7 +366,7 @@ impl ModuleProbes {
                         if offset as usize == entry {
                             cookie |= COOKIE_ALSO_EXIT;
                         } else {
-                            probes.exit_sites.push((offset as usize, id));
+                            probes.exit_sites.push((offset as usize, exit_cookie));
                         }
                     }
                 }
