@@ -158,8 +158,13 @@ impl<S: CallSink> CallSink for FilteredSink<'_, S> {
             return;
         }
         let frame = thread.frames.pop().expect("a shown frame per shown call");
-        if call.duration_ns >= self.min_duration_ns {
-            let depth = thread.frames.len();
+        let depth = thread.frames.len();
+        // A call of unknown time proves nothing: it is shown if it was already entered.
+        let shown = match call.time_known {
+            true => call.duration_ns >= self.min_duration_ns,
+            false => depth < thread.entered,
+        };
+        if shown {
             let shown = FinishedCall {
                 self_ns: call.duration_ns.saturating_sub(frame.child_ns),
                 depth: depth as u32,
