@@ -16,7 +16,8 @@ use super::progress::Progress;
 use super::signals::{self, SignalWatch};
 use super::target::{Prepared, SignalAction, Target, TargetSpec, TracedFile};
 use crate::elf::binding::BindingScope;
-use crate::elf::{ExitProbe, FunctionSymbol, SiteKind, SitePolicy};
+use crate::elf::returns::saves_its_return_address;
+use crate::elf::{ExitProbe, FunctionSymbol, NoExitSites, SiteKind, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
 use crate::plan::{FunctionKind, FunctionTable, LibraryPatterns, PltLibraries};
@@ -86,8 +87,8 @@ pub struct Session {
     scope: BindingScope,
     /// Every library of the program in load order, when `--nest-lib` asked for them.
     libraries: Vec<TracedFile>,
-    /// Per function id, where its exit is probed under `--exit-probes=ret`; `None` under
-    /// `--exit-probes=uretprobe`.
+    /// Per function id, where its exit is probed; `None` when every function has a uretprobe
+    /// (`--exit-probes=uretprobe`, and no function saves its return address).
     pub exits: Option<Vec<ExitProbe>>,
 }
 
@@ -131,7 +132,8 @@ impl Session {
                 eprintln!("utrace: planned {count} functions in {}", file.path);
             }
         }
-        if let (true, Some(exits)) = (options.debug, &exits) {
+        let ret_probes = options.exit_probes == ExitProbes::Ret;
+        if let (true, true, Some(exits)) = (options.debug, ret_probes, &exits) {
             let uretprobes: Vec<(&str, &ExitProbe)> = table
                 .functions
                 .iter()
@@ -396,15 +398,16 @@ fn dlopen_sites(libraries: &[TracedFile]) -> Option<(PathBuf, Vec<usize>)> {
 }
 
 /// The functions to probe, file by file: the PLT calls `--lib`/`--no-lib` select, named as
-/// `--libname` says, and of those what the function globs show; with `--exit-probes=ret`, where
-/// each one's exit is probed.
+/// `--libname` says, and of those what the function globs show; with `--exit-probes=ret` or
+/// when a function saves its return address (setjmp), where each one's exit is probed.
 fn plan(
     files: &[TracedFile],
     options: &TraceOptions,
     scope: &BindingScope,
 ) -> Result<(FunctionTable, Option<Vec<ExitProbe>>)> {
     let mut table = FunctionTable::default();
-    let mut exits = (options.exit_probes == ExitProbes::Ret).then(Vec::new);
+    let mut exits = Vec::new();
+    let mut probed_on_instructions = options.exit_probes == ExitProbes::Ret;
     for file in files {
         let elf = crate::elf::read_elf_functions_with(&file.open_path, options.sites)
             .with_context(|| format!("reading the symbols of {}", file.path))?;
@@ -416,11 +419,9 @@ fn plan(
             .plt_libraries
             .apply(&file.path, elf.functions, scope);
         functions.retain(|f| options.filter.shows_name(&f.name));
-        if let Some(exits) = &mut exits {
-            let probes = crate::elf::read_exit_probes(&file.open_path, &functions)
-                .with_context(|| format!("finding the exits of the functions of {}", file.path))?;
-            exits.extend(probes);
-        }
+        let probes = exit_probes(file, &functions, options.exit_probes)?;
+        probed_on_instructions |= probes.iter().any(|p| matches!(p, ExitProbe::Sites(_)));
+        exits.extend(probes);
         table.add_module(file.path.clone(), functions);
     }
     anyhow::ensure!(
@@ -428,7 +429,49 @@ fn plan(
         "no function of {} matches --function/--no-function: nothing to trace",
         files.first().map_or("the program", |f| f.path.as_str())
     );
-    Ok((table, exits))
+    Ok((table, probed_on_instructions.then_some(exits)))
+}
+
+/// Where the exits of a file's `functions` are probed: on their instructions where they can be
+/// under `--exit-probes=ret`, with uretprobes otherwise. A function that saves its return address
+/// (setjmp) is never given a uretprobe, which would break the `longjmp` back to it: its exits are
+/// probed on instructions, or not at all when they cannot be found.
+fn exit_probes(
+    file: &TracedFile,
+    functions: &[FunctionSymbol],
+    kind: ExitProbes,
+) -> Result<Vec<ExitProbe>> {
+    let read = |functions: &[FunctionSymbol]| {
+        crate::elf::read_exit_probes(&file.open_path, functions)
+            .with_context(|| format!("finding the exits of the functions of {}", file.path))
+    };
+    let saves =
+        |f: &FunctionSymbol| saves_its_return_address(f.plt_symbol.as_deref().unwrap_or(&f.name));
+    let mut probes = match kind {
+        ExitProbes::Ret => read(functions)?,
+        ExitProbes::Uretprobe => {
+            let savers: Vec<FunctionSymbol> =
+                functions.iter().filter(|f| saves(f)).cloned().collect();
+            let mut saver_probes = match savers.is_empty() {
+                true => Vec::new(),
+                false => read(&savers)?,
+            }
+            .into_iter();
+            functions
+                .iter()
+                .map(|f| match saves(f) {
+                    true => saver_probes.next().expect("one probe per saver"),
+                    false => ExitProbe::Uretprobe(NoExitSites::UretprobesAsked),
+                })
+                .collect()
+        }
+    };
+    for (function, probe) in functions.iter().zip(&mut probes) {
+        if saves(function) && matches!(probe, ExitProbe::Uretprobe(_)) {
+            *probe = ExitProbe::Sites(Vec::new());
+        }
+    }
+    Ok(probes)
 }
 
 /// Says how many functions of a file got which kind of probe site (`--debug`).

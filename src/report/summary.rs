@@ -365,7 +365,7 @@ pub(crate) fn replay_note(replay: &ReplayStats) -> Option<String> {
     let mut parts = Vec::new();
     if replay.unmatched_exits > 0 {
         parts.push(format!(
-            "{} ignored (calls already running when tracing started)",
+            "{} ignored (calls already running when tracing started, or setjmp returning again)",
             plural(replay.unmatched_exits, "unmatched exit", "unmatched exits")
         ));
     }
