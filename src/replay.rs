@@ -53,10 +53,15 @@ pub struct FinishedCall {
     pub complete: bool,
     /// False when the call's return was skipped (longjmp, exceptions, the kernel's uretprobe
     /// nesting limit, lost events): when it ended is not known, so `duration_ns` and `self_ns`
-    /// are 0 and its time stays in its caller's self time. Still a call.
+    /// are 0; its caller's self time holds its time but that of its timed children. Still a
+    /// call.
     pub time_known: bool,
     /// The same function is already active below this call on this thread's stack.
     pub recursive: bool,
+    /// For a call of unknown time that is not recursive: the summed durations of the outermost
+    /// timed calls of the same function inside it, which stand for it in the function's total
+    /// time (so a total never falls below the self times it covers). 0 otherwise.
+    pub recursion_ns: u64,
 }
 
 /// One call that has just started, as the replayer hands it to [`CallSink::call_entered`].
@@ -289,6 +294,9 @@ struct Frame {
     cpu: u32,
     /// Sum of the durations of the direct children that have ended.
     child_ns: u64,
+    /// Sum of the durations of the outermost timed calls of the same function inside it, as
+    /// far as they have ended (see [`FinishedCall::recursion_ns`]).
+    recursion_ns: u64,
     recursive: bool,
 }
 
@@ -373,6 +381,7 @@ impl CallStack {
             slot,
             cpu,
             child_ns: 0,
+            recursion_ns: 0,
             recursive,
         });
     }
@@ -388,6 +397,15 @@ impl CallStack {
             FrameEnd::Unknown => (None, None),
         };
         let duration_ns = end_ns.map_or(0, |end_ns| end_ns.saturating_sub(frame.start_ns));
+        if frame.recursive {
+            // The call's time, or what stands for it, goes to the frame of the same function
+            // below, in case that one's time turns out unknown.
+            let same = end_ns.map_or(frame.recursion_ns, |_| duration_ns);
+            if let Some(below) = self.path[..depth].iter().rposition(|&f| f == function) {
+                let below = &mut self.frames[below].recursion_ns;
+                *below = below.saturating_add(same);
+            }
+        }
         let call = FinishedCall {
             function,
             tid: self.tid,
@@ -399,12 +417,21 @@ impl CallStack {
             complete: exit_cpu.is_some(),
             time_known: end_ns.is_some(),
             recursive: frame.recursive,
+            recursion_ns: match (end_ns, frame.recursive) {
+                (None, false) => frame.recursion_ns,
+                _ => 0,
+            },
         };
         sink.call_finished(&call, &self.path);
         self.path.pop();
         self.active[function as usize] -= 1;
         match self.frames.last_mut() {
-            Some(parent) => parent.child_ns = parent.child_ns.saturating_add(duration_ns),
+            // Of a call of unknown time, the parent knows the time of its timed children: the rest
+            // stays in the parent's self time, and no time is counted twice.
+            Some(parent) => {
+                let known_ns = end_ns.map_or(frame.child_ns, |_| duration_ns);
+                parent.child_ns = parent.child_ns.saturating_add(known_ns);
+            }
             // Every counter is back to zero: lend the vector to the next thread that enters.
             None => spare_active.push(std::mem::take(&mut self.active)),
         }
@@ -529,6 +556,7 @@ mod tests {
             complete,
             time_known: true,
             recursive,
+            recursion_ns: 0,
         }
     }
 
@@ -926,8 +954,8 @@ mod tests {
                 (skipped(C, 30, 3, false), vec![MAIN, A, B, C]),
                 // b's known child does not make b's time known.
                 (skipped(B, 20, 2, false), vec![MAIN, A, B]),
-                // a's time is exact; the untimed b stays in its self time.
-                (call(A, 1, 10, 40, 40, 1, true, false), vec![MAIN, A]),
+                // a's time is exact; the untimed b but its timed child stays in its self time.
+                (call(A, 1, 10, 40, 38, 1, true, false), vec![MAIN, A]),
                 (call(MAIN, 1, 0, 60, 20, 0, true, false), vec![MAIN]),
             ]
         );
@@ -1071,6 +1099,51 @@ mod tests {
             .collect();
         assert_eq!(functions, [(B, false), (A, true), (C, true), (MAIN, true)]);
         assert_eq!(stats.unmatched_exits, 0);
+    }
+
+    #[test]
+    fn replay_hands_the_timed_recursion_inside_an_untimed_call_to_it() {
+        // a → a → a, the innermost one ends, the middle one too; then the outer one's return is
+        // skipped. Its recursion_ns is the middle one's duration: the outermost timed a inside.
+        let events = [
+            entry_at(0, MAIN, 0x1000),
+            entry_at(10, A, 0x0f00),
+            entry_at(20, A, 0x0e00),
+            entry_at(30, A, 0x0d00),
+            exit_at(35, A, 0x0d00),
+            exit_at(50, A, 0x0e00),
+            entry_at(60, A, 0x0e00),
+            entry_at(70, B, 0x0d00),
+            entry_at(80, A, 0x0c00),
+            exit_at(85, A, 0x0c00),
+            exit_at(100, MAIN, 0x1000),
+        ];
+        let (calls, _) = replay(3, &events, 200);
+        let got: Vec<(FunctionId, bool, bool, u64, u64)> = calls
+            .iter()
+            .map(|(c, _)| {
+                (
+                    c.function,
+                    c.time_known,
+                    c.recursive,
+                    c.duration_ns,
+                    c.recursion_ns,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (A, true, true, 5, 0),
+                (A, true, true, 30, 0),
+                (A, true, true, 5, 0),
+                (B, false, false, 0, 0),
+                // Untimed and recursive: what it holds goes to the outer a.
+                (A, false, true, 0, 0),
+                (A, false, false, 0, 35),
+                (MAIN, true, false, 100, 0),
+            ]
+        );
     }
 
     #[test]

@@ -234,3 +234,79 @@ fn longjmp_across_traced_frames_closes_them_where_it_lands() {
         );
     }
 }
+
+#[test]
+fn lost_events_are_counted_per_thread_and_the_report_stays_consistent() {
+    if !bpf_available("lost_events_are_counted_per_thread_and_the_report_stays_consistent") {
+        return;
+    }
+    let program = compile("calls.c", "calls-overload", &[]);
+    let untraced = run_untraced(&program, &[]);
+    // One page of ring buffer holds about 128 events: most of the 68,000 are lost.
+    let recording = record(&program, &[], &["--buffer-size=4K"]);
+    assert_eq!(recording.output.status.code(), untraced.status.code());
+    assert_eq!(recording.output.stdout, untraced.stdout);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    let lost: u64 = stderr
+        .split(" lost,")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no lost count in: {stderr}"));
+    assert!(lost > 0, "nothing was lost: {stderr}");
+
+    // info: the total, then the threads that lost some, adding up to it.
+    let info = utrace()
+        .arg("info")
+        .arg("-i")
+        .arg(recording.data())
+        .output()
+        .unwrap();
+    assert_success(&info);
+    let info = String::from_utf8(info.stdout).unwrap();
+    assert!(info.contains(&format!("lost events: {lost}\n")), "{info}");
+    let per_thread: Vec<(u32, u64)> = info
+        .lines()
+        .filter_map(|line| line.strip_prefix("  thread "))
+        .map(|rest| {
+            let (tid, count) = rest.split_once(": ").unwrap();
+            (tid.parse().unwrap(), count.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        per_thread.iter().map(|(_, n)| n).sum::<u64>(),
+        lost,
+        "{info}"
+    );
+    let summary = recording.report(&["--per-thread"]);
+    for (tid, count) in &per_thread {
+        let events = if *count == 1 { "event" } else { "events" };
+        assert!(
+            summary.contains(&format!("Thread {tid} ({count} {events} lost)\n")),
+            "{summary}"
+        );
+    }
+
+    // What is left is consistent: no call longer than the recording, self within total, and
+    // never more calls than the program made.
+    let json = recording.json();
+    let duration = json["duration_ns"].as_u64().unwrap();
+    let own = own_counts(&recording.output.stdout);
+    for function in json["functions"].as_array().unwrap() {
+        let name = function["name"].as_str().unwrap();
+        let figure = |key: &str| function[key].as_u64().unwrap();
+        assert!(figure("max_ns") <= duration, "{name}: {function}");
+        assert!(figure("min_ns") <= figure("max_ns"), "{name}: {function}");
+        assert!(
+            figure("self_ns") <= figure("total_ns"),
+            "{name}: {function}"
+        );
+        assert!(
+            figure("unknown_time_calls") <= figure("calls"),
+            "{name}: {function}"
+        );
+        if let Some(&made) = own.get(name) {
+            assert!(figure("calls") <= made, "{name}: {function}");
+        }
+    }
+}

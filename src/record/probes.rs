@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, OpenObject, UprobeMultiOpts};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts};
 
 use super::skel::{OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
 use crate::elf::ExitProbe;
@@ -289,6 +289,22 @@ impl<'obj> LoadedProbes<'obj> {
         // SAFETY: the field is a plain u64 in memory mapped from the BPF map; BPF programs update
         // it concurrently, so it is read with a volatile load rather than cached.
         unsafe { std::ptr::read_volatile(&raw const bss.lost_events) }
+    }
+
+    /// Events dropped so far because the ring buffer was full, per thread id, by thread id.
+    /// Threads beyond the map's capacity are only in [`lost_events`](Self::lost_events).
+    pub fn lost_by_thread(&self) -> Vec<(u32, u64)> {
+        let map = &self.skel.maps.lost_by_thread;
+        let mut lost: Vec<(u32, u64)> = map
+            .keys()
+            .filter_map(|key| {
+                let value = map.lookup(&key, MapFlags::ANY).ok().flatten()?;
+                let tid = u32::from_ne_bytes(key.as_slice().try_into().ok()?);
+                Some((tid, u64::from_ne_bytes(value.as_slice().try_into().ok()?)))
+            })
+            .collect();
+        lost.sort_unstable();
+        lost
     }
 }
 

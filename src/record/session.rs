@@ -72,6 +72,8 @@ pub struct SessionEnd {
     pub events: u64,
     /// Events the ring buffer had no room for.
     pub lost_events: u64,
+    /// The same per thread id, by thread id (threads that lost none left out).
+    pub lost_by_thread: Vec<(u32, u64)>,
     pub duration: Duration,
     pub attach_time: Duration,
     pub detach_time: Duration,
@@ -295,6 +297,7 @@ impl Session {
             stop,
             events,
             lost_events: loaded.lost_events(),
+            lost_by_thread: loaded.lost_by_thread(),
             duration: started.elapsed(),
             attach_time,
             detach_time,

@@ -12,8 +12,10 @@
 //!
 //! Calls without an exit (closed at the end of the trace or by unwinding) count like the others.
 //! Calls whose time is unknown (their return was skipped: longjmp, exceptions, the kernel's
-//! uretprobe nesting limit, lost events) count as calls and add no time anywhere: not to total,
-//! self, minimum, maximum or average. The table ends with a note when there were any of either.
+//! uretprobe nesting limit, lost events) count as calls and add no time of their own: not to
+//! total, self, minimum, maximum or average; but when such a call is the outermost of a recursion,
+//! its timed recursive calls count in total in its place. The table ends with a note when there
+//! were any of either.
 //!
 //! `Total %` is the total time as a share of the time the trace covers (from its first event to
 //! its last), so `main` is near 100%; functions run by several threads at once can pass 100%.
@@ -133,6 +135,7 @@ impl FunctionStats {
         if !call.time_known {
             self.calls += 1;
             self.unknown_time += 1;
+            self.total_ns = self.total_ns.saturating_add(call.recursion_ns);
             return;
         }
         if self.timed_calls() == 0 {
@@ -293,22 +296,39 @@ impl ThreadSummaries {
         }
     }
 
-    /// One table per thread, by thread id, each under a `Thread TID` line; `Total %` is still of
-    /// the whole trace. Then the note, once.
+    /// One table per thread, by thread id, each under a `Thread TID` line that says how many
+    /// events the thread lost (`lost_by_thread`, by thread id) if any; a thread that lost events
+    /// but has no call gets an empty table. `Total %` is still of the whole trace. Then the note,
+    /// once.
     pub fn write_text(
         &self,
         table: &FunctionTable,
         replay: &ReplayStats,
+        lost_by_thread: &[(u32, u64)],
         layout: TableLayout,
         out: &mut dyn Write,
     ) -> io::Result<()> {
-        let mut threads: Vec<&(u32, Summary)> = self.threads.iter().collect();
+        let empty = Summary::new(0);
+        let mut threads: Vec<(u32, &Summary)> = self.threads.iter().map(|(t, s)| (*t, s)).collect();
+        threads.extend(
+            lost_by_thread
+                .iter()
+                .filter(|(tid, _)| !self.index.contains_key(tid))
+                .map(|&(tid, _)| (tid, &empty)),
+        );
         threads.sort_by_key(|(tid, _)| *tid);
         for (i, (tid, summary)) in threads.into_iter().enumerate() {
             if i > 0 {
                 writeln!(out)?;
             }
-            writeln!(out, "Thread {tid}")?;
+            match lost_by_thread.binary_search_by_key(&tid, |&(tid, _)| tid) {
+                Ok(at) => {
+                    let lost = lost_by_thread[at].1;
+                    let events = plural(lost, "event", "events");
+                    writeln!(out, "Thread {tid} ({events} lost)")?;
+                }
+                Err(_) => writeln!(out, "Thread {tid}")?,
+            }
             summary.write_table(table, replay.span_ns(), layout, out)?;
         }
         write_note(replay, out)

@@ -66,6 +66,7 @@ fn sort_info() -> TraceInfo {
         duration_ns: 2_600_000,
         events: 27,
         lost_events: 3,
+        lost_by_thread: vec![(101, 2), (102, 1)],
     }
 }
 
@@ -333,6 +334,7 @@ fn report_summary_sorts_by_total_then_name() {
             complete: true,
             time_known: true,
             recursive: false,
+            recursion_ns: 0,
         };
         summary.call_finished(&call, &[function]);
     }
@@ -364,6 +366,7 @@ fn report_flame_graph_merges_paths_that_read_the_same() {
             complete: true,
             time_known: true,
             recursive: false,
+            recursion_ns: 0,
         };
         stacks.call_finished(&call, stack);
     };
@@ -581,7 +584,14 @@ fn report_summary_per_thread() {
         ..ReportOptions::default()
     };
     let (text, _) = sort_report_with(Format::Summary, &options);
-    let (first, second) = text.split_once("\n\nThread 101\n").expect("two tables");
+    let (first, rest) = text
+        .split_once("\n\nThread 101 (2 events lost)\n")
+        .expect("two tables");
+    // A thread that lost events but made no call recorded still shows.
+    let (second, third) = rest
+        .split_once("\n\nThread 102 (1 event lost)\n")
+        .expect("a third table");
+    assert_eq!(summary_order(third), Vec::<&str>::new());
     let first = first
         .strip_prefix("Thread 100\n")
         .expect("thread 100 first");
@@ -891,8 +901,8 @@ fn report_calls_of_unknown_time_count_but_add_no_time() {
         (cmp.calls, cmp.unknown_time, cmp.total_ns, cmp.avg_ns()),
         (1, 1, 0, 0)
     );
-    // main's own time holds what the lost calls took: 2000 - 500.
-    assert_eq!(summary.stats(MAIN).unwrap().self_ns, 1_500);
+    // main's own time holds what the lost calls took but fib's 100: 2000 - 500 - 100.
+    assert_eq!(summary.stats(MAIN).unwrap().self_ns, 1_400);
     let text = longjmp_report(Format::Summary, &ReportOptions::default());
     assert!(
         text.contains("note: 2 calls with unknown time (returns skipped by longjmp"),
