@@ -58,6 +58,9 @@ pub struct FinishedCall {
     pub time_known: bool,
     /// The same function is already active below this call on this thread's stack.
     pub recursive: bool,
+    /// Low 32 bits of the address of its return-address slot, as its events carry it; 0 when
+    /// unknown.
+    pub slot: u32,
     /// For a call of unknown time that is not recursive: the summed durations of the outermost
     /// timed calls of the same function inside it, which stand for it in the function's total
     /// time (so a total never falls below the self times it covers). 0 otherwise.
@@ -75,6 +78,8 @@ pub struct CallEntry {
     pub start_ns: u64,
     /// 0 for the outermost call observed on the thread.
     pub depth: u32,
+    /// Low 32 bits of the address of its return-address slot; 0 when unknown.
+    pub slot: u32,
 }
 
 /// A consumer of calls: a report, a live printer, a test's collector.
@@ -220,6 +225,7 @@ impl Replayer {
                 cpu: event.cpu(),
                 start_ns: ts,
                 depth: (stack.path.len() - 1) as u32,
+                slot: event.stack,
             };
             sink.call_entered(&entry, &stack.path);
         }
@@ -417,6 +423,7 @@ impl CallStack {
             complete: exit_cpu.is_some(),
             time_known: end_ns.is_some(),
             recursive: frame.recursive,
+            slot: frame.slot,
             recursion_ns: match (end_ns, frame.recursive) {
                 (None, false) => frame.recursion_ns,
                 _ => 0,
@@ -556,6 +563,7 @@ mod tests {
             complete,
             time_known: true,
             recursive,
+            slot: 0,
             recursion_ns: 0,
         }
     }
@@ -924,6 +932,28 @@ mod tests {
         assert!(!outermost.recursive);
     }
 
+    /// Replays events with slots as [`replay`] does, and checks that every call carries the
+    /// slot `slots` gives for its function and depth; returns the calls with their slots zeroed,
+    /// to compare with [`call`] and [`skipped`].
+    fn replay_slots(
+        function_count: usize,
+        events: &[Event],
+        end_ns: u64,
+    ) -> (Vec<(FinishedCall, Vec<FunctionId>)>, ReplayStats) {
+        let (calls, stats) = replay(function_count, events, end_ns);
+        let calls = calls
+            .into_iter()
+            .map(|(call, path)| {
+                let entered = events.iter().any(|e| {
+                    !e.is_exit() && e.timestamp_ns == call.start_ns && e.stack == call.slot
+                });
+                assert!(entered, "{call:?} has the slot of no entry at its start");
+                (FinishedCall { slot: 0, ..call }, path)
+            })
+            .collect();
+        (calls, stats)
+    }
+
     /// An entry of `function` on thread 1 whose return address sits at `slot`.
     fn entry_at(ts: u64, function: FunctionId, slot: u32) -> Event {
         Event::entry(ts, 1, function).at_stack(slot)
@@ -946,7 +976,7 @@ mod tests {
             exit_at(50, A, 0x0f00),
             exit_at(60, MAIN, 0x1000),
         ];
-        let (calls, stats) = replay(4, &events, 100);
+        let (calls, stats) = replay_slots(4, &events, 100);
         assert_eq!(
             calls,
             vec![
@@ -986,7 +1016,7 @@ mod tests {
             entry_at(70, C, 0x1008),
             exit_at(80, C, 0x1008),
         ];
-        let (calls, stats) = replay(4, &events, 100);
+        let (calls, stats) = replay_slots(4, &events, 100);
         assert_eq!(
             calls,
             vec![
@@ -1017,7 +1047,7 @@ mod tests {
             exit_at(50, A, 0x0f00),
             exit_at(60, MAIN, 0x1000),
         ];
-        let (calls, stats) = replay(4, &events, 100);
+        let (calls, stats) = replay_slots(4, &events, 100);
         assert_eq!(
             calls,
             vec![
@@ -1045,7 +1075,7 @@ mod tests {
             entry_at(30, B, 0x0e00),
             exit_at(40, B, 0x0e00),
         ];
-        let (calls, stats) = replay(4, &events, 100);
+        let (calls, stats) = replay_slots(4, &events, 100);
         assert_eq!(
             calls,
             vec![
@@ -1069,7 +1099,7 @@ mod tests {
                 .rev()
                 .map(|level| exit_at(1000 - u64::from(level), A, slot(level))),
         );
-        let (calls, stats) = replay(2, &events, 2000);
+        let (calls, stats) = replay_slots(2, &events, 2000);
         assert_eq!(calls.len(), depth as usize);
         assert!(calls[..136].iter().all(|(call, _)| !call.time_known));
         for (call, _) in &calls[136..] {
@@ -1092,7 +1122,7 @@ mod tests {
             exit_at(50, C, 0xffff_fff0),
             exit_at(60, MAIN, 0x0000_0010),
         ];
-        let (calls, stats) = replay(4, &events, 100);
+        let (calls, stats) = replay_slots(4, &events, 100);
         let functions: Vec<(FunctionId, bool)> = calls
             .iter()
             .map(|(call, _)| (call.function, call.time_known))
@@ -1118,7 +1148,7 @@ mod tests {
             exit_at(85, A, 0x0c00),
             exit_at(100, MAIN, 0x1000),
         ];
-        let (calls, _) = replay(3, &events, 200);
+        let (calls, _) = replay_slots(3, &events, 200);
         let got: Vec<(FunctionId, bool, bool, u64, u64)> = calls
             .iter()
             .map(|(c, _)| {

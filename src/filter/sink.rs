@@ -49,6 +49,8 @@ struct ShownFrame {
     cpu: u32,
     /// The durations of the shown calls it made directly (in the filtered tree).
     child_ns: u64,
+    /// Its return-address slot, as the replayer gave it.
+    slot: u32,
 }
 
 impl<'s, S: CallSink> FilteredSink<'s, S> {
@@ -115,6 +117,7 @@ impl ThreadView {
                 cpu: frame.cpu,
                 start_ns: frame.start_ns,
                 depth: depth as u32,
+                slot: frame.slot,
             };
             inner.call_entered(&entry, &self.path[..=depth]);
             self.entered += 1;
@@ -139,6 +142,7 @@ impl<S: CallSink> CallSink for FilteredSink<'_, S> {
                 start_ns: entry.start_ns,
                 cpu: entry.cpu,
                 child_ns: 0,
+                slot: entry.slot,
             });
             thread.enter_proven(entry.start_ns, self.min_duration_ns, self.inner);
         }

@@ -334,6 +334,7 @@ fn report_summary_sorts_by_total_then_name() {
             complete: true,
             time_known: true,
             recursive: false,
+            slot: 0,
             recursion_ns: 0,
         };
         summary.call_finished(&call, &[function]);
@@ -366,6 +367,7 @@ fn report_flame_graph_merges_paths_that_read_the_same() {
             complete: true,
             time_known: true,
             recursive: false,
+            slot: 0,
             recursion_ns: 0,
         };
         stacks.call_finished(&call, stack);
