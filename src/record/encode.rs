@@ -61,17 +61,23 @@ mod tests {
             Event::exit(40, 7, a),
             Event::exit(100, 7, main),
         ];
+        // Depth 2 hides b: its events go, the others stay exactly as they were.
+        let kept: Vec<Event> = [0, 1, 4, 5].iter().map(|&i| events[i]).collect();
+        assert_eq!(encode_two_deep(&events, 100), kept);
+    }
+
+    /// The events of main, a and b (ids 0 to 2) that `--max-depth 2` keeps, as the encoder
+    /// writes them, the trace closed at `end_ns`.
+    fn encode_two_deep(events: &[Event], end_ns: u64) -> Vec<Event> {
         let table = FunctionTable::of_names(&["main", "a", "b"]);
         let out = RefCell::new(Vec::new());
         let mut encoder = EventEncoder::new(&out);
-        // Depth 2 hides b: its events go, the others stay exactly as they were.
         let spec = FilterSpec::parse(&[], &[], Some(2), None, &[]).unwrap();
         let mut filtered = FilteredSink::new(&spec, &table, &mut encoder);
         let mut replayer = Replayer::new(3);
-        replayer.push_all(&events, &mut filtered);
-        replayer.finish(100, &mut filtered);
-        let kept: Vec<Event> = [0, 1, 4, 5].iter().map(|&i| events[i]).collect();
-        assert_eq!(out.into_inner(), kept);
+        replayer.push_all(events, &mut filtered);
+        replayer.finish(end_ns, &mut filtered);
+        out.into_inner()
     }
 
     #[test]
@@ -86,15 +92,7 @@ mod tests {
             Event::exit(40, 7, a).at_stack(0x0f00),
             Event::exit(50, 7, main).at_stack(0x1000),
         ];
-        let table = FunctionTable::of_names(&["main", "a", "b"]);
-        let out = RefCell::new(Vec::new());
-        let mut encoder = EventEncoder::new(&out);
-        let spec = FilterSpec::parse(&[], &[], Some(2), None, &[]).unwrap();
-        let mut filtered = FilteredSink::new(&spec, &table, &mut encoder);
-        let mut replayer = Replayer::new(3);
-        replayer.push_all(&events, &mut filtered);
-        replayer.finish(50, &mut filtered);
-        let kept = out.into_inner();
+        let kept = encode_two_deep(&events, 50);
         let expected: Vec<Event> = [0, 1, 3, 4, 5].iter().map(|&i| events[i]).collect();
         assert_eq!(kept, expected);
         let mut again = Replayer::new(3);
