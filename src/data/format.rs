@@ -40,8 +40,9 @@ use crate::event::Event;
 
 /// The first 8 bytes of every `utrace.data` file.
 pub const MAGIC: [u8; 8] = *b"UTRACE\0D";
-/// The format version this code writes and reads.
-pub const VERSION: u32 = 2;
+/// The format version this code writes and reads. 3: the statistics end with the events lost
+/// per thread, which a version-2 file's statistics lack.
+pub const VERSION: u32 = 3;
 /// Size of the file header: magic, version, reserved.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Size of a chunk header: kind, length, checksum, reserved.
