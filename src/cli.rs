@@ -112,6 +112,10 @@ pub struct TraceArgs {
     /// unwind through traced frames) or uretprobe (the kernel's return probes).
     #[arg(long, value_name = "KIND", default_value = "uretprobe")]
     pub exit_probes: ExitProbes,
+    /// Also trace the processes the target forks, and the programs they exec (each probed for
+    /// its own functions); reports label each process by pid.
+    #[arg(long)]
+    pub follow: bool,
     /// Say what was planned, attached and measured.
     #[arg(short, long)]
     pub debug: bool,

@@ -1,5 +1,5 @@
-//! The event written by the BPF programs (`src/bpf/event.h`), read as it is from the ring buffer
-//! and from `utrace.data` event blocks.
+//! The event written by the BPF programs (`src/bpf/event.h`), read as it is from the ring buffer;
+//! `utrace.data` stores it encoded (`src/data/format/events.rs`) and the reader decodes it back.
 
 use crate::plan::FunctionId;
 
@@ -33,8 +33,13 @@ impl Event {
     /// `function` of the ring buffer's note that a dlopen returned (`EVENT_LIBRARY_LOADED`):
     /// never a function id, never written to a data file.
     pub const LIBRARY_LOADED: u32 = 0x7fff_ffff;
-    /// Size of one event in bytes, in the ring buffer and on disk.
-    pub const SIZE: usize = std::mem::size_of::<Event>();
+    /// `function` of the note that a process forked a followed one (`EVENT_PROCESS_FORKED`,
+    /// `--follow`): `pid` is the child, `stack` the parent. Never written to a data file.
+    pub const PROCESS_FORKED: u32 = 0x7fff_fffe;
+    /// `function` of the note that process `pid` exec'ed (`EVENT_PROCESS_EXECED`, `--follow`).
+    /// Kept in the data file, where it tells the replayer that the process's open calls will
+    /// never return.
+    pub const PROCESS_EXECED: u32 = 0x7fff_fffd;
     /// Bits of the `tid` field that hold the thread id (`EVENT_TID_BITS`): pid_max is at most
     /// 2^22, which leaves 10 bits for the CPU.
     pub const TID_BITS: u32 = 22;

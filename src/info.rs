@@ -89,6 +89,11 @@ impl DataFileInfo {
         }
         let tids: Vec<String> = self.scan.tids.iter().map(u32::to_string).collect();
         writeln!(out, "threads:     {} ({})", tids.len(), tids.join(", "))?;
+        // Only a trace that followed processes (--follow) has more than one.
+        if self.scan.pids.len() > 1 {
+            let pids: Vec<String> = self.scan.pids.iter().map(u32::to_string).collect();
+            writeln!(out, "processes:   {} ({})", pids.len(), pids.join(", "))?;
+        }
         if self.cut_short {
             writeln!(
                 out,

@@ -3,7 +3,7 @@
 mod cli;
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, IsTerminal, Stderr, Write};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
@@ -18,9 +18,10 @@ use utrace::record::{
     TraceOptions, UserIds,
 };
 use utrace::report::flame_graph::Weight;
+use utrace::report::progress::{ProgressBar, WithProgress};
 use utrace::report::summary::SortKey;
 use utrace::report::tree::Columns;
-use utrace::report::{scan_threads, write_report, Format, ReportOptions, TraceInfo};
+use utrace::report::{scan_threads, write_report, Format, ReportOptions, ThreadScan, TraceInfo};
 
 fn main() -> ExitCode {
     let cli = cli::parse();
@@ -70,6 +71,7 @@ fn run_live(args: LiveArgs) -> Result<u8> {
         trace: trace_options(args.trace)?,
         out,
         columns: Columns {
+            process_ids: false,
             thread_ids: args.tid,
             timestamps: args.timestamp,
             cpus: args.cpuid,
@@ -107,6 +109,7 @@ fn trace_options(args: TraceArgs) -> Result<TraceOptions> {
         },
         filter: args.filter.spec()?,
         exit_probes: args.exit_probes,
+        follow: args.follow,
         debug: args.debug,
     })
 }
@@ -124,9 +127,14 @@ fn exit_code(outcome: &RecordOutcome) -> u8 {
 
 fn run_report(args: ReportArgs) -> Result<()> {
     let options = report_options(&args)?;
-    let mut reader = DataReader::open(&args.input)?;
+    let reader = DataReader::open(&args.input)?;
     // The table is borrowed while the reader streams its events, so it is taken out first.
     let table = reader.functions().clone();
+    // A report written to the terminal as it is read would be torn by the bar's redraws.
+    let bar_wanted = !(args.output.is_none()
+        && args.format.writes_while_reading()
+        && std::io::stdout().is_terminal());
+    let mut source = with_progress(&args, bar_wanted, "reading", reader);
     let mut out: Box<dyn Write> = match &args.output {
         Some(path) => Box::new(BufWriter::new(
             File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
@@ -136,14 +144,14 @@ fn run_report(args: ReportArgs) -> Result<()> {
     let outcome = write_report(
         args.format,
         &options,
-        trace_info,
+        |source: &WithProgress<DataReader, _>| trace_info(source.source()),
         &table,
-        &mut reader,
+        &mut source,
         &mut out,
     )
     .with_context(|| format!("{}", args.input.display()))?;
     out.flush().context("cannot write the report")?;
-    if reader.cut_short() {
+    if source.source().cut_short() {
         eprintln!(
             "utrace: warning: {} was cut short (the recorder did not finish): {} events read up to its last complete block",
             args.input.display(),
@@ -151,6 +159,18 @@ fn run_report(args: ReportArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `reader` moving a progress bar for `report` as it reads, if `wanted`.
+fn with_progress(
+    args: &ReportArgs,
+    wanted: bool,
+    label: &'static str,
+    reader: DataReader,
+) -> WithProgress<DataReader, Stderr> {
+    let file_len = std::fs::metadata(&args.input).map_or(0, |m| m.len());
+    let bar = ProgressBar::on_stderr(wanted, label, file_len);
+    WithProgress::new(reader, DataReader::bytes_read, bar)
 }
 
 /// The options of `report`, checked against its format. The call tree's thread column needs the
@@ -170,11 +190,15 @@ fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
         bail!("--weight applies to --format=flame-graph and svg, not {format}");
     }
     let filter = args.filter.spec()?;
-    let show_thread_ids = format == Format::Replay && {
-        let mut reader = DataReader::open(&args.input)?;
-        let scan = scan_threads(&mut reader, &filter)
-            .with_context(|| format!("{}", args.input.display()))?;
-        scan.tids.len() > 1
+    let scan = if format == Format::Replay {
+        let reader = DataReader::open(&args.input)?;
+        scan_threads(
+            &mut with_progress(args, true, "finding threads", reader),
+            &filter,
+        )
+        .with_context(|| format!("{}", args.input.display()))?
+    } else {
+        ThreadScan::default()
     };
     Ok(ReportOptions {
         sort: args.sort,
@@ -182,7 +206,8 @@ fn report_options(args: &ReportArgs) -> Result<ReportOptions> {
         avg_self: args.avg_self,
         weight: args.weight,
         filter,
-        show_thread_ids,
+        show_thread_ids: scan.tids.len() > 1,
+        show_process_ids: scan.pids.len() > 1,
         show_timestamps: args.timestamp,
         show_cpus: args.cpuid,
     })

@@ -39,6 +39,8 @@ use crate::plan::FunctionId;
 pub struct FinishedCall {
     pub function: FunctionId,
     pub tid: u32,
+    /// The process (tgid) of the thread; 0 when unknown.
+    pub pid: u32,
     /// The CPU the call returned on (where it was entered, when its exit was never seen).
     pub cpu: u32,
     /// Entry time, CLOCK_MONOTONIC ns.
@@ -72,6 +74,8 @@ pub struct FinishedCall {
 pub struct CallEntry {
     pub function: FunctionId,
     pub tid: u32,
+    /// The process (tgid) of the thread; 0 when unknown.
+    pub pid: u32,
     /// The CPU the call was entered on.
     pub cpu: u32,
     /// Entry time, CLOCK_MONOTONIC ns.
@@ -95,6 +99,10 @@ pub trait CallSink {
     /// A call has started; `stack` is as for [`call_finished`](Self::call_finished). Most
     /// reports only need finished calls, hence the default that does nothing.
     fn call_entered(&mut self, _entry: &CallEntry, _stack: &[FunctionId]) {}
+
+    /// `note` (an [`Event::PROCESS_EXECED`]) came, after the calls it ended were finished. Only
+    /// a sink that writes the events back needs it.
+    fn process_execed(&mut self, _note: &Event) {}
 }
 
 /// A closure is a sink, which keeps one-off consumers and tests short.
@@ -165,6 +173,11 @@ impl Replayer {
 
     /// Replays one event; the calls it ends go to `sink`, innermost first.
     pub fn push<S: CallSink>(&mut self, event: &Event, sink: &mut S) {
+        if event.function == Event::PROCESS_EXECED {
+            self.close_process(event.pid, event.timestamp_ns, sink);
+            sink.process_execed(event);
+            return;
+        }
         let function = event.function_id();
         if function as usize >= self.function_count {
             self.stats.unknown_function_events += 1;
@@ -176,7 +189,7 @@ impl Replayer {
         }
         self.events_seen += 1;
         self.stats.last_timestamp_ns = self.stats.last_timestamp_ns.max(ts);
-        let thread = self.thread_index(event.tid());
+        let thread = self.thread_index(event.tid(), event.pid);
         let stack = &mut self.stacks[thread];
         let spares = &mut self.spare_active;
         let returned = FrameEnd::Returned {
@@ -222,6 +235,7 @@ impl Replayer {
             let entry = CallEntry {
                 function,
                 tid: event.tid(),
+                pid: stack.pid,
                 cpu: event.cpu(),
                 start_ns: ts,
                 depth: (stack.path.len() - 1) as u32,
@@ -266,16 +280,20 @@ impl Replayer {
     pub fn finish<S: CallSink>(mut self, end_ns: u64, sink: &mut S) -> ReplayStats {
         self.stacks.sort_by_key(|stack| stack.tid);
         for stack in &mut self.stacks {
-            while stack.top().is_some() {
-                let closed = FrameEnd::Closed { end_ns };
-                stack.pop(closed, sink, &mut self.spare_active);
-                self.stats.unfinished_calls += 1;
-            }
+            self.stats.unfinished_calls += stack.close(end_ns, sink, &mut self.spare_active);
         }
         self.stats()
     }
 
-    fn thread_index(&mut self, tid: u32) -> usize {
+    /// Process `pid` exec'ed at `ts`: the calls open in its threads will never return (its
+    /// old program is gone), so they end there, unfinished.
+    fn close_process<S: CallSink>(&mut self, pid: u32, ts: u64, sink: &mut S) {
+        for stack in self.stacks.iter_mut().filter(|stack| stack.pid == pid) {
+            self.stats.unfinished_calls += stack.close(ts, sink, &mut self.spare_active);
+        }
+    }
+
+    fn thread_index(&mut self, tid: u32, pid: u32) -> usize {
         if let Some((last_tid, index)) = self.last_thread {
             if last_tid == tid {
                 return index;
@@ -283,7 +301,7 @@ impl Replayer {
         }
         let stacks = &mut self.stacks;
         let index = *self.index.entry(tid).or_insert_with(|| {
-            stacks.push(CallStack::new(tid));
+            stacks.push(CallStack::new(tid, pid));
             stacks.len() - 1
         });
         self.last_thread = Some((tid, index));
@@ -309,6 +327,8 @@ struct Frame {
 /// One thread's open calls, outermost first.
 struct CallStack {
     tid: u32,
+    /// The process of the thread, from its first event.
+    pid: u32,
     /// The functions of `frames`, kept apart so the path is a slice to hand to sinks.
     path: Vec<FunctionId>,
     frames: Vec<Frame>,
@@ -319,9 +339,10 @@ struct CallStack {
 }
 
 impl CallStack {
-    fn new(tid: u32) -> CallStack {
+    fn new(tid: u32, pid: u32) -> CallStack {
         CallStack {
             tid,
+            pid,
             path: Vec::new(),
             frames: Vec::new(),
             active: Vec::new(),
@@ -392,6 +413,21 @@ impl CallStack {
         });
     }
 
+    /// Closes every open frame at `end_ns`, innermost first, unfinished; returns how many.
+    fn close<S: CallSink>(
+        &mut self,
+        end_ns: u64,
+        sink: &mut S,
+        spare_active: &mut Vec<Vec<u32>>,
+    ) -> u64 {
+        let mut closed = 0;
+        while self.top().is_some() {
+            self.pop(FrameEnd::Closed { end_ns }, sink, spare_active);
+            closed += 1;
+        }
+        closed
+    }
+
     /// Closes the top frame as `end` says and hands it to `sink`. The stack must not be empty.
     fn pop<S: CallSink>(&mut self, end: FrameEnd, sink: &mut S, spare_active: &mut Vec<Vec<u32>>) {
         let frame = self.frames.pop().expect("pop on an empty call stack");
@@ -415,6 +451,7 @@ impl CallStack {
         let call = FinishedCall {
             function,
             tid: self.tid,
+            pid: self.pid,
             cpu: exit_cpu.unwrap_or(frame.cpu),
             start_ns: frame.start_ns,
             duration_ns,
@@ -555,6 +592,7 @@ mod tests {
         FinishedCall {
             function,
             tid,
+            pid: 0,
             cpu: 0,
             start_ns,
             duration_ns,
@@ -1184,5 +1222,48 @@ mod tests {
         let hashes: std::collections::HashSet<u64> =
             paths.iter().map(|path| hasher.hash_one(path)).collect();
         assert_eq!(hashes.len(), paths.len());
+    }
+
+    #[test]
+    fn replay_an_exec_ends_the_calls_open_in_its_process_only() {
+        let (pid, other) = (5, 9);
+        let exec = Event {
+            function: Event::PROCESS_EXECED,
+            ..Event::entry(30, 5, 0).in_process(pid)
+        };
+        let events = [
+            Event::entry(0, 5, MAIN).in_process(pid),
+            Event::entry(10, 6, A).in_process(pid),
+            Event::entry(15, 9, B).in_process(other),
+            Event::entry(20, 5, A).in_process(pid),
+            exec,
+            // The new program starts a new tree on the same thread.
+            Event::entry(40, 5, C).in_process(pid),
+            Event::exit(50, 5, C).in_process(pid),
+            Event::exit(60, 9, B).in_process(other),
+        ];
+        let (calls, stats) = replay(4, &events, 60);
+        let ended: Vec<(FunctionId, u32, u64, u32, bool)> = calls
+            .iter()
+            .map(|(c, _)| (c.function, c.tid, c.duration_ns, c.depth, c.complete))
+            .collect();
+        assert_eq!(
+            ended,
+            [
+                // Closed at the exec: both threads of the process, innermost first.
+                (A, 5, 10, 1, false),
+                (MAIN, 5, 30, 0, false),
+                (A, 6, 20, 0, false),
+                (C, 5, 10, 0, true),
+                (B, 9, 45, 0, true),
+            ]
+        );
+        assert!(calls
+            .iter()
+            .all(|(c, _)| c.pid == if c.tid == 9 { other } else { pid }));
+        assert_eq!(
+            (stats.unfinished_calls, stats.unknown_function_events),
+            (3, 0)
+        );
     }
 }

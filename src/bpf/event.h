@@ -9,6 +9,12 @@
 #define EVENT_TID_BITS 22
 /* `function` of the event that says a dlopen returned: never a function id. */
 #define EVENT_LIBRARY_LOADED 0x7fffffffu
+/* `function` of the event that says a followed process forked a new one (--follow): `pid` is
+ * the child, stopped until the recorder has probed it; `stack` is the parent. */
+#define EVENT_PROCESS_FORKED 0x7ffffffeu
+/* `function` of the event that says a followed process exec'ed (--follow): it is stopped until
+ * the recorder has probed the new program. */
+#define EVENT_PROCESS_EXECED 0x7ffffffdu
 
 struct event {
 	/* bpf_ktime_get_ns(): CLOCK_MONOTONIC, in nanoseconds. */

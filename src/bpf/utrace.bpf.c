@@ -77,6 +77,32 @@ int target_exec(void *ctx)
  * that is only `ret`): one probe, two events, in the order they happen. */
 #define COOKIE_ALSO_EXIT (1ull << 32)
 
+/* --follow: the processes the target forked, and those they forked (tgid → 1). */
+const volatile bool follow = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} followed_processes SEC(".maps");
+
+/* Whether the target's first exec (a command utrace forked, turning into the program) has gone
+ * by: only the execs after it load a new program. */
+bool target_exec_passed = false;
+
+extern int bpf_send_signal_task(struct task_struct *task, int sig, enum pid_type type,
+				__u64 value) __ksym;
+
+#define SIGSTOP 19
+
+/* The target, or a process it forked under --follow. */
+static __always_inline bool is_traced(__u32 tgid)
+{
+	return tgid == target_tgid ||
+	       (follow && bpf_map_lookup_elem(&followed_processes, &tgid));
+}
+
 static __always_inline int record(__u32 function, __u64 stack)
 {
 	__u64 now = bpf_ktime_get_ns();
@@ -85,7 +111,7 @@ static __always_inline int record(__u32 function, __u64 stack)
 
 	/* The link's pid filter decides where breakpoints go, but another tracer's probe on the same
 	 * file runs our program too: check the process ourselves. */
-	if ((pid_tgid >> 32) != target_tgid)
+	if (!is_traced(pid_tgid >> 32))
 		return 0;
 	if (!recording || (wait_for_exec && !exec_seen))
 		return 0;
@@ -131,7 +157,7 @@ int library_loaded(struct pt_regs *ctx)
 	e->pid = pid_tgid >> 32;
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	if (stop_on_dlopen)
-		bpf_send_signal(19 /* SIGSTOP */);
+		bpf_send_signal(SIGSTOP);
 	return 0;
 }
 
@@ -170,4 +196,93 @@ int function_exit(struct pt_regs *ctx)
 {
 	/* The `ret` has popped the return address: its slot is just below sp. */
 	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT, PT_REGS_SP(ctx) - 8);
+}
+
+/* --follow: a traced process forked a new one (not a thread). The child is stopped before it runs
+ * a single instruction of its own (the tracepoint fires before it is first woken), so the
+ * recorder can attach probes filtered to it and then let it go on: a link's pid filter does not
+ * pass a forked child. */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(process_forked, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 parent_tgid = parent->tgid;
+	__u32 child_tgid = child->tgid;
+	__u8 yes = 1;
+	struct event *e;
+
+	if (child_tgid == parent_tgid || !recording || !is_traced(parent_tgid))
+		return 0;
+	/* Before its exec, a started command is still utrace's own child. */
+	if (parent_tgid == target_tgid && wait_for_exec && !target_exec_passed)
+		return 0;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		/* No stop without the event: nobody would know to let the child go on. */
+		__sync_fetch_and_add(&lost_events, 1);
+		return 0;
+	}
+	if (bpf_map_update_elem(&followed_processes, &child_tgid, &yes, BPF_ANY)) {
+		/* The map is full: the child runs on untraced. */
+		bpf_ringbuf_discard(e, 0);
+		return 0;
+	}
+	if (bpf_send_signal_task(child, SIGSTOP, PIDTYPE_TGID, 0)) {
+		bpf_map_delete_elem(&followed_processes, &child_tgid);
+		bpf_ringbuf_discard(e, 0);
+		return 0;
+	}
+	e->timestamp_ns = bpf_ktime_get_ns();
+	e->tid = parent->pid & ((1u << EVENT_TID_BITS) - 1);
+	e->function = EVENT_PROCESS_FORKED;
+	e->stack = parent_tgid;
+	e->pid = child_tgid;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}
+
+/* --follow: a traced process exec'ed a new program. It is stopped before the program's first
+ * instruction (the loader's) until the recorder has probed the program. */
+SEC("raw_tp/sched_process_exec")
+int process_execed(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	struct event *e;
+
+	if (!recording || !is_traced(tgid))
+		return 0;
+	if (tgid == target_tgid && wait_for_exec && !target_exec_passed) {
+		/* The command utrace started becomes the program that was planned. */
+		target_exec_passed = true;
+		return 0;
+	}
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		__sync_fetch_and_add(&lost_events, 1);
+		return 0;
+	}
+	if (bpf_send_signal(SIGSTOP)) {
+		/* Not stopped: the new program runs on untraced. */
+		bpf_ringbuf_discard(e, 0);
+		return 0;
+	}
+	e->timestamp_ns = bpf_ktime_get_ns();
+	e->tid = (__u32)pid_tgid & ((1u << EVENT_TID_BITS) - 1);
+	e->function = EVENT_PROCESS_EXECED;
+	e->stack = 0;
+	e->pid = tgid;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}
+
+/* --follow: the last thread of a followed process has exited; its pid may be reused by a process
+ * that is not followed once it has been reaped, which comes after this. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(followed_exit, struct task_struct *task, bool group_dead)
+{
+	__u32 tgid = task->tgid;
+
+	if (group_dead && tgid != target_tgid)
+		bpf_map_delete_elem(&followed_processes, &tgid);
+	return 0;
 }

@@ -13,7 +13,8 @@
 //! |------|----------------|------------------------------------------------------------------|
 //! | 1    | metadata       | bincode 2 (standard configuration) of [`Metadata`]               |
 //! | 2    | function table | bincode 2 (standard configuration) of [`FunctionTable`]          |
-//! | 3    | events         | [`Event`]s as they are in memory (24 bytes each, little-endian) |
+//! | 3    | events         | up to [`EVENTS_PER_CHUNK`] events, each encoded as its change    |
+//! |      |                | from the one before (the layout is in `format/events.rs`)        |
 //! | 4    | statistics     | bincode 2 (standard configuration) of [`Statistics`]             |
 //! | 5    | more functions | bincode 2 of a [`FunctionTable`] of the modules and functions   |
 //! |      |                | planned during the recording (a library loaded with `dlopen`):  |
@@ -26,34 +27,34 @@
 //!
 //! A payload is at most [`MAX_CHUNK_LEN`] bytes (64 MiB): readers refuse longer ones without
 //! allocating them. The function table is the only chunk that comes near that: 100,000 functions
-//! with 200-byte names take about 23 MB. Writers put at most [`EVENTS_PER_CHUNK`] events (1 MiB)
-//! in one chunk.
+//! with 200-byte names take about 23 MB. An events chunk holds at most [`EVENTS_PER_CHUNK`]
+//! events (1.5 MiB in memory) in at most [`MAX_EVENTS_LEN`] bytes (about 2 MB), which bounds
+//! what a reader allocates for one.
 //!
 //! [`Metadata`]: super::Metadata
 //! [`Statistics`]: super::Statistics
 //! [`FunctionTable`]: crate::plan::FunctionTable
 
+mod events;
+
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::event::Event;
+pub use events::{EventDecoder, EventEncoder, MAX_EVENTS_LEN};
 
 /// The first 8 bytes of every `utrace.data` file.
 pub const MAGIC: [u8; 8] = *b"UTRACE\0D";
-/// The format version this code writes and reads. 3: the statistics end with the events lost
-/// per thread, which a version-2 file's statistics lack.
-pub const VERSION: u32 = 3;
+/// The format version this code writes and reads. 4: the statistics end with the events lost
+/// per thread, which a version-3 file's statistics lack.
+pub const VERSION: u32 = 4;
 /// Size of the file header: magic, version, reserved.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Size of a chunk header: kind, length, checksum, reserved.
 pub const CHUNK_HEADER_LEN: usize = 16;
-// An events payload is `Event`s as they are in memory: a change to `Event` changes the format and
-// needs a new `VERSION` (and this line changed with it).
-const _: () = assert!(Event::SIZE == 24 && std::mem::align_of::<Event>() == 8);
 
 /// The longest payload a chunk may have (64 MiB).
 pub const MAX_CHUNK_LEN: u32 = 64 << 20;
-/// The most events a writer puts in one chunk (1 MiB of payload).
+/// The most events one chunk may hold.
 pub const EVENTS_PER_CHUNK: usize = 64 * 1024;
 
 /// What a chunk holds.
@@ -191,48 +192,6 @@ pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, bincode::error::
     bincode::serde::decode_from_slice(payload, bincode_config()).map(|(value, _)| value)
 }
 
-/// The on-disk bytes of an events payload: `events` themselves on little-endian hosts (no copy),
-/// converted into `scratch` on big-endian ones.
-pub fn events_payload<'a>(events: &'a [Event], scratch: &'a mut Vec<u8>) -> &'a [u8] {
-    if cfg!(target_endian = "little") {
-        // SAFETY: `Event` is `repr(C)` with only integer fields and no padding (asserted in
-        // event.rs), so every byte of the slice is initialized; the byte slice borrows `events`
-        // and covers exactly `size_of_val(events)` bytes.
-        unsafe { plain::as_bytes(events) }
-    } else {
-        scratch.clear();
-        for event in events {
-            scratch.extend_from_slice(&event.timestamp_ns.to_le_bytes());
-            scratch.extend_from_slice(&event.tid.to_le_bytes());
-            scratch.extend_from_slice(&event.function.to_le_bytes());
-            scratch.extend_from_slice(&event.stack.to_le_bytes());
-            scratch.extend_from_slice(&event.pid.to_le_bytes());
-        }
-        scratch
-    }
-}
-
-/// `events` as bytes to read an events payload into; call [`events_from_disk`] on them after.
-pub fn events_as_mut_bytes(events: &mut [Event]) -> &mut [u8] {
-    // SAFETY: `Event` implements `Plain`: every bit pattern is a valid `Event`, so any bytes
-    // written through the slice leave valid events behind. The slice borrows `events` mutably and
-    // covers exactly its bytes.
-    unsafe { plain::as_mut_bytes(events) }
-}
-
-/// Turns events read as on-disk bytes into host order (nothing to do on little-endian hosts).
-pub fn events_from_disk(events: &mut [Event]) {
-    if cfg!(target_endian = "big") {
-        for event in events {
-            event.timestamp_ns = u64::from_le(event.timestamp_ns);
-            event.tid = u32::from_le(event.tid);
-            event.function = u32::from_le(event.function);
-            event.stack = u32::from_le(event.stack);
-            event.pid = u32::from_le(event.pid);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,25 +224,5 @@ mod tests {
         assert_eq!(ChunkHeader::decode(&bytes), header);
         let unknown = ChunkHeader::decode(&[99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 7, 7, 7]);
         assert_eq!(unknown.kind, ChunkKind::Unknown(99));
-    }
-
-    #[test]
-    fn event_bytes_on_disk() {
-        let events = [Event::exit(0x1122_3344_5566_7788, 0x99aa_bbcc, 5)
-            .at_stack(0x0102_0304)
-            .in_process(0x0a0b_0c0d)];
-        let mut scratch = Vec::new();
-        let bytes = events_payload(&events, &mut scratch).to_vec();
-        assert_eq!(
-            bytes,
-            [
-                0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0xcc, 0xbb, 0xaa, 0x99, 5, 0, 0,
-                0x80, 4, 3, 2, 1, 0x0d, 0x0c, 0x0b, 0x0a
-            ]
-        );
-        let mut back = [Event::default()];
-        events_as_mut_bytes(&mut back).copy_from_slice(&bytes);
-        events_from_disk(&mut back);
-        assert_eq!(back, events);
     }
 }

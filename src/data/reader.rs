@@ -1,6 +1,6 @@
-//! Reads `utrace.data` as a stream of event blocks. Events are read straight into a reused buffer
-//! of [`Event`]s, with no parsing per event and no allocation per block once the buffer has grown
-//! to the largest block.
+//! Reads `utrace.data` as a stream of event blocks. Each events chunk is decoded into a reused
+//! buffer of [`Event`]s, with no allocation per event, nor per block once the buffers have grown
+//! to the largest chunk.
 //!
 //! Hostile or damaged files give a [`DataError`], never a panic, and nothing is allocated on a
 //! header's word beyond [`MAX_CHUNK_LEN`](format::MAX_CHUNK_LEN).
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 
 use super::format::{
-    self, ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN, MAX_CHUNK_LEN,
+    self, ChunkHeader, ChunkKind, EventDecoder, CHUNK_HEADER_LEN, FILE_HEADER_LEN, MAX_CHUNK_LEN,
 };
 use super::{DataError, Metadata, Statistics};
 use crate::event::Event;
@@ -53,6 +53,9 @@ pub struct DataReader<R = File> {
     functions: FunctionTable,
     statistics: Option<Statistics>,
     state: State,
+    /// The payload of the chunk being read, reused from chunk to chunk.
+    payload: Vec<u8>,
+    decoder: EventDecoder,
     /// The current events block; its length is the largest block read so far.
     events: Vec<Event>,
     /// Events handed out so far: the count of a file cut short before its statistics.
@@ -133,6 +136,8 @@ impl<R: Read + Seek> DataReader<R> {
             functions,
             statistics: None,
             state: State::Events,
+            payload: Vec::new(),
+            decoder: EventDecoder::default(),
             events: Vec::new(),
             events_read: 0,
         })
@@ -171,6 +176,11 @@ impl<R: Read + Seek> DataReader<R> {
         }
     }
 
+    /// Bytes of the file read so far, up to the end of the last chunk read.
+    pub fn bytes_read(&self) -> u64 {
+        self.offset
+    }
+
     /// Events returned by [`next_events`](Self::next_events) so far.
     pub fn events_read(&self) -> u64 {
         self.events_read
@@ -203,44 +213,44 @@ impl<R: Read + Seek> DataReader<R> {
             let length = header.length as usize;
             match header.kind {
                 ChunkKind::Events => {
-                    if length % Event::SIZE != 0 {
+                    if length > format::MAX_EVENTS_LEN {
                         return Err(DataError::corrupt(
                             &self.path,
                             offset,
                             format!(
-                                "an events payload of {length} bytes is not a whole number \
-                                 of {}-byte events",
-                                Event::SIZE
+                                "an events chunk of {length} bytes, more than the {} its \
+                                 events can take",
+                                format::MAX_EVENTS_LEN
                             ),
                         ));
                     }
-                    let count = length / Event::SIZE;
-                    if self.events.len() < count {
-                        self.events.resize(count, Event::default());
-                    }
-                    let block = &mut self.events[..count];
-                    let bytes = format::events_as_mut_bytes(block);
-                    let got = read_full(&mut self.input, bytes)
-                        .map_err(|error| DataError::io(&self.path, error))?;
-                    if got < length {
+                    if !read_payload(&self.path, &mut self.input, length, &mut self.payload)? {
                         self.state = State::CutShort;
                         return Ok(None);
                     }
-                    check_sum(&self.path, offset, &header, bytes)?;
-                    format::events_from_disk(block);
+                    check_sum(&self.path, offset, &header, &self.payload)?;
+                    let count = self
+                        .decoder
+                        .decode(&self.payload, &mut self.events)
+                        .map_err(|reason| {
+                            DataError::corrupt(
+                                &self.path,
+                                offset,
+                                format!("the events do not decode: {reason}"),
+                            )
+                        })?;
                     self.offset = next_offset(offset, &header);
                     if count > 0 {
                         return Ok(Some(count));
                     }
                 }
                 ChunkKind::Statistics => {
-                    let mut payload = Vec::new();
-                    if !read_payload(&self.path, &mut self.input, length, &mut payload)? {
+                    if !read_payload(&self.path, &mut self.input, length, &mut self.payload)? {
                         self.state = State::CutShort;
                         return Ok(None);
                     }
-                    check_sum(&self.path, offset, &header, &payload)?;
-                    self.statistics = Some(decode(&self.path, offset, &header, &payload)?);
+                    check_sum(&self.path, offset, &header, &self.payload)?;
+                    self.statistics = Some(decode(&self.path, offset, &header, &self.payload)?);
                     self.offset = next_offset(offset, &header);
                     // Statistics come last; whatever follows is not read.
                     self.state = State::Finished;

@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
 
-use super::format::{self, ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
+use super::format::{
+    self, ChunkHeader, ChunkKind, EventEncoder, CHUNK_HEADER_LEN, FILE_HEADER_LEN,
+};
 use super::*;
 use crate::event::Event;
 use crate::plan::{FunctionKind, FunctionTable, TracedFunction};
@@ -160,6 +162,13 @@ fn write_file(dir: &TempDir, name: &str, bytes: &[u8]) -> PathBuf {
     path
 }
 
+/// The payload of an events chunk of `events`.
+fn encoded(events: &[Event]) -> Vec<u8> {
+    let mut payload = Vec::new();
+    EventEncoder::default().encode(events, &mut payload);
+    payload
+}
+
 /// A chunk as the format lays it out, for files the writer would not make.
 fn chunk(kind: ChunkKind, payload: &[u8]) -> Vec<u8> {
     let mut bytes = ChunkHeader::for_payload(kind, payload).encode().to_vec();
@@ -191,11 +200,22 @@ fn round_trip() {
     }
     writer.write_events(&[]).unwrap();
     assert_eq!(writer.events_written(), 71_003);
-    // Events cost their 24 bytes plus a 16-byte header per chunk of up to 65,536.
+    // A 16-byte header per chunk of up to 65,536 events, and each event encoded in 2 or 3 bytes.
+    let chunks = [
+        &written[0][..],
+        &written[1],
+        &written[2][..65_536],
+        &written[2][65_536..],
+        &written[3],
+    ];
     assert_eq!(
         writer.bytes_written() - table_end,
-        71_003 * Event::SIZE as u64 + 5 * CHUNK_HEADER_LEN as u64
+        chunks
+            .map(|events| (CHUNK_HEADER_LEN + encoded(events).len()) as u64)
+            .iter()
+            .sum::<u64>()
     );
+    assert!(writer.bytes_written() - table_end < 71_003 * 3);
     writer.finish(&statistics).unwrap();
 
     let read = read_all(&path).unwrap();
@@ -225,7 +245,7 @@ fn writer_counts_bytes_as_they_land_in_the_file() {
     assert_eq!(writer.bytes_written(), on_disk());
     assert_eq!(
         writer.bytes_written() - before,
-        (CHUNK_HEADER_LEN + 100 * Event::SIZE) as u64
+        (CHUNK_HEADER_LEN + encoded(&events(1, 100)).len()) as u64
     );
     // Readable as it stands, as after a kill -9: all events, cut short.
     let read = read_all(&path).unwrap();
@@ -426,31 +446,54 @@ fn absurd_chunk_length() {
         .to_string()
         .starts_with(&format!("{}: corrupt chunk at byte 16 (", path.display())));
 
-    // On the second events chunk: the first block reads, then the error.
+    // On the second events chunk, beyond what any chunk or any events chunk may hold: the first
+    // block reads, then the error.
     let at = small.block_ends[0];
-    let mut bytes = small.bytes.clone();
-    bytes[at + 4..at + 8].copy_from_slice(&(format::MAX_CHUNK_LEN + 16).to_le_bytes());
-    let path = write_file(&dir, "absurd.data", &bytes);
-    let (events, result) = read_until_error(&path);
-    assert_eq!(events, small.blocks[0]);
-    let error = result.err().unwrap();
-    assert!(
-        matches!(error, DataError::Corrupt { offset, .. } if offset == at as u64),
-        "{error}"
-    );
+    for length in [
+        format::MAX_CHUNK_LEN + 16,
+        format::MAX_EVENTS_LEN as u32 + 1,
+    ] {
+        let mut bytes = small.bytes.clone();
+        bytes[at + 4..at + 8].copy_from_slice(&length.to_le_bytes());
+        let path = write_file(&dir, "absurd.data", &bytes);
+        let (events, result) = read_until_error(&path);
+        assert_eq!(events, small.blocks[0]);
+        let error = result.err().unwrap();
+        assert!(
+            matches!(error, DataError::Corrupt { offset, .. } if offset == at as u64),
+            "{error}"
+        );
+        assert!(error.to_string().contains("more than the"), "{error}");
+    }
 }
 
 #[test]
-fn events_length_not_a_multiple_of_an_event() {
+fn events_that_do_not_decode() {
+    // Whole chunks with good checksums whose payloads are not events: the blocks before them
+    // read, then one error that says why.
     let dir = TempDir::new().unwrap();
     let small = small_recording(&dir);
-    let at = small.table_end;
-    let mut bytes = small.bytes.clone();
-    bytes[at + 4..at + 8].copy_from_slice(&47u32.to_le_bytes());
-    let path = write_file(&dir, "odd.data", &bytes);
-    let (events, result) = read_until_error(&path);
-    assert!(events.is_empty());
-    assert!(matches!(result, Err(DataError::Corrupt { .. })));
+    let at = small.block_ends[0];
+    let too_many = [0x81, 0x80, 0x04, 0, 0];
+    let reserved_tag = [1, 0x20, 0];
+    for (payload, reason) in [
+        (&too_many[..], "more events than a chunk may hold"),
+        (&reserved_tag[..], "an event tag with reserved bits set"),
+    ] {
+        let mut bytes = small.bytes[..at].to_vec();
+        bytes.extend_from_slice(&chunk(ChunkKind::Events, payload));
+        bytes.extend_from_slice(&small.bytes[at..]);
+        let path = write_file(&dir, "undecodable.data", &bytes);
+        let (events, result) = read_until_error(&path);
+        assert_eq!(events, small.blocks[0]);
+        assert_eq!(
+            result.err().unwrap().to_string(),
+            format!(
+                "{}: corrupt chunk at byte {at} (the events do not decode: {reason})",
+                path.display()
+            )
+        );
+    }
 }
 
 #[test]

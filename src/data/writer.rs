@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::format::{self, ChunkHeader, ChunkKind, EVENTS_PER_CHUNK, MAX_CHUNK_LEN};
+use super::format::{self, ChunkHeader, ChunkKind, EventEncoder, EVENTS_PER_CHUNK, MAX_CHUNK_LEN};
 use super::{DataError, Metadata, Statistics};
 use crate::event::Event;
 use crate::plan::FunctionTable;
@@ -21,8 +21,9 @@ pub struct DataWriter {
     out: BufWriter<File>,
     events_written: u64,
     bytes_written: u64,
-    /// The events payload on big-endian hosts; stays empty on little-endian ones.
-    scratch: Vec<u8>,
+    encoder: EventEncoder,
+    /// The events payload being written, reused from chunk to chunk.
+    payload: Vec<u8>,
     /// Set when a write failed: the file may end in a partial chunk, so nothing more may follow.
     failed: bool,
 }
@@ -42,7 +43,8 @@ impl DataWriter {
             out: BufWriter::with_capacity(BUFFER_CAPACITY, file),
             events_written: 0,
             bytes_written: 0,
-            scratch: Vec::new(),
+            encoder: EventEncoder::default(),
+            payload: Vec::new(),
             failed: false,
         };
         writer.write(|out| {
@@ -63,16 +65,18 @@ impl DataWriter {
             return Ok(());
         }
         // Moved out for the closure and back after: no allocation.
-        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut payload = std::mem::take(&mut self.payload);
+        let mut encoder = std::mem::take(&mut self.encoder);
         let result = self.write(|out| {
             let mut written = 0;
             for block in events.chunks(EVENTS_PER_CHUNK) {
-                let payload = format::events_payload(block, &mut scratch);
-                written += write_chunk(out, ChunkKind::Events, payload)?;
+                encoder.encode(block, &mut payload);
+                written += write_chunk(out, ChunkKind::Events, &payload)?;
             }
             Ok(written)
         });
-        self.scratch = scratch;
+        self.payload = payload;
+        self.encoder = encoder;
         result?;
         self.events_written += events.len() as u64;
         Ok(())

@@ -3,6 +3,7 @@
 //! traced.
 
 use super::FilterSpec;
+use crate::event::Event;
 use crate::plan::{FunctionId, FunctionTable};
 use crate::replay::{CallEntry, CallSink, FastHashMap, FinishedCall};
 
@@ -31,6 +32,8 @@ pub struct FilteredSink<'s, S> {
 /// One thread's calls as the filters see them.
 struct ThreadView {
     tid: u32,
+    /// The process of the thread.
+    pid: u32,
     /// Whether `--tid-filter` lets the thread through; nothing else is kept when it does not.
     shown: bool,
     /// For each frame open on the thread, outermost first: whether it is shown (or may be,
@@ -78,7 +81,7 @@ impl<'s, S: CallSink> FilteredSink<'s, S> {
         }
     }
 
-    fn thread_index(&mut self, tid: u32) -> usize {
+    fn thread_index(&mut self, tid: u32, pid: u32) -> usize {
         if let Some((last_tid, index)) = self.last_thread {
             if last_tid == tid {
                 return index;
@@ -89,6 +92,7 @@ impl<'s, S: CallSink> FilteredSink<'s, S> {
         let index = *self.index.entry(tid).or_insert_with(|| {
             threads.push(ThreadView {
                 tid,
+                pid,
                 shown: spec_tids.is_empty() || spec_tids.contains(&tid),
                 open: Vec::new(),
                 path: Vec::new(),
@@ -114,6 +118,7 @@ impl ThreadView {
             let entry = CallEntry {
                 function: self.path[depth],
                 tid: self.tid,
+                pid: self.pid,
                 cpu: frame.cpu,
                 start_ns: frame.start_ns,
                 depth: depth as u32,
@@ -126,8 +131,12 @@ impl ThreadView {
 }
 
 impl<S: CallSink> CallSink for FilteredSink<'_, S> {
+    fn process_execed(&mut self, note: &Event) {
+        self.inner.process_execed(note);
+    }
+
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
-        let index = self.thread_index(entry.tid);
+        let index = self.thread_index(entry.tid, entry.pid);
         let thread = &mut self.threads[index];
         if !thread.shown {
             return;
@@ -149,7 +158,7 @@ impl<S: CallSink> CallSink for FilteredSink<'_, S> {
     }
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
-        let index = self.thread_index(call.tid);
+        let index = self.thread_index(call.tid, call.pid);
         let thread = &mut self.threads[index];
         if !thread.shown {
             return;

@@ -54,6 +54,21 @@ impl RunningProcess {
         self.pid
     }
 
+    /// Sends `signal` through the pidfd, which cannot reach a process that reused the pid.
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: pidfd_send_signal takes a descriptor, a signal, a null siginfo and flags; it
+        // has no memory effects on this process.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                signal,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+    }
+
     /// Whether the process has ended (its pidfd turns readable), without blocking.
     pub fn has_exited(&self) -> bool {
         let mut poll = libc::pollfd {

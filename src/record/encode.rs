@@ -23,11 +23,17 @@ impl<'a> EventEncoder<'a> {
 }
 
 impl CallSink for EventEncoder<'_> {
+    /// Kept, so the file's replay ends the exec'ed process's calls there too.
+    fn process_execed(&mut self, note: &Event) {
+        self.out.borrow_mut().push(*note);
+    }
+
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
         self.out.borrow_mut().push(
             Event::entry(entry.start_ns, entry.tid, entry.function)
                 .on_cpu(entry.cpu)
-                .at_stack(entry.slot),
+                .at_stack(entry.slot)
+                .in_process(entry.pid),
         );
     }
 
@@ -37,7 +43,8 @@ impl CallSink for EventEncoder<'_> {
             self.out.borrow_mut().push(
                 Event::exit(end, call.tid, call.function)
                     .on_cpu(call.cpu)
-                    .at_stack(call.slot),
+                    .at_stack(call.slot)
+                    .in_process(call.pid),
             );
         }
     }
@@ -116,5 +123,31 @@ mod tests {
         replayer.push(&Event::entry(5, 1, 0), &mut encoder);
         replayer.finish(50, &mut encoder);
         assert_eq!(out.into_inner(), [Event::entry(5, 1, 0)]);
+    }
+
+    #[test]
+    fn an_exec_note_is_kept_where_it_came() {
+        let out = RefCell::new(Vec::new());
+        let mut encoder = EventEncoder::new(&out);
+        let exec = Event {
+            function: Event::PROCESS_EXECED,
+            ..Event::entry(20, 1, 0).in_process(1)
+        };
+        let mut replayer = Replayer::new(2);
+        for event in [
+            Event::entry(5, 1, 0).in_process(1),
+            exec,
+            Event::entry(30, 1, 1).in_process(1),
+        ] {
+            replayer.push(&event, &mut encoder);
+        }
+        assert_eq!(
+            out.into_inner(),
+            [
+                Event::entry(5, 1, 0).in_process(1),
+                exec,
+                Event::entry(30, 1, 1).in_process(1)
+            ]
+        );
     }
 }

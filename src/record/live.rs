@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use super::session::{Drain, Session, TraceOptions};
 use super::{monotonic_now_ns, RecordOutcome};
 use crate::event::Event;
-use crate::filter::FilteredSink;
+use crate::filter::{FilterSpec, FilteredSink};
 use crate::plan::FunctionTable;
 use crate::replay::{CallSink, ReplayStats, Replayer};
 use crate::report::flat::FlatPrinter;
@@ -37,6 +37,8 @@ trait LivePrinter: CallSink {
     fn tick(&mut self, now_ns: u64) -> io::Result<()>;
     /// After the last call: any closing words, and a final flush.
     fn end(self, stats: &ReplayStats) -> io::Result<()>;
+    /// Functions planned during the session, numbered on from the table's.
+    fn add_functions(&mut self, more: &FunctionTable);
 }
 
 impl<W: Write> LivePrinter for TreePrinter<'_, W> {
@@ -48,6 +50,10 @@ impl<W: Write> LivePrinter for TreePrinter<'_, W> {
     fn end(self, stats: &ReplayStats) -> io::Result<()> {
         self.finish(stats)?.flush()
     }
+
+    fn add_functions(&mut self, more: &FunctionTable) {
+        TreePrinter::add_functions(self, more);
+    }
 }
 
 impl<W: Write> LivePrinter for FlatPrinter<'_, W> {
@@ -57,6 +63,10 @@ impl<W: Write> LivePrinter for FlatPrinter<'_, W> {
 
     fn end(mut self, _stats: &ReplayStats) -> io::Result<()> {
         self.flush()
+    }
+
+    fn add_functions(&mut self, more: &FunctionTable) {
+        FlatPrinter::add_functions(self, more);
     }
 }
 
@@ -76,6 +86,7 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
 
 /// Live mode's drain: every batch goes through the replayer (and the filters) to the printer.
 struct LiveDrain<'a, P> {
+    filter: &'a FilterSpec,
     replayer: Replayer,
     filtered: FilteredSink<'a, P>,
     write_error: Option<io::Error>,
@@ -94,8 +105,11 @@ impl<P: LivePrinter> Drain for LiveDrain<'_, P> {
         true
     }
 
-    /// Live mode does not follow dlopen (its printer knows the functions it started with).
-    fn more_functions(&mut self, _more: &FunctionTable) -> bool {
+    /// The functions of a program a followed process exec'ed (live mode does not follow dlopen).
+    fn more_functions(&mut self, more: &FunctionTable) -> bool {
+        self.replayer.add_functions(more.functions.len());
+        self.filtered.add_functions(self.filter.function_mask(more));
+        self.filtered.inner_mut().add_functions(more);
         true
     }
 }
@@ -107,6 +121,7 @@ fn print_live<P: LivePrinter>(
     mut printer: P,
 ) -> Result<RecordOutcome> {
     let mut drain = LiveDrain {
+        filter: &trace.filter,
         replayer: Replayer::new(table.functions.len()),
         filtered: FilteredSink::new(&trace.filter, table, &mut printer),
         write_error: None,
@@ -116,6 +131,7 @@ fn print_live<P: LivePrinter>(
         replayer,
         mut filtered,
         write_error,
+        ..
     } = drain;
     let end_ns = replayer.stats().last_timestamp_ns;
     let stats = replayer.finish(end_ns, &mut filtered);

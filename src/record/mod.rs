@@ -2,6 +2,7 @@
 
 mod attach;
 mod encode;
+mod follow;
 mod live;
 mod probes;
 mod proc_maps;

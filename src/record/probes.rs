@@ -3,7 +3,7 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -114,6 +114,9 @@ pub struct ProbeConfig {
     pub wait_for_exec: bool,
     /// Stop the process at a dlopen's return until the recorder lets it go on.
     pub stop_on_dlopen: bool,
+    /// Follow the processes the target forks, and the programs they exec (`--follow`): each is
+    /// stopped until the recorder has probed it.
+    pub follow: bool,
 }
 
 /// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
@@ -148,6 +151,7 @@ impl<'obj> LoadedProbes<'obj> {
         rodata.target_tgid = config.tgid;
         rodata.wait_for_exec = config.wait_for_exec;
         rodata.stop_on_dlopen = config.stop_on_dlopen;
+        rodata.follow = config.follow;
         // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
         // that, so the common hit pays for no wake-up.
         rodata.wakeup_bytes = u64::from(config.buffer_bytes / 8);
@@ -155,24 +159,37 @@ impl<'obj> LoadedProbes<'obj> {
             .events
             .set_max_entries(config.buffer_bytes)
             .map_err(load_error)?;
+        if !config.follow {
+            // A hash map's entries are allocated when it is created: none are needed.
+            open.maps
+                .followed_processes
+                .set_max_entries(1)
+                .map_err(load_error)?;
+        }
         let mut skel = open.load().map_err(load_error)?;
         if config.wait_for_exec {
             let link = skel.progs.target_exec.attach().map_err(load_error)?;
             skel.links.target_exec = Some(link);
         }
+        if config.follow {
+            let link = skel.progs.process_forked.attach().map_err(load_error)?;
+            skel.links.process_forked = Some(link);
+            let link = skel.progs.process_execed.attach().map_err(load_error)?;
+            skel.links.process_execed = Some(link);
+            let link = skel.progs.followed_exit.attach().map_err(load_error)?;
+            skel.links.followed_exit = Some(link);
+        }
         Ok(LoadedProbes { skel })
     }
 
-    /// Attaches entry and exit probes for every function of `table` in the modules from
-    /// `first_module` on, filtered to `pid`. `files[i]` opens `table.modules[first_module + i]`.
-    /// `exits` says, per function id, where its exit is probed; without it every exit is a
-    /// uretprobe.
+    /// Attaches entry and exit probes for every function of `table` in `modules`, filtered to
+    /// `pid`: each module index with the path that opens its file. `exits` says, per function
+    /// id, where its exit is probed.
     pub fn attach(
         &self,
         table: &FunctionTable,
-        exits: Option<&[ExitProbe]>,
-        first_module: usize,
-        files: &[PathBuf],
+        exits: &[ExitProbe],
+        modules: &[(usize, &Path)],
         pid: u32,
     ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
@@ -182,8 +199,8 @@ impl<'obj> LoadedProbes<'obj> {
             entry_links: Vec::new(),
             attach_time: Duration::ZERO,
         };
-        let modules = table.modules.iter().enumerate().skip(first_module);
-        for ((module_index, module), file) in modules.zip(files) {
+        for &(module_index, file) in modules {
+            let module = &table.modules[module_index];
             let plan = ModuleProbes::new(table, exits, module_index as u32);
             let progs = &self.skel.progs;
             let kinds = [
@@ -331,14 +348,45 @@ impl AttachedProbes {
         self.entry_links.extend(more.entry_links);
     }
 
-    /// Detaches every probe and says how long it took.
-    pub fn detach(self) -> Duration {
+    /// Detaches every probe of every set and says how long it took: return probes first, as
+    /// for one set. Releasing a link waits for RCU grace periods (tens of milliseconds on 6.18,
+    /// whatever its size), and concurrent releases share them: with one set per followed process,
+    /// one after the other would take seconds.
+    pub fn detach(sets: Vec<AttachedProbes>) -> Duration {
         let started = Instant::now();
-        drop(self.return_links);
-        drop(self.exit_site_links);
-        drop(self.entry_links);
+        let mut return_links = Vec::new();
+        let mut exit_site_links = Vec::new();
+        let mut entry_links = Vec::new();
+        for set in sets {
+            return_links.extend(set.return_links);
+            exit_site_links.extend(set.exit_site_links);
+            entry_links.extend(set.entry_links);
+        }
+        for links in [return_links, exit_site_links, entry_links] {
+            release_concurrently(links);
+        }
         started.elapsed()
     }
+}
+
+/// At most this many threads release links at once.
+const RELEASE_THREADS: usize = 128;
+
+/// Drops `links` from up to [`RELEASE_THREADS`] threads at once, and returns when all are gone.
+fn release_concurrently(links: Vec<Link>) {
+    if links.len() <= 1 {
+        return drop(links);
+    }
+    let threads = links.len().min(RELEASE_THREADS);
+    let mut shares: Vec<Vec<Link>> = (0..threads).map(|_| Vec::new()).collect();
+    for (index, link) in links.into_iter().enumerate() {
+        shares[index % threads].push(link);
+    }
+    std::thread::scope(|scope| {
+        for share in shares {
+            scope.spawn(move || drop(share));
+        }
+    });
 }
 
 /// Set in an entry probe's cookie when the entry instruction is also one of the function's exit
@@ -358,7 +406,7 @@ struct ModuleProbes {
 }
 
 impl ModuleProbes {
-    fn new(table: &FunctionTable, exits: Option<&[ExitProbe]>, module: u32) -> ModuleProbes {
+    fn new(table: &FunctionTable, exits: &[ExitProbe], module: u32) -> ModuleProbes {
         let mut probes = ModuleProbes {
             entries: Vec::new(),
             uretprobes: Vec::new(),
@@ -375,9 +423,9 @@ impl ModuleProbes {
                 FunctionKind::Plt => id | COOKIE_AFTER_RETURN,
                 _ => id,
             };
-            match exits.map(|exits| &exits[id as usize]) {
-                None | Some(ExitProbe::Uretprobe(_)) => probes.uretprobes.push((entry, id)),
-                Some(ExitProbe::Sites(offsets)) => {
+            match &exits[id as usize] {
+                ExitProbe::Uretprobe(_) => probes.uretprobes.push((entry, id)),
+                ExitProbe::Sites(offsets) => {
                     for &offset in offsets {
                         if offset as usize == entry {
                             cookie |= COOKIE_ALSO_EXIT;

@@ -124,6 +124,9 @@ pub struct HeldChild {
     gate: Option<OwnedFd>,
     /// Carries the `errno` of a failed exec; closed by a successful one (close-on-exec).
     exec_error: OwnedFd,
+    /// Its status once reaped: asked again (the recording went on for the processes it forked),
+    /// waitpid would find no child.
+    reaped: std::cell::Cell<Option<ExitStatus>>,
 }
 
 impl HeldChild {
@@ -188,6 +191,7 @@ impl HeldChild {
             path: path.to_path_buf(),
             gate: Some(gate_write),
             exec_error: error_read,
+            reaped: std::cell::Cell::new(None),
         })
     }
 
@@ -247,6 +251,9 @@ impl HeldChild {
     }
 
     fn wait_with(&self, flags: libc::c_int) -> Result<Option<ExitStatus>, ProcessError> {
+        if let Some(status) = self.reaped.get() {
+            return Ok(Some(status));
+        }
         let mut status: libc::c_int = 0;
         // SAFETY: waitpid writes only to `status`.
         let result = unsafe { libc::waitpid(self.pid, &raw mut status, flags) };
@@ -260,12 +267,20 @@ impl HeldChild {
                     Err(ProcessError::Wait(error))
                 }
             }
-            _ => Ok(ExitStatus::from_wait_status(status)),
+            _ => {
+                let status = ExitStatus::from_wait_status(status);
+                self.reaped.set(status);
+                Ok(status)
+            }
         }
     }
 
     /// Sends `signal` to the child.
     pub fn signal(&self, signal: libc::c_int) {
+        if self.reaped.get().is_some() {
+            // The pid may belong to another process by now.
+            return;
+        }
         // SAFETY: kill has no memory effects; the pid is our unreaped child, so it cannot have
         // been reused.
         unsafe { libc::kill(self.pid, signal) };

@@ -3,18 +3,19 @@
 //! detach. Where the drained events go is the caller's business.
 
 use std::cell::{Cell, RefCell};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use libbpf_rs::RingBufferBuilder;
 
+use super::follow::{ProcessChange, TracedProcesses};
 use super::probes::{self, AttachedProbes, ExitProbes, LoadedProbes, ObjectStorage, ProbeConfig};
 use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
 use super::progress::Progress;
 use super::signals::{self, SignalWatch};
-use super::target::{Prepared, SignalAction, Target, TargetSpec, TracedFile};
+use super::target::{Prepared, ProgramFiles, SignalAction, Target, TargetSpec, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::elf::returns::saves_its_return_address;
 use crate::elf::{ExitProbe, FunctionSymbol, NoExitSites, SiteKind, SitePolicy};
@@ -49,6 +50,8 @@ pub struct TraceOptions {
     pub filter: FilterSpec,
     /// How function exits are seen.
     pub exit_probes: ExitProbes,
+    /// Trace the processes the target forks and the programs they exec (`--follow`).
+    pub follow: bool,
     pub debug: bool,
 }
 
@@ -89,9 +92,8 @@ pub struct Session {
     scope: BindingScope,
     /// Every library of the program in load order, when `--nest-lib` asked for them.
     libraries: Vec<TracedFile>,
-    /// Per function id, where its exit is probed; `None` when every function has a uretprobe
-    /// (`--exit-probes=uretprobe`, and no function saves its return address).
-    pub exits: Option<Vec<ExitProbe>>,
+    /// Per function id, where its exit is probed.
+    pub exits: Vec<ExitProbe>,
 }
 
 /// Where a session's events and newly planned functions go.
@@ -102,8 +104,8 @@ pub trait Drain {
     fn take(&mut self, pending: &mut Vec<Event>, due: bool) -> bool;
 
     /// Functions planned during the session (a library loaded with dlopen that `--nest-lib`
-    /// matches), numbered on from the table's: the events that use them come after. Only called
-    /// when the session follows dlopen; false when it can take no more.
+    /// matches, a program a process exec'ed under `--follow`), numbered on from the table's: the
+    /// events that use them come after. False when it can take no more.
     fn more_functions(&mut self, more: &FunctionTable) -> bool;
 }
 
@@ -114,9 +116,12 @@ impl Session {
         // Fork (for -c) before any thread exists: the child only waits and execs.
         let Prepared {
             target,
-            files,
-            scope,
-            libraries,
+            program:
+                ProgramFiles {
+                    files,
+                    scope,
+                    libraries,
+                },
         } = Target::prepare(
             &options.target,
             &options.child_setup,
@@ -124,6 +129,11 @@ impl Session {
             &options.plt_libraries,
         )?;
         let (table, exits) = plan(&files, options, &scope)?;
+        anyhow::ensure!(
+            !table.functions.is_empty(),
+            "no function of {} matches --function/--no-function: nothing to trace",
+            files.first().map_or("the program", |f| f.path.as_str())
+        );
         if options.debug {
             for (index, file) in files.iter().enumerate() {
                 let count = table
@@ -135,11 +145,11 @@ impl Session {
             }
         }
         let ret_probes = options.exit_probes == ExitProbes::Ret;
-        if let (true, true, Some(exits)) = (options.debug, ret_probes, &exits) {
+        if options.debug && ret_probes {
             let uretprobes: Vec<(&str, &ExitProbe)> = table
                 .functions
                 .iter()
-                .zip(exits)
+                .zip(&exits)
                 .filter(|(_, exit)| matches!(exit, ExitProbe::Uretprobe(_)))
                 .map(|(f, exit)| (f.name.as_str(), exit))
                 .collect();
@@ -196,11 +206,17 @@ impl Session {
                 buffer_bytes: options.buffer_bytes,
                 wait_for_exec: started_here,
                 stop_on_dlopen: started_here && dlopen_sites.is_some(),
+                follow: options.follow,
             },
         )?;
-        let open_paths: Vec<PathBuf> = self.files.iter().map(|f| f.open_path.clone()).collect();
-        let mut attached =
-            loaded.attach(&self.table, self.exits.as_deref(), 0, &open_paths, pid)?;
+        let all_modules: Vec<usize> = (0..self.table.modules.len()).collect();
+        let mut attached = self.attach_modules(&loaded, &all_modules, pid)?;
+        // Per followed process, its probes: detached with the target's, all at once.
+        let mut followed_probes = Vec::new();
+        let mut traced = match options.follow {
+            true => Some(TracedProcesses::new(pid, all_modules)?),
+            false => None,
+        };
         let _dlopen_watch = match dlopen_sites {
             Some((library, offsets)) => Some(loaded.watch_dlopen(&library, offsets, pid)?),
             None => None,
@@ -217,6 +233,7 @@ impl Session {
 
         let batch = RefCell::new(Vec::new());
         let library_loaded = Cell::new(false);
+        let changes = RefCell::new(Vec::new());
         let mut ring = RingBufferBuilder::new();
         ring.add(loaded.events_map(), |bytes: &[u8]| {
             let mut event = Event::default();
@@ -224,6 +241,12 @@ impl Session {
             if plain::copy_from_bytes(&mut event, bytes).is_ok() {
                 if event.function == Event::LIBRARY_LOADED {
                     library_loaded.set(true);
+                } else if let Some(change) = ProcessChange::of(&event) {
+                    changes.borrow_mut().push(change);
+                    // Kept in the trace: the replayer ends the calls the exec cut short.
+                    if event.function == Event::PROCESS_EXECED {
+                        batch.borrow_mut().push(event);
+                    }
                 } else {
                     batch.borrow_mut().push(event);
                 }
@@ -246,6 +269,8 @@ impl Session {
             taken
         };
 
+        // The target's status once it has ended, while followed processes still run.
+        let mut target_end = None;
         let stop = loop {
             // Negative results are EINTR from our own signals; the next round handles them.
             ring.poll_raw(POLL_INTERVAL);
@@ -255,9 +280,13 @@ impl Session {
                 break Stop::DrainFailed;
             }
             if library_loaded.take() {
+                let first_new = self.table.modules.len();
                 let probed = self.probe_new_libraries(&loaded, options, drain);
                 // Stopped at dlopen's return (a command we started): let it go on, probed or not.
                 self.target.resume();
+                if let Some(traced) = &mut traced {
+                    traced.add_modules(pid, first_new..self.table.modules.len());
+                }
                 match probed {
                     Ok(Some(more)) => attached.absorb(more),
                     Ok(None) => {}
@@ -265,23 +294,54 @@ impl Session {
                     Err(error) => eprintln!("utrace: warning: {error:#}"),
                 }
             }
+            if let Some(traced) = &mut traced {
+                let mut drain_full = false;
+                for change in changes.take() {
+                    let probed = self.follow_change(change, &loaded, traced, options, drain);
+                    // Stopped by the BPF side: let it go on, probed or not.
+                    traced.resume(change.stopped_pid());
+                    match probed {
+                        Ok(more) => followed_probes.push(more),
+                        Err(error) if error.is::<DrainFull>() => drain_full = true,
+                        Err(error) => eprintln!("utrace: warning: {error:#}"),
+                    }
+                }
+                if drain_full {
+                    break Stop::DrainFailed;
+                }
+            }
             if due {
                 last_flush = Instant::now();
             }
             progress.update(events + batch.borrow().len() as u64, loaded.lost_events());
-            if let Some(status) = self.target.ended()? {
-                break Stop::Ended(status);
+            if target_end.is_none() {
+                target_end = self.target.ended()?;
             }
+            if let Some(status) = target_end {
+                if traced
+                    .as_mut()
+                    .map_or(true, TracedProcesses::followed_ended)
+                {
+                    break Stop::Ended(status);
+                }
+            }
+            // Once the target has ended (followed processes still running), its status is
+            // known and there is nobody to wait for or to pass a signal to.
+            let asked = target_end.map_or(Stop::Asked, Stop::Ended);
             if options
                 .duration
                 .is_some_and(|limit| started.elapsed() >= limit)
             {
-                break Stop::Asked;
+                break asked;
             }
             if let Some(received) = watch.take() {
-                match (self.target.on_signal(received), received.count) {
+                let action = match target_end {
+                    Some(_) => SignalAction::Stop,
+                    None => self.target.on_signal(received),
+                };
+                match (action, received.count) {
                     (SignalAction::Continue, _) => {}
-                    (SignalAction::Stop, 1) => break Stop::Asked,
+                    (SignalAction::Stop, 1) => break asked,
                     (SignalAction::Stop, _) => break Stop::Interrupted(received.signal),
                 }
             }
@@ -289,9 +349,19 @@ impl Session {
 
         loaded.set_recording(false);
         let attach_time = attached.attach_time;
-        let detach_time = attached.detach();
+        followed_probes.push(attached);
+        let detach_time = AttachedProbes::detach(followed_probes);
         ring.consume_raw();
         drain_batch(drain, true, &mut events);
+        // Processes stopped for probes that will not come: they run on untraced.
+        for change in changes.take() {
+            if let Some(traced) = &traced {
+                traced.resume(change.stopped_pid());
+            }
+        }
+        if let (true, Some(traced)) = (options.debug, &traced) {
+            eprintln!("utrace: traced {} processes", traced.count());
+        }
         progress.clear();
         Ok(SessionEnd {
             stop,
@@ -327,34 +397,118 @@ impl Session {
         if new_files.is_empty() {
             return Ok(None);
         }
-        let first_module = self.table.modules.len();
-        let (mut more, more_exits) = plan(&new_files, options, &self.scope)?;
-        for function in &mut more.functions {
-            function.module += first_module as u32;
-        }
-        self.table.extend(more.clone());
-        // Exit probes are listed by function id, which the new functions continue.
-        if let (Some(exits), Some(more_exits)) = (&mut self.exits, more_exits) {
-            exits.extend(more_exits);
-        }
-        self.files.extend(new_files.iter().cloned());
-        let open_paths: Vec<PathBuf> = new_files.iter().map(|f| f.open_path.clone()).collect();
-        let attached = loaded.attach(
-            &self.table,
-            self.exits.as_deref(),
-            first_module,
-            &open_paths,
-            pid,
-        )?;
+        let scope = std::mem::take(&mut self.scope);
+        let added = self.add_modules(&new_files, options, &scope, drain);
+        self.scope = scope;
+        let added = added?;
+        let attached = self.attach_modules(loaded, &added, pid)?;
         if options.debug {
             for file in &new_files {
                 eprintln!("utrace: probed {} after dlopen", file.path);
             }
         }
+        Ok(Some(attached))
+    }
+
+    /// Plans `new_files` as modules numbered on from the table's (binding PLT calls in `scope`),
+    /// hands their functions to `drain`, and returns their module indices.
+    fn add_modules(
+        &mut self,
+        new_files: &[TracedFile],
+        options: &TraceOptions,
+        scope: &BindingScope,
+        drain: &mut dyn Drain,
+    ) -> Result<Vec<usize>> {
+        let first_module = self.table.modules.len();
+        let (mut more, more_exits) = plan(new_files, options, scope)?;
+        for function in &mut more.functions {
+            function.module += first_module as u32;
+        }
+        self.table.extend(more.clone());
+        // Exit probes are listed by function id, which the new functions continue.
+        self.exits.extend(more_exits);
+        self.files.extend(new_files.iter().cloned());
         if !drain.more_functions(&more) {
             return Err(DrainFull.into());
         }
-        Ok(Some(attached))
+        Ok((first_module..self.table.modules.len()).collect())
+    }
+
+    /// Attaches the probes of `modules` (indices into the table), filtered to `pid`.
+    fn attach_modules(
+        &self,
+        loaded: &LoadedProbes,
+        modules: &[usize],
+        pid: u32,
+    ) -> Result<AttachedProbes> {
+        let paths: Vec<(usize, &Path)> = modules
+            .iter()
+            .map(|&module| (module, self.files[module].open_path.as_path()))
+            .collect();
+        Ok(loaded.attach(&self.table, &self.exits, &paths, pid)?)
+    }
+
+    /// Probes a process the BPF side stopped under `--follow`: a forked child gets the probes of
+    /// its parent's modules; a process that exec'ed gets its new program's (planned now, unless
+    /// another process runs it already). The caller lets it go on.
+    fn follow_change(
+        &mut self,
+        change: ProcessChange,
+        loaded: &LoadedProbes,
+        traced: &mut TracedProcesses,
+        options: &TraceOptions,
+        drain: &mut dyn Drain,
+    ) -> Result<AttachedProbes> {
+        let (pid, modules) = match change {
+            ProcessChange::Forked { child, parent } => {
+                let modules = traced.modules(parent).to_vec();
+                traced
+                    .add(child, modules.clone())
+                    .with_context(|| format!("cannot follow pid {child}"))?;
+                (child, modules)
+            }
+            ProcessChange::Execed { pid } => {
+                // Whatever the outcome, the old program's modules are gone from the process.
+                let planned = self.plan_program(pid, options, drain);
+                traced.replace_modules(pid, planned.as_deref().unwrap_or_default().to_vec());
+                (pid, planned?)
+            }
+        };
+        if options.debug {
+            eprintln!("utrace: following pid {pid} ({change:?})");
+        }
+        self.attach_modules(loaded, &modules, pid)
+            .with_context(|| format!("cannot follow pid {pid}"))
+    }
+
+    /// The modules of the program `pid` has just exec'ed: those of its files already planned,
+    /// and the others planned now.
+    fn plan_program(
+        &mut self,
+        pid: u32,
+        options: &TraceOptions,
+        drain: &mut dyn Drain,
+    ) -> Result<Vec<usize>> {
+        let executable = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .with_context(|| format!("cannot read /proc/{pid}/exe"))?;
+        let program = ProgramFiles::of(
+            &executable,
+            &options.nest_libs,
+            &options.plt_libraries,
+            false,
+        );
+        let mut modules = Vec::new();
+        let mut new_files = Vec::new();
+        for file in program.files {
+            match self.files.iter().position(|known| known.path == file.path) {
+                Some(module) => modules.push(module),
+                None => new_files.push(file),
+            }
+        }
+        if !new_files.is_empty() {
+            modules.extend(self.add_modules(&new_files, options, &program.scope, drain)?);
+        }
+        Ok(modules)
     }
 
     /// After the session stopped early: waits for a started command to end (it runs on,
@@ -407,10 +561,9 @@ fn plan(
     files: &[TracedFile],
     options: &TraceOptions,
     scope: &BindingScope,
-) -> Result<(FunctionTable, Option<Vec<ExitProbe>>)> {
+) -> Result<(FunctionTable, Vec<ExitProbe>)> {
     let mut table = FunctionTable::default();
     let mut exits = Vec::new();
-    let mut probed_on_instructions = options.exit_probes == ExitProbes::Ret;
     for file in files {
         let elf = crate::elf::read_elf_functions_with(&file.open_path, options.sites)
             .with_context(|| format!("reading the symbols of {}", file.path))?;
@@ -423,16 +576,10 @@ fn plan(
             .apply(&file.path, elf.functions, scope);
         functions.retain(|f| options.filter.shows_name(&f.name));
         let probes = exit_probes(file, &functions, options.exit_probes)?;
-        probed_on_instructions |= probes.iter().any(|p| matches!(p, ExitProbe::Sites(_)));
         exits.extend(probes);
         table.add_module(file.path.clone(), functions);
     }
-    anyhow::ensure!(
-        !table.functions.is_empty(),
-        "no function of {} matches --function/--no-function: nothing to trace",
-        files.first().map_or("the program", |f| f.path.as_str())
-    );
-    Ok((table, probed_on_instructions.then_some(exits)))
+    Ok((table, exits))
 }
 
 /// Where the exits of a file's `functions` are probed: on their instructions where they can be

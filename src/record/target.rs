@@ -49,13 +49,7 @@ pub enum SignalAction {
 /// A target ready to be traced, and what is known of its files.
 pub struct Prepared {
     pub target: Target,
-    /// The files to probe: the executable first, then the libraries `--nest-lib` matches.
-    pub files: Vec<TracedFile>,
-    /// What the PLT calls bind to, when `--lib`, `--no-lib` or `--libname` need it.
-    pub scope: BindingScope,
-    /// Every library of the program in load order, when `--nest-lib` or the PLT flags needed
-    /// them (empty otherwise).
-    pub libraries: Vec<TracedFile>,
+    pub program: ProgramFiles,
 }
 
 impl Target {
@@ -74,38 +68,22 @@ impl Target {
                 let path = program
                     .canonicalize()
                     .with_context(|| format!("cannot open {}", program.display()))?;
-                let executable = TracedFile {
-                    path: path.to_string_lossy().into_owned(),
-                    open_path: path.clone(),
-                };
-                let libraries = if nest_libs.is_empty() && !plt_libraries.is_active() {
-                    Vec::new()
-                } else {
-                    command_libraries(&path)
-                };
-                let mut files = vec![executable.clone()];
-                files.extend(selected_libraries(nest_libs, &libraries));
-                let scope = binding_scope(plt_libraries, &executable, &libraries);
+                let files = ProgramFiles::of(&path, nest_libs, plt_libraries, true);
                 // Planning reads files only; the fork comes last so the child waits the least.
                 let child = HeldChild::spawn(&program, command, setup)?;
                 Ok(Prepared {
                     target: Target::Started(child),
-                    files,
-                    scope,
-                    libraries,
+                    program: files,
                 })
             }
             TargetSpec::Pid(pid) => {
                 let process = RunningProcess::open(*pid)?;
                 let (executable, libraries) = process_files(&process)?;
-                let mut files = vec![executable.clone()];
-                files.extend(selected_libraries(nest_libs, &libraries));
-                let scope = binding_scope(plt_libraries, &executable, &libraries);
+                let files =
+                    ProgramFiles::select(executable, libraries, nest_libs, plt_libraries, true);
                 Ok(Prepared {
                     target: Target::Running(process),
-                    files,
-                    scope,
-                    libraries,
+                    program: files,
                 })
             }
         }
@@ -186,6 +164,57 @@ impl Target {
     }
 }
 
+/// The files of a program about to start (or that a followed process has just exec'ed), found
+/// as the dynamic loader will find them.
+pub struct ProgramFiles {
+    /// The files to probe: the executable first, then the libraries `--nest-lib` matches.
+    pub files: Vec<TracedFile>,
+    /// What the PLT calls bind to, when `--lib`, `--no-lib` or `--libname` need it.
+    pub scope: BindingScope,
+    /// Every library of the program in load order, when needed (empty otherwise).
+    pub libraries: Vec<TracedFile>,
+}
+
+impl ProgramFiles {
+    /// The files of the program at `path`; `warn` says which patterns select none of them.
+    pub fn of(
+        path: &Path,
+        nest_libs: &LibraryPatterns,
+        plt_libraries: &PltLibraries,
+        warn: bool,
+    ) -> ProgramFiles {
+        let executable = TracedFile {
+            path: path.to_string_lossy().into_owned(),
+            open_path: path.to_path_buf(),
+        };
+        let libraries = if nest_libs.is_empty() && !plt_libraries.is_active() {
+            Vec::new()
+        } else {
+            command_libraries(path)
+        };
+        ProgramFiles::select(executable, libraries, nest_libs, plt_libraries, warn)
+    }
+
+    /// The files to probe of `executable` and its `libraries` (in load order); `warn` says
+    /// which patterns select none of them.
+    fn select(
+        executable: TracedFile,
+        libraries: Vec<TracedFile>,
+        nest_libs: &LibraryPatterns,
+        plt_libraries: &PltLibraries,
+        warn: bool,
+    ) -> ProgramFiles {
+        let mut files = vec![executable.clone()];
+        files.extend(selected_libraries(nest_libs, &libraries, warn));
+        let scope = binding_scope(plt_libraries, &executable, &libraries, warn);
+        ProgramFiles {
+            files,
+            scope,
+            libraries,
+        }
+    }
+}
+
 /// The libraries of a program about to start, in load order, found as the dynamic loader will
 /// find them.
 fn command_libraries(program: &Path) -> Vec<TracedFile> {
@@ -232,10 +261,15 @@ fn process_files(process: &RunningProcess) -> Result<(TracedFile, Vec<TracedFile
     Ok((main, in_order))
 }
 
-/// The libraries among `libraries` that `nest_libs` selects; warns of patterns that select none.
-fn selected_libraries(nest_libs: &LibraryPatterns, libraries: &[TracedFile]) -> Vec<TracedFile> {
+/// The libraries among `libraries` that `nest_libs` selects; with `warn`, warns of patterns that
+/// select none.
+fn selected_libraries(
+    nest_libs: &LibraryPatterns,
+    libraries: &[TracedFile],
+    warn: bool,
+) -> Vec<TracedFile> {
     let all: Vec<&str> = libraries.iter().map(|l| l.path.as_str()).collect();
-    for pattern in nest_libs.unmatched(&all) {
+    for pattern in nest_libs.unmatched(&all).into_iter().filter(|_| warn) {
         eprintln!(
             "utrace: warning: --nest-lib {pattern} matches none of the program's libraries yet \
              (a matching library it loads later with dlopen is traced then)"
@@ -249,19 +283,20 @@ fn selected_libraries(nest_libs: &LibraryPatterns, libraries: &[TracedFile]) -> 
 }
 
 /// The objects the loader binds PLT calls to, executable first, when `plt_libraries` needs
-/// them; warns of patterns that match none of the libraries. A file that cannot be read defines
-/// nothing: its stubs stay unresolved.
+/// them; with `warn`, warns of patterns that match none of the libraries. A file that cannot be
+/// read defines nothing: its stubs stay unresolved.
 fn binding_scope(
     plt_libraries: &PltLibraries,
     executable: &TracedFile,
     libraries: &[TracedFile],
+    warn: bool,
 ) -> BindingScope {
     let mut scope = BindingScope::default();
     if !plt_libraries.is_active() {
         return scope;
     }
     let all: Vec<&str> = libraries.iter().map(|l| l.path.as_str()).collect();
-    for (flag, pattern) in plt_libraries.unmatched(&all) {
+    for (flag, pattern) in plt_libraries.unmatched(&all).into_iter().filter(|_| warn) {
         eprintln!("utrace: warning: {flag} {pattern} matches none of the program's libraries");
     }
     for file in std::iter::once(executable).chain(libraries) {

@@ -1,5 +1,5 @@
-//! The writer thread: event batches go to disk here, so the ring buffer consumer never waits on
-//! the file system.
+//! The writer thread: event batches are encoded and go to disk here, so the ring buffer consumer
+//! never waits on the encoding nor on the file system.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread::JoinHandle;

@@ -92,12 +92,20 @@ impl<W: Write> ChromeTrace<W> {
         Ok(self.out)
     }
 
-    /// Writes one event; `ts_ns` `None` for the end of a call whose time is unknown.
-    fn event(&mut self, phase: char, tid: u32, ts_ns: Option<u64>, function: FunctionId) {
+    /// One event of thread `tid` of process `pid` (0 when the trace does not say: the traced
+    /// process's); `ts_ns` `None` for the end of a call whose time is unknown.
+    fn event(
+        &mut self,
+        phase: char,
+        (pid, tid): (u32, u32),
+        ts_ns: Option<u64>,
+        function: FunctionId,
+    ) {
         if self.error.is_some() {
             return;
         }
-        let result = self.write_event(phase, tid, ts_ns, function);
+        let pid = if pid == 0 { self.pid } else { pid };
+        let result = self.write_event(phase, (pid, tid), ts_ns, function);
         if let Err(error) = result {
             self.error = Some(error);
         }
@@ -106,11 +114,10 @@ impl<W: Write> ChromeTrace<W> {
     fn write_event(
         &mut self,
         phase: char,
-        tid: u32,
+        (pid, tid): (u32, u32),
         ts_ns: Option<u64>,
         function: FunctionId,
     ) -> io::Result<()> {
-        let pid = self.pid;
         let latest_ns = match self.current {
             Some((current, latest_ns)) if current == tid => latest_ns,
             _ => {
@@ -155,16 +162,17 @@ fn json_string(text: &str) -> String {
 
 impl<W: Write> CallSink for ChromeTrace<W> {
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
-        self.event('B', entry.tid, Some(entry.start_ns), entry.function);
+        self.event(
+            'B',
+            (entry.pid, entry.tid),
+            Some(entry.start_ns),
+            entry.function,
+        );
     }
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
         let end_ns = call.start_ns.saturating_add(call.duration_ns);
-        self.event(
-            'E',
-            call.tid,
-            call.time_known.then_some(end_ns),
-            call.function,
-        );
+        let end_ns = call.time_known.then_some(end_ns);
+        self.event('E', (call.pid, call.tid), end_ns, call.function);
     }
 }

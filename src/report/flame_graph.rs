@@ -10,6 +10,8 @@
 //! - Lines are sorted by their stack text, so the output is the same for the same trace;
 //!   distinct paths that read the same (two functions of one name in different modules) are
 //!   merged into one line.
+//! - When the trace holds more than one process (`--follow`), each path starts with a frame for
+//!   its process, named after the file of the path's outermost function: `prog [pid 123]`.
 
 use std::borrow::Cow;
 use std::io::{self, Write};
@@ -66,33 +68,47 @@ impl FromStr for Weight {
     }
 }
 
-/// A weight per call path; a [`CallSink`]. Memory grows with the number of distinct paths,
-/// and a path is copied only the first time it is seen.
+/// A weight per call path and process; a [`CallSink`]. Memory grows with the number of distinct
+/// paths, and a path is copied only the first time it is seen.
 #[derive(Clone, Debug, Default)]
 pub struct FoldedStacks {
     weight: Weight,
-    weights: FastHashMap<Vec<FunctionId>, u64>,
+    /// Per process, the weight of each path.
+    processes: FastHashMap<u32, FastHashMap<Vec<FunctionId>, u64>>,
 }
 
 impl FoldedStacks {
     pub fn new(weight: Weight) -> FoldedStacks {
         FoldedStacks {
             weight,
-            weights: FastHashMap::default(),
+            processes: FastHashMap::default(),
         }
     }
 
-    /// The weight of one path (outermost first), 0 if never seen.
+    /// The weight of one path (outermost first) over every process, 0 if never seen.
     pub fn weight(&self, stack: &[FunctionId]) -> u64 {
-        self.weights.get(stack).copied().unwrap_or(0)
+        self.processes
+            .values()
+            .filter_map(|weights| weights.get(stack))
+            .sum()
     }
 
     /// The folded lines, without line ends, sorted.
     pub fn lines(&self, table: &FunctionTable) -> Vec<String> {
+        let several = self.processes.len() > 1;
         let mut stacks: Vec<(String, u64)> = self
-            .weights
+            .processes
             .iter()
-            .map(|(stack, &weight)| (stack_text(table, stack), weight))
+            .flat_map(|(&pid, weights)| {
+                weights.iter().map(move |(stack, &weight)| {
+                    let mut text = String::new();
+                    if several {
+                        text = process_frame(table, pid, stack);
+                    }
+                    push_stack_text(&mut text, table, stack);
+                    (text, weight)
+                })
+            })
             .collect();
         stacks.sort_unstable();
         let mut lines: Vec<String> = Vec::with_capacity(stacks.len());
@@ -131,17 +147,27 @@ impl CallSink for FoldedStacks {
         if add == 0 {
             return;
         }
-        match self.weights.get_mut(stack) {
+        let weights = self.processes.entry(call.pid).or_default();
+        match weights.get_mut(stack) {
             Some(weight) => *weight = weight.saturating_add(add),
             None => {
-                self.weights.insert(stack.to_vec(), add);
+                weights.insert(stack.to_vec(), add);
             }
         }
     }
 }
 
-fn stack_text(table: &FunctionTable, stack: &[FunctionId]) -> String {
-    let mut text = String::new();
+/// The root frame of a path of process `pid`: `prog [pid 123];`, after the file of the path's
+/// outermost function (a process that exec'ed has paths in both programs).
+fn process_frame(table: &FunctionTable, pid: u32, stack: &[FunctionId]) -> String {
+    let program = stack
+        .first()
+        .and_then(|&id| table.functions.get(id as usize))
+        .map_or("?", |function| table.module_name(function));
+    format!("{} [pid {pid}];", frame_name(program))
+}
+
+fn push_stack_text(text: &mut String, table: &FunctionTable, stack: &[FunctionId]) {
     for (i, &id) in stack.iter().enumerate() {
         if i > 0 {
             text.push(';');
@@ -149,7 +175,6 @@ fn stack_text(table: &FunctionTable, stack: &[FunctionId]) -> String {
         let name = table.name_of(id);
         text.push_str(&frame_name(name));
     }
-    text
 }
 
 /// A function name as a folded-stack frame: `;` becomes `:`, line breaks become spaces.

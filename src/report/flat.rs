@@ -6,6 +6,7 @@
 //!       1234.567890612 [  1234] <== fib 489 ns
 //! ```
 
+use std::borrow::Cow;
 use std::io::{self, Write};
 
 use super::summary::HumanDuration;
@@ -15,7 +16,8 @@ use crate::replay::{CallEntry, CallSink, FinishedCall};
 /// Prints each call's entry and exit on a line of its own. Write errors are kept and returned by
 /// [`flush`](Self::flush), since a sink cannot return them.
 pub struct FlatPrinter<'t, W: Write> {
-    table: &'t FunctionTable,
+    /// Owned once functions are added (live mode under `--follow`).
+    table: Cow<'t, FunctionTable>,
     out: W,
     error: Option<io::Error>,
 }
@@ -24,10 +26,16 @@ impl<'t, W: Write> FlatPrinter<'t, W> {
     pub fn new(table: &'t FunctionTable, mut out: W) -> io::Result<Self> {
         writeln!(out, "# {:>18} {:^8}     FUNCTION", "TIMESTAMP", "TID")?;
         Ok(FlatPrinter {
-            table,
+            table: Cow::Borrowed(table),
             out,
             error: None,
         })
+    }
+
+    /// Takes in functions planned during the recording (a program a followed process exec'ed),
+    /// numbered on from the table's.
+    pub fn add_functions(&mut self, more: &FunctionTable) {
+        self.table.to_mut().extend(more.clone());
     }
 
     pub fn flush(&mut self) -> io::Result<()> {

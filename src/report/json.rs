@@ -7,13 +7,15 @@
 //! ```
 //! The header comes from [`TraceInfo`]; `functions` are in the summary's order (`--sort`) with the same
 //! figures (see [`super::summary`]); `module` is the file name of the function's module.
+//! When the trace holds more than one process (`--follow`), each function has one entry per
+//! process that called it, with a `"pid"`, by pid then in the summary's order.
 //! Written pretty-printed, with a final line end.
 
 use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::summary::{SortKey, Summary};
+use super::summary::{GroupedSummaries, SortKey};
 use super::TraceInfo;
 use crate::plan::FunctionTable;
 
@@ -29,6 +31,9 @@ struct JsonReport<'a> {
 
 #[derive(Serialize)]
 struct JsonFunction<'a> {
+    /// Only when the trace holds more than one process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
     name: &'a str,
     module: &'a str,
     calls: u64,
@@ -44,14 +49,23 @@ struct JsonFunction<'a> {
 pub fn write_json(
     info: &TraceInfo,
     table: &FunctionTable,
-    summary: &Summary,
+    processes: &GroupedSummaries,
     sort: SortKey,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    let functions = summary
-        .rows(table, sort)
+    let processes = processes.sorted();
+    let several = processes.len() > 1;
+    let functions = processes
         .into_iter()
-        .map(|row| JsonFunction {
+        .flat_map(|(process, summary)| {
+            let pid = several.then_some(process.pid);
+            summary
+                .rows(table, sort)
+                .into_iter()
+                .map(move |row| (pid, row))
+        })
+        .map(|(pid, row)| JsonFunction {
+            pid,
             name: &row.function.name,
             module: table.module_name(row.function),
             calls: row.stats.calls,

@@ -10,6 +10,7 @@ pub mod chrome;
 pub mod flame_graph;
 pub mod flat;
 pub mod json;
+pub mod progress;
 pub mod summary;
 pub mod svg;
 pub mod tree;
@@ -28,7 +29,7 @@ use crate::replay::{CallSink, FastHashMap, ReplayStats, Replayer};
 
 use chrome::ChromeTrace;
 use flame_graph::{FoldedStacks, Weight};
-use summary::{SortKey, Summary, TableLayout, ThreadSummaries};
+use summary::{GroupedSummaries, Grouping, SortKey, Summary, TableLayout};
 use tree::{Columns, TreePrinter};
 
 /// What the data file says about the recording, for reports that show it.
@@ -86,6 +87,13 @@ impl Format {
             Format::Replay => "replay",
             Format::Chrome => "chrome",
         }
+    }
+}
+
+impl Format {
+    /// Whether the report is written as the events are read (the others are written at the end).
+    pub fn writes_while_reading(self) -> bool {
+        matches!(self, Format::Replay | Format::Chrome)
     }
 }
 
@@ -182,6 +190,8 @@ pub struct ReportOptions {
     /// Replay: show the thread id column. Set it when the trace, as filtered, has more than one
     /// thread ([`scan_threads`] finds out); a stream cannot know before its end.
     pub show_thread_ids: bool,
+    /// Replay: show the process id column; set it when the trace has more than one process.
+    pub show_process_ids: bool,
     /// Replay: show when each line's event happened (`--timestamp`).
     pub show_timestamps: bool,
     /// Replay: show the CPU of each line's event (`--cpuid`).
@@ -252,6 +262,8 @@ pub struct ThreadScan {
     pub events: u64,
     /// Thread ids, ascending.
     pub tids: Vec<u32>,
+    /// The processes of those threads, ascending.
+    pub pids: Vec<u32>,
 }
 
 /// Reads every event of `source` once, counting events and the threads that `filter`'s
@@ -260,7 +272,7 @@ pub fn scan_threads<E>(source: &mut E, filter: &FilterSpec) -> Result<ThreadScan
 where
     E: EventSource + ?Sized,
 {
-    let mut seen: FastHashMap<u32, ()> = FastHashMap::default();
+    let mut seen: FastHashMap<u32, u32> = FastHashMap::default();
     let mut events = 0u64;
     let mut last_tid = None;
     while let Some(block) = source
@@ -274,14 +286,17 @@ where
             if last_tid != Some(tid) {
                 last_tid = Some(tid);
                 if filter.shows_thread(tid) {
-                    seen.insert(tid, ());
+                    seen.insert(tid, event.pid);
                 }
             }
         }
     }
+    let mut pids: Vec<u32> = seen.values().copied().collect();
+    pids.sort_unstable();
+    pids.dedup();
     let mut tids: Vec<u32> = seen.into_keys().collect();
     tids.sort_unstable();
-    Ok(ThreadScan { events, tids })
+    Ok(ThreadScan { events, tids, pids })
 }
 
 /// Replays `source` against `table` and writes the report in `format` to `out`. `info` is asked
@@ -303,7 +318,7 @@ where
     let filter = &options.filter;
     match format {
         Format::Summary if options.per_thread => {
-            let mut summaries = ThreadSummaries::new(function_count);
+            let mut summaries = GroupedSummaries::new(Grouping::Thread, function_count);
             let outcome = replay_filtered(source, table, filter, &mut summaries)?;
             let lost = info(source).lost_by_thread;
             summaries.write_text(table, &outcome.replay, &lost, options.table_layout(), out)?;
@@ -316,9 +331,9 @@ where
             Ok(outcome)
         }
         Format::Json => {
-            let mut summary = Summary::new(function_count);
-            let outcome = replay_filtered(source, table, filter, &mut summary)?;
-            json::write_json(&info(source), table, &summary, options.sort, out)?;
+            let mut processes = GroupedSummaries::new(Grouping::Process, function_count);
+            let outcome = replay_filtered(source, table, filter, &mut processes)?;
+            json::write_json(&info(source), table, &processes, options.sort, out)?;
             Ok(outcome)
         }
         Format::FlameGraph => {
@@ -336,6 +351,7 @@ where
         }
         Format::Replay => {
             let columns = Columns {
+                process_ids: options.show_process_ids,
                 thread_ids: options.show_thread_ids,
                 timestamps: options.show_timestamps,
                 cpus: options.show_cpus,

@@ -20,7 +20,7 @@
 //! `Total %` is the total time as a share of the time the trace covers (from its first event to
 //! its last), so `main` is near 100%; functions run by several threads at once can pass 100%.
 //! Rows are sorted by a [`SortKey`], largest first; `--per-thread` makes one table per thread
-//! ([`ThreadSummaries`]).
+//! ([`GroupedSummaries`]).
 
 use std::fmt::{self, Write as _};
 use std::io::{self, Write};
@@ -276,30 +276,58 @@ fn write_note(replay: &ReplayStats, out: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
-/// One [`Summary`] per thread (`--per-thread`); a [`CallSink`]. Memory grows with threads ×
+/// What [`GroupedSummaries`] makes one [`Summary`] for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grouping {
+    /// Each thread (`--per-thread`).
+    Thread,
+    /// Each process (`--follow` traces several).
+    Process,
+}
+
+/// The thread or process a [`Summary`] of [`GroupedSummaries`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Group {
+    /// The thread id, or the first thread seen of the process.
+    pub tid: u32,
+    pub pid: u32,
+}
+
+/// One [`Summary`] per thread or per process; a [`CallSink`]. Memory grows with groups ×
 /// functions.
-#[derive(Clone, Debug)]
-pub struct ThreadSummaries {
+pub struct GroupedSummaries {
+    grouping: Grouping,
     function_count: usize,
-    /// In the order the threads were first seen.
-    threads: Vec<(u32, Summary)>,
-    /// Thread id → index into `threads`.
+    /// In the order the groups were first seen.
+    groups: Vec<(Group, Summary)>,
+    /// Thread or process id → index into `groups`.
     index: FastHashMap<u32, usize>,
 }
 
-impl ThreadSummaries {
-    pub fn new(function_count: usize) -> ThreadSummaries {
-        ThreadSummaries {
+impl GroupedSummaries {
+    pub fn new(grouping: Grouping, function_count: usize) -> GroupedSummaries {
+        GroupedSummaries {
+            grouping,
             function_count,
-            threads: Vec::new(),
+            groups: Vec::new(),
             index: FastHashMap::default(),
         }
     }
 
-    /// One table per thread, by thread id, each under a `Thread TID` line that says how many
-    /// events the thread lost (`lost_by_thread`, by thread id) if any; a thread that lost events
-    /// but has no call gets an empty table. `Total %` is still of the whole trace. Then the note,
-    /// once.
+    /// The summaries by thread or process id, ascending.
+    pub fn sorted(&self) -> Vec<&(Group, Summary)> {
+        let mut groups: Vec<&(Group, Summary)> = self.groups.iter().collect();
+        groups.sort_by_key(|(group, _)| match self.grouping {
+            Grouping::Thread => (group.tid, group.pid),
+            Grouping::Process => (group.pid, group.tid),
+        });
+        groups
+    }
+
+    /// One table per group, each under a `Thread TID` line (`Thread TID (pid PID)` when the
+    /// threads belong to more than one process), which ends with how many events the thread lost
+    /// (`lost_by_thread`, by thread id) if any; `Total %` is still of the whole trace. Then the
+    /// note, once.
     pub fn write_text(
         &self,
         table: &FunctionTable,
@@ -308,26 +336,28 @@ impl ThreadSummaries {
         layout: TableLayout,
         out: &mut dyn Write,
     ) -> io::Result<()> {
-        let empty = Summary::new(0);
-        let mut threads: Vec<(u32, &Summary)> = self.threads.iter().map(|(t, s)| (*t, s)).collect();
-        threads.extend(
-            lost_by_thread
-                .iter()
-                .filter(|(tid, _)| !self.index.contains_key(tid))
-                .map(|&(tid, _)| (tid, &empty)),
-        );
-        threads.sort_by_key(|(tid, _)| *tid);
-        for (i, (tid, summary)) in threads.into_iter().enumerate() {
+        let several_processes = self
+            .groups
+            .iter()
+            .any(|(group, _)| group.pid != self.groups[0].0.pid);
+        for (i, (group, summary)) in self.sorted().into_iter().enumerate() {
             if i > 0 {
                 writeln!(out)?;
             }
-            match lost_by_thread.binary_search_by_key(&tid, |&(tid, _)| tid) {
-                Ok(at) => {
-                    let lost = lost_by_thread[at].1;
-                    let events = plural(lost, "event", "events");
-                    writeln!(out, "Thread {tid} ({events} lost)")?;
+            let tid = group.tid;
+            let lost = match lost_by_thread.binary_search_by_key(&tid, |&(tid, _)| tid) {
+                Ok(at) => format!(
+                    " ({} lost)",
+                    plural(lost_by_thread[at].1, "event", "events")
+                ),
+                Err(_) => String::new(),
+            };
+            match (self.grouping, several_processes) {
+                (Grouping::Thread, false) => writeln!(out, "Thread {tid}{lost}")?,
+                (Grouping::Thread, true) => {
+                    writeln!(out, "Thread {tid} (pid {}){lost}", group.pid)?
                 }
-                Err(_) => writeln!(out, "Thread {tid}")?,
+                (Grouping::Process, _) => writeln!(out, "Process {}", group.pid)?,
             }
             summary.write_table(table, replay.span_ns(), layout, out)?;
         }
@@ -335,15 +365,23 @@ impl ThreadSummaries {
     }
 }
 
-impl CallSink for ThreadSummaries {
+impl CallSink for GroupedSummaries {
     fn call_finished(&mut self, call: &FinishedCall, stack: &[FunctionId]) {
-        let threads = &mut self.threads;
+        let groups = &mut self.groups;
         let function_count = self.function_count;
-        let index = *self.index.entry(call.tid).or_insert_with(|| {
-            threads.push((call.tid, Summary::new(function_count)));
-            threads.len() - 1
+        let key = match self.grouping {
+            Grouping::Thread => call.tid,
+            Grouping::Process => call.pid,
+        };
+        let index = *self.index.entry(key).or_insert_with(|| {
+            let group = Group {
+                tid: call.tid,
+                pid: call.pid,
+            };
+            groups.push((group, Summary::new(function_count)));
+            groups.len() - 1
         });
-        self.threads[index].1.call_finished(call, stack);
+        self.groups[index].1.call_finished(call, stack);
     }
 }
 

@@ -9,10 +9,11 @@
 //!
 //! A call with children opens a block (`fib() {`) and closes it with its duration
 //! (`} /* fib */`); a call without children is one line (`fib();`). When the trace has several
-//! threads, a thread id column (`[  1234]`) follows the duration. A call whose exit was never
-//! seen is marked `/* no exit */` (`fib(); /* no exit */`, `} /* fib: no exit */`); one whose
-//! return was skipped (longjmp, exceptions, the kernel's uretprobe limit) has no duration and is
-//! marked `/* time unknown */`.
+//! threads, a thread id column (`[  1234]`) follows the duration; when it has several processes
+//! (`--follow`), a process id column comes before it. A call whose exit was never seen is marked
+//! `/* no exit */` (`fib(); /* no exit */`, `} /* fib: no exit */`); one whose return was
+//! skipped (longjmp, exceptions, the kernel's uretprobe limit) has no duration and is marked
+//! `/* time unknown */`.
 //!
 //! [`TreePrinter`] is fed call by call, so the same printer serves a data file and, later, the
 //! live ring buffer, with the same output. A call is only known to be a leaf at its exit, so
@@ -21,6 +22,7 @@
 //! Lines come in the order the calls were decided, threads interleaved; memory grows with the
 //! number of threads, not with the trace.
 
+use std::borrow::Cow;
 use std::io::{self, Write};
 
 use super::summary::{replay_note, HumanDuration};
@@ -30,15 +32,18 @@ use crate::replay::{CallEntry, CallSink, FastHashMap, FinishedCall, ReplayStats}
 /// Prints the call tree; a [`CallSink`] that needs entries. Write errors are kept and returned by
 /// [`finish`](Self::finish), since a sink cannot return them; after one, nothing more is written.
 pub struct TreePrinter<'t, W: Write> {
-    table: &'t FunctionTable,
+    /// Owned once functions are added (live mode under `--follow`).
+    table: Cow<'t, FunctionTable>,
     /// `"()"` after names that have no parameter list of their own (C, Rust), `""` after
     /// demangled C++ names that already end in one.
     parens: Vec<&'static str>,
-    show_tids: bool,
-    /// The optional columns but the thread id (`--timestamp`, `--cpuid`).
+    /// The optional columns shown.
     columns: Columns,
-    /// Live mode: turn the thread id column on when a second thread shows up.
-    tids_when_threaded: bool,
+    /// Live mode: turn the thread id column on when a second thread shows up, the process id
+    /// column when a second process does.
+    columns_when_needed: bool,
+    /// The process of the first thread seen.
+    first_pid: Option<u32>,
     out: W,
     /// Per thread, the entry whose line is held back.
     pending: Vec<(u32, Option<CallEntry>)>,
@@ -89,14 +94,14 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         let parens = table
             .functions
             .iter()
-            .map(|f| if f.name.contains('(') { "" } else { "()" })
+            .map(|f| parens_after(&f.name))
             .collect();
         Ok(TreePrinter {
-            table,
+            table: Cow::Borrowed(table),
             parens,
-            show_tids: columns.thread_ids,
             columns,
-            tids_when_threaded: false,
+            columns_when_needed: false,
+            first_pid: None,
             out,
             pending: Vec::new(),
             index: FastHashMap::default(),
@@ -105,11 +110,20 @@ impl<'t, W: Write> TreePrinter<'t, W> {
     }
 
     /// A printer for a stream whose threads are not known in advance (live mode): the thread id
-    /// column comes on, under a new header line, when a second thread first calls.
+    /// column comes on, under a new header line, when a second thread first calls, and the
+    /// process id column when a second process does.
     pub fn live(table: &'t FunctionTable, columns: Columns, out: W) -> io::Result<Self> {
         let mut printer = TreePrinter::new(table, columns, out)?;
-        printer.tids_when_threaded = !columns.thread_ids;
+        printer.columns_when_needed = true;
         Ok(printer)
+    }
+
+    /// Takes in functions planned during the recording (a program a followed process exec'ed),
+    /// numbered on from the table's.
+    pub fn add_functions(&mut self, more: &FunctionTable) {
+        self.parens
+            .extend(more.functions.iter().map(|f| parens_after(&f.name)));
+        self.table.to_mut().extend(more.clone());
     }
 
     /// Prints the held-back entries that started before `before_ns` as open blocks (`fib() {`),
@@ -146,20 +160,26 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         Ok(self.out)
     }
 
-    fn thread_index(&mut self, tid: u32) -> usize {
+    fn thread_index(&mut self, tid: u32, pid: u32) -> usize {
         let pending = &mut self.pending;
+        let mut new_thread = false;
         let index = *self.index.entry(tid).or_insert_with(|| {
+            new_thread = true;
             pending.push((tid, None));
             pending.len() - 1
         });
-        if index == 1 && self.tids_when_threaded && !self.show_tids {
-            self.show_tids = true;
+        if new_thread && self.columns_when_needed {
+            let first_pid = *self.first_pid.get_or_insert(pid);
             let columns = Columns {
-                thread_ids: true,
+                thread_ids: self.columns.thread_ids || index > 0,
+                process_ids: self.columns.process_ids || pid != first_pid,
                 ..self.columns
             };
-            if let Err(error) = write_header(&mut self.out, columns) {
-                self.error.get_or_insert(error);
+            if columns != self.columns {
+                self.columns = columns;
+                if let Err(error) = write_header(&mut self.out, columns) {
+                    self.error.get_or_insert(error);
+                }
             }
         }
         index
@@ -171,20 +191,27 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         }
         let name = self.table.name_of(function);
         let parens = self.parens.get(function as usize).copied().unwrap_or("()");
-        let columns = Columns {
-            thread_ids: self.show_tids,
-            ..self.columns
-        };
-        let result = write_line(&mut self.out, &place, columns, name, parens, line);
+        let result = write_line(&mut self.out, &place, self.columns, name, parens, line);
         if let Err(error) = result {
             self.error = Some(error);
         }
     }
 }
 
+/// `"()"` after a name that has no parameter list of its own, `""` after one that has.
+fn parens_after(name: &str) -> &'static str {
+    if name.contains('(') {
+        ""
+    } else {
+        "()"
+    }
+}
+
 /// The optional columns of the tree.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Columns {
+    /// The process id of each line.
+    pub process_ids: bool,
     /// The thread id of each line (`[  1234]`).
     pub thread_ids: bool,
     /// When each line's event happened, CLOCK_MONOTONIC seconds (`1234.567890123`).
@@ -197,6 +224,9 @@ fn write_header(out: &mut impl Write, columns: Columns) -> io::Result<()> {
     write!(out, "{:<10}", "# DURATION")?;
     if columns.timestamps {
         write!(out, " {:>20}", "TIMESTAMP")?;
+    }
+    if columns.process_ids {
+        write!(out, " {:>6}", "PID")?;
     }
     if columns.thread_ids {
         write!(out, " {:^8}", "TID")?;
@@ -212,6 +242,7 @@ struct Place {
     /// Empty on lines that open a block.
     duration: Option<u64>,
     timestamp_ns: u64,
+    pid: u32,
     tid: u32,
     cpu: u32,
     depth: u32,
@@ -223,6 +254,7 @@ impl Place {
         Place {
             duration: None,
             timestamp_ns: entry.start_ns,
+            pid: entry.pid,
             tid: entry.tid,
             cpu: entry.cpu,
             depth: entry.depth,
@@ -241,6 +273,7 @@ fn write_line(
     let Place {
         duration,
         timestamp_ns,
+        pid,
         tid,
         cpu,
         depth,
@@ -252,6 +285,9 @@ fn write_line(
     if columns.timestamps {
         let (seconds, nanoseconds) = (timestamp_ns / 1_000_000_000, timestamp_ns % 1_000_000_000);
         write!(out, " {seconds:>10}.{nanoseconds:09}")?;
+    }
+    if columns.process_ids {
+        write!(out, " {pid:>6}")?;
     }
     if columns.thread_ids {
         write!(out, " [{tid:>6}]")?;
@@ -275,7 +311,7 @@ fn write_line(
 
 impl<W: Write> CallSink for TreePrinter<'_, W> {
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
-        let index = self.thread_index(entry.tid);
+        let index = self.thread_index(entry.tid, entry.pid);
         // The held-back entry has a child after all: it opens a block.
         if let Some(open) = self.pending[index].1.replace(*entry) {
             self.line(Place::entry(&open), open.function, Line::Open);
@@ -283,7 +319,7 @@ impl<W: Write> CallSink for TreePrinter<'_, W> {
     }
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
-        let index = self.thread_index(call.tid);
+        let index = self.thread_index(call.tid, call.pid);
         // Calls end innermost first, so a held-back entry on this thread is this very call.
         let ending = Ending::of(call);
         let line = match self.pending[index].1.take() {
@@ -298,6 +334,7 @@ impl<W: Write> CallSink for TreePrinter<'_, W> {
         let place = Place {
             duration: call.time_known.then_some(call.duration_ns),
             timestamp_ns,
+            pid: call.pid,
             tid: call.tid,
             cpu: call.cpu,
             depth: call.depth,

@@ -1,0 +1,312 @@
+//! End to end: `--follow`, the processes the target forks and the programs they exec, each
+//! counted exactly and labelled by its pid in the reports.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use common::*;
+
+/// test/forkexec.c and the program its child execs (test/calls.c, under a name of its own).
+fn forkexec_and_calls() -> (PathBuf, PathBuf) {
+    (
+        compile("forkexec.c", "forkexec", &[]),
+        compile("calls.c", "calls-exec", &[]),
+    )
+}
+
+/// The `<role> calls <count> <name>` lines test/forkexec.c prints for `role`.
+fn role_counts(stdout: &[u8], role: &str) -> BTreeMap<String, u64> {
+    let prefix = format!("{role} ");
+    let lines: Vec<&str> = std::str::from_utf8(stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.strip_prefix(prefix.as_str()))
+        .collect();
+    own_counts(lines.join("\n").as_bytes())
+}
+
+/// Calls per function name of each process in a JSON report of several processes.
+fn counts_by_pid(json: &serde_json::Value) -> BTreeMap<u64, BTreeMap<String, u64>> {
+    let mut processes: BTreeMap<u64, BTreeMap<String, u64>> = BTreeMap::new();
+    for f in json["functions"].as_array().expect("functions array") {
+        let pid = f["pid"].as_u64().expect("every function has a pid");
+        *processes
+            .entry(pid)
+            .or_default()
+            .entry(f["name"].as_str().unwrap().to_string())
+            .or_insert(0) += f["calls"].as_u64().unwrap();
+    }
+    processes
+}
+
+/// The target's pid and the other process's, from a JSON report of two processes.
+fn target_and_child(json: &serde_json::Value) -> (u64, u64) {
+    let processes = counts_by_pid(json);
+    let target = json["pid"].as_u64().unwrap();
+    assert_eq!(processes.len(), 2, "expected two processes: {processes:?}");
+    assert!(processes.contains_key(&target), "{processes:?}");
+    let child = *processes.keys().find(|&&pid| pid != target).unwrap();
+    (target, child)
+}
+
+#[test]
+fn follow_traces_a_forked_child_that_execs_another_program() {
+    if !bpf_available("follow_traces_a_forked_child_that_execs_another_program") {
+        return;
+    }
+    let (forkexec, calls) = forkexec_and_calls();
+    let calls_arg = calls.to_str().unwrap();
+    let recording = record_unchanged(&forkexec, &[calls_arg], &["--follow"]);
+    let stdout = &recording.output.stdout;
+    let json = recording.json();
+    let (target, child) = target_and_child(&json);
+    let processes = counts_by_pid(&json);
+
+    assert_counts_match(&role_counts(stdout, "parent"), &processes[&target]);
+    // Before its exec the child runs forkexec's functions, after it calls' own.
+    let mut child_counts = role_counts(stdout, "child");
+    child_counts.extend(own_counts(stdout));
+    assert_counts_match(&child_counts, &processes[&child]);
+    // Each process only what it ran: main's frame in the child was inherited, never entered.
+    assert_eq!(processes[&target].get("child_work"), None);
+    assert_eq!(processes[&target].get("fib"), None);
+    assert_eq!(processes[&child].get("parent_work"), None);
+    assert_eq!(module_in(&json, child, "fib"), "calls-exec");
+    assert_eq!(module_in(&json, child, "child_work"), "forkexec");
+
+    // The reports say which process each call ran in.
+    let replay = recording.report(&["--format=replay"]);
+    assert!(replay.starts_with("# DURATION    PID   TID"), "{replay}");
+    let line_of = |name: &str| {
+        replay
+            .lines()
+            .find(|line| line.contains(name))
+            .unwrap_or_else(|| panic!("{name} not in the replay"))
+            .to_string()
+    };
+    assert!(line_of("parent_work").contains(&format!(" {target} [")));
+    assert!(line_of("child_work").contains(&format!(" {child} [")));
+    assert!(line_of("worker_step").contains(&format!(" {child} [")));
+    // The exec ends the calls it cut short: calls' main starts a new tree in the child.
+    assert!(line_of("execv@plt").contains("/* no exit */"), "{replay}");
+    let calls_main = replay
+        .lines()
+        .find(|line| line.contains(&format!(" {child} [")) && line.ends_with("| main() {"));
+    assert!(calls_main.is_some(), "{replay}");
+
+    let folded = recording.report(&["--format=flame-graph"]);
+    assert!(folded.lines().all(
+        |line| line.starts_with(&format!("forkexec [pid {target}];"))
+            || line.starts_with(&format!("forkexec [pid {child}];"))
+            || line.starts_with(&format!("calls-exec [pid {child}];"))
+    ));
+    assert!(folded.contains(&format!("calls-exec [pid {child}];main;fib ")));
+    assert!(folded.contains(&format!("forkexec [pid {child}];run_child;child_work ")));
+    assert!(folded.contains(&format!("forkexec [pid {target}];main;parent_work ")));
+
+    let info = utrace()
+        .arg("info")
+        .arg("-i")
+        .arg(recording.data())
+        .output()
+        .unwrap();
+    assert_success(&info);
+    let processes_line = format!("processes:   2 ({target}, {child})");
+    assert!(String::from_utf8_lossy(&info.stdout).contains(&processes_line));
+
+    let per_thread = recording.report(&["--format=summary", "--per-thread"]);
+    assert!(per_thread.contains(&format!("Thread {target} (pid {target})")));
+    assert!(per_thread.contains(&format!("Thread {child} (pid {child})")));
+}
+
+/// The module of `name` in process `pid` of a JSON report.
+fn module_in(json: &serde_json::Value, pid: u64, name: &str) -> String {
+    json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["pid"] == pid && f["name"] == name)
+        .map(|f| f["module"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| panic!("{name} not traced in pid {pid}"))
+}
+
+#[test]
+fn follow_traces_a_forked_child_running_the_same_program() {
+    if !bpf_available("follow_traces_a_forked_child_running_the_same_program") {
+        return;
+    }
+    let forkexec = compile("forkexec.c", "forkexec", &[]);
+    let recording = record_unchanged(&forkexec, &[], &["--follow"]);
+    let stdout = &recording.output.stdout;
+    let json = recording.json();
+    let (target, child) = target_and_child(&json);
+    let processes = counts_by_pid(&json);
+    assert_counts_match(&role_counts(stdout, "parent"), &processes[&target]);
+    assert_counts_match(&role_counts(stdout, "child"), &processes[&child]);
+    assert_eq!(processes[&child].get("parent_work"), None);
+    assert_eq!(processes[&child].get("main"), None);
+}
+
+#[test]
+fn without_follow_only_the_target_is_traced() {
+    if !bpf_available("without_follow_only_the_target_is_traced") {
+        return;
+    }
+    let (forkexec, calls) = forkexec_and_calls();
+    let recording = record_unchanged(&forkexec, &[calls.to_str().unwrap()], &[]);
+    let json = recording.json();
+    // One process: the report is as it always was, without pids.
+    assert!(json["functions"][0].get("pid").is_none(), "{json}");
+    let traced = recording.traced_counts();
+    assert_counts_match(&role_counts(&recording.output.stdout, "parent"), &traced);
+    for name in ["run_child", "child_work", "fib", "worker_step"] {
+        assert_eq!(traced.get(name), None, "{name} traced without --follow");
+    }
+    let replay = recording.report(&["--format=replay"]);
+    assert!(replay.starts_with("# DURATION   FUNCTION"), "{replay}");
+}
+
+#[test]
+fn follow_traces_the_children_of_an_attached_process() {
+    if !bpf_available("follow_traces_the_children_of_an_attached_process") {
+        return;
+    }
+    let (forkexec, calls) = forkexec_and_calls();
+    let mut program = Command::new(&forkexec)
+        .arg(&calls)
+        .env("FORKEXEC_WAIT", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(program.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("utrace.data");
+    let mut recorder = utrace()
+        .args([
+            "record",
+            "--follow",
+            "-d",
+            "-p",
+            &program.id().to_string(),
+            "-o",
+        ])
+        .arg(&data)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = BufReader::new(recorder.stderr.take().unwrap()).lines();
+    let attached = said
+        .by_ref()
+        .map(|line| line.unwrap())
+        .any(|line| line.starts_with("utrace: attached"));
+    assert!(attached, "utrace never attached");
+    send_signal(program.id(), libc::SIGUSR1);
+
+    let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
+    assert!(program.wait().unwrap().success());
+    // The recording ends by itself once the process and its child have ended.
+    let rest: Vec<String> = said.map(|line| line.unwrap()).collect();
+    assert!(recorder.wait().unwrap().success(), "{rest:?}");
+
+    let stdout = stdout.join("\n");
+    let json = report_json(&data);
+    let (target, child) = target_and_child(&json);
+    let processes = counts_by_pid(&json);
+    let mut parent = role_counts(stdout.as_bytes(), "parent");
+    // main was running when utrace attached: its exit has no entry.
+    parent.remove("main");
+    assert_counts_match(&parent, &processes[&target]);
+    let mut child_counts = role_counts(stdout.as_bytes(), "child");
+    child_counts.extend(own_counts(stdout.as_bytes()));
+    assert_counts_match(&child_counts, &processes[&child]);
+}
+
+#[test]
+fn live_follow_prints_each_process_under_its_pid() {
+    if !bpf_available("live_follow_prints_each_process_under_its_pid") {
+        return;
+    }
+    let (forkexec, calls) = forkexec_and_calls();
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("live.txt");
+    let output = utrace()
+        .args(["live", "--follow", "-o"])
+        .arg(&tree)
+        .arg("--")
+        .arg(&forkexec)
+        .arg(&calls)
+        .output()
+        .unwrap();
+    assert_success(&output);
+    assert_eq!(
+        output.stdout,
+        run_untraced(&forkexec, &[calls.to_str().unwrap()]).stdout
+    );
+    let tree = std::fs::read_to_string(&tree).unwrap();
+    // The process id column comes on, under a new header, when the child first calls.
+    let header = tree
+        .lines()
+        .position(|line| line.starts_with("# DURATION    PID   TID"))
+        .unwrap_or_else(|| panic!("no PID column: {tree}"));
+    let pid_of = |line: &str| line[10..].split_whitespace().next().unwrap().to_string();
+    // The lines of the calls of `name`: `name();`, or `name() {` for a call held back too long.
+    let lines_of = |name: &str| -> Vec<&str> {
+        let (leaf, open) = (format!("{name}();"), format!("{name}() {{"));
+        tree.lines()
+            .filter(|line| {
+                let call = line.split(" | ").nth(1).map(str::trim);
+                call == Some(&leaf) || call == Some(&open)
+            })
+            .collect()
+    };
+    let child_work = lines_of("child_work");
+    assert_eq!(child_work.len(), 11, "{tree}");
+    let child = pid_of(child_work[0]);
+    assert!(child_work.iter().all(|line| pid_of(line) == child));
+    // The exec'ed program's functions are named, in the child.
+    let worker_steps = lines_of("worker_step");
+    assert_eq!(worker_steps.len(), 10_000);
+    assert!(worker_steps.iter().all(|line| pid_of(line) == child));
+    // The parent's calls after the fork are under the new header, with its own pid.
+    assert_eq!(lines_of("parent_work").len(), 7, "{tree}");
+    let after_header: Vec<&str> = tree.lines().skip(header).collect();
+    let parent_after: Vec<&&str> = after_header
+        .iter()
+        .filter(|line| line.trim_end().ends_with("parent_work();"))
+        .collect();
+    assert_eq!(parent_after.len(), 2, "{tree}");
+    assert!(parent_after.iter().all(|line| pid_of(line) != child));
+}
+
+#[test]
+fn record_time_filters_keep_the_processes_apart() {
+    if !bpf_available("record_time_filters_keep_the_processes_apart") {
+        return;
+    }
+    let (forkexec, calls) = forkexec_and_calls();
+    let recording = record_unchanged(
+        &forkexec,
+        &[calls.to_str().unwrap()],
+        &["--follow", "--max-depth", "2"],
+    );
+    let json = recording.json();
+    let (target, child) = target_and_child(&json);
+    let processes = counts_by_pid(&json);
+    assert_eq!(processes[&target]["parent_work"], 7);
+    assert_eq!(processes[&child]["child_work"], 11);
+    // Depth 2 in calls: main's fib and each worker thread's, not their recursion.
+    assert_eq!(processes[&child]["fib"], 5);
+    // The file keeps the exec: calls' main is an outermost call, not one under execv@plt.
+    let replay = recording.report(&["--format=replay"]);
+    let calls_main = format!(" {child} [{child:>6}] | main() {{");
+    assert!(
+        replay.lines().any(|line| line.ends_with(&calls_main)),
+        "{replay}"
+    );
+}
