@@ -258,14 +258,7 @@ fn lost_events_are_counted_per_thread_and_the_report_stays_consistent() {
     assert!(lost > 0, "nothing was lost: {stderr}");
 
     // info: the total, then the threads that lost some, adding up to it.
-    let info = utrace()
-        .arg("info")
-        .arg("-i")
-        .arg(recording.data())
-        .output()
-        .unwrap();
-    assert_success(&info);
-    let info = String::from_utf8(info.stdout).unwrap();
+    let info = recording.info();
     assert!(info.contains(&format!("lost events: {lost}\n")), "{info}");
     let per_thread: Vec<(u32, u64)> = info
         .lines()
