@@ -91,7 +91,12 @@ impl DataFileInfo {
         }
         writeln!(out, "events:      {}", self.scan.events)?;
         match &self.statistics {
-            Some(s) => writeln!(out, "lost events: {}", s.lost_events)?,
+            Some(s) => {
+                writeln!(out, "lost events: {}", s.lost_events)?;
+                for (tid, lost) in &s.lost_by_thread {
+                    writeln!(out, "  thread {tid}: {lost}")?;
+                }
+            }
             None => writeln!(out, "lost events: unknown (cut short)")?,
         }
         let tids: Vec<String> = self.scan.tids.iter().map(u32::to_string).collect();
@@ -206,6 +211,7 @@ mod tests {
                     events: 4,
                     lost_events: 2,
                     duration_ns: 1_500_000,
+                    lost_by_thread: vec![(7, 2)],
                 })
                 .unwrap();
         }
@@ -234,6 +240,7 @@ functions:   3 planned in 2 modules
 probe costs: not measured (reports show raw times)
 events:      4
 lost events: 2
+  thread 7: 2
 threads:     2 (7, 9)
 complete:    yes
 "

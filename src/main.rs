@@ -242,5 +242,6 @@ fn trace_info(reader: &DataReader) -> TraceInfo {
         duration_ns: statistics.duration_ns,
         events: statistics.events,
         lost_events: statistics.lost_events,
+        lost_by_thread: statistics.lost_by_thread,
     }
 }

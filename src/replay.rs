@@ -3,14 +3,24 @@
 //! with the path of its callers, and, when it needs them (the call tree, Chrome traces), each
 //! call as it starts.
 //!
-//! What real traces contain, and what the replayer does with it:
-//! - an exit whose function is not on the thread's stack (a call already running at attach) is
+//! An exit is paired with its entry by the return-address slot both carry ([`Event::stack`]):
+//! the stack grows down, so a deeper call has a lower slot, and a slot that is returned through or
+//! called at again tells that every frame at or below it is gone, whether its return was seen or
+//! not. What real traces contain, and what the replayer does with it:
+//! - an exit whose slot and function match no open frame (a call already running at attach) is
 //!   ignored and counted in [`ReplayStats::unmatched_exits`];
-//! - an exit for a function deeper in the stack (returns lost beyond the uretprobe nesting
-//!   limit, longjmp, exceptions) unwinds: the frames above it end at the exit's time with
-//!   `complete == false`, then the matching frame ends normally;
+//! - frames deeper than the one an exit matches had their returns skipped (longjmp, exceptions,
+//!   returns beyond the kernel's 64 nested uretprobes, lost events): they are closed with
+//!   `time_known == false`, no duration, and counted in [`ReplayStats::unknown_time_calls`];
+//! - an entry at or above the slot of open frames means those frames are gone (a longjmp landed
+//!   above them): they are closed the same way. A call at the very slot of the frame on top is a
+//!   tail call (that frame is still open, its uretprobe fires with the callee's) unless it is the
+//!   same function again, which is a new call after a longjmp;
 //! - entries without exits (the process exited, or we detached) stay open until
-//!   [`Replayer::finish`] closes them with `complete == false`;
+//!   [`Replayer::finish`] closes them at the end of the trace with `complete == false`;
+//! - events without a slot (`stack == 0`: synthetic events, files of older versions) pair by
+//!   function: an exit for a function deeper in the stack unwinds the frames above it, which end
+//!   at the exit's time with `complete == false`;
 //! - an event whose function id is beyond the function table is ignored and counted: corrupt
 //!   input must not panic.
 //!
@@ -47,10 +57,22 @@ pub struct FinishedCall {
     /// 0 for the outermost call observed on the thread.
     pub depth: u32,
     /// False when the exit was never seen: the call was closed by [`Replayer::finish`], or by an
-    /// exit of a function deeper in the stack (unwinding).
+    /// exit of a function deeper in the stack (unwinding), or its time is unknown.
     pub complete: bool,
+    /// False when the call's return was skipped (longjmp, exceptions, the kernel's uretprobe
+    /// nesting limit, lost events): when it ended is not known, so `duration_ns` and `self_ns`
+    /// are 0; its caller's self time holds its time but that of its timed children. Still a
+    /// call.
+    pub time_known: bool,
     /// The same function is already active below this call on this thread's stack.
     pub recursive: bool,
+    /// Low 32 bits of the address of its return-address slot, as its events carry it; 0 when
+    /// unknown.
+    pub slot: u32,
+    /// For a call of unknown time that is not recursive: the summed durations of the outermost
+    /// timed calls of the same function inside it, which stand for it in the function's total
+    /// time (so a total never falls below the self times it covers). 0 otherwise.
+    pub recursion_ns: u64,
 }
 
 /// One call that has just started, as the replayer hands it to [`CallSink::call_entered`].
@@ -66,6 +88,8 @@ pub struct CallEntry {
     pub start_ns: u64,
     /// 0 for the outermost call observed on the thread.
     pub depth: u32,
+    /// Low 32 bits of the address of its return-address slot; 0 when unknown.
+    pub slot: u32,
 }
 
 /// A consumer of calls: a report, a live printer, a test's collector.
@@ -99,8 +123,10 @@ impl<F: FnMut(&FinishedCall, &[FunctionId])> CallSink for F {
 pub struct ReplayStats {
     /// Exits with no matching entry on the thread's stack: calls in flight at attach.
     pub unmatched_exits: u64,
-    /// Calls whose exit was never seen: closed by `finish` or by unwinding.
+    /// Calls whose exit was never seen: closed by `finish` or by unwinding, timed up to there.
     pub unfinished_calls: u64,
+    /// Calls whose return was skipped, found by their stack slot: counted, but not timed.
+    pub unknown_time_calls: u64,
     /// Events whose function id is beyond the function table (corrupt input), ignored.
     pub unknown_function_events: u64,
     /// Threads seen.
@@ -194,21 +220,44 @@ impl Replayer {
             spare_active: &mut self.spare_active,
             clamped: &mut self.stats.clamped_times,
         };
-        if event.is_exit() {
+        let returned = FrameEnd::Returned {
+            end_ns: ts,
+            cpu: event.cpu(),
+        };
+        if event.is_exit() && event.stack == 0 {
             if !stack.is_active(function) {
                 self.stats.unmatched_exits += 1;
                 return;
             }
             // The function is on the stack, so this loop stops at it.
             while stack.top() != Some(function) {
-                stack.pop(ts, None, sink, &mut ending);
+                stack.pop(FrameEnd::Closed { end_ns: ts }, sink, &mut ending);
                 self.stats.unfinished_calls += 1;
             }
-            stack.pop(ts, Some(event.cpu()), sink, &mut ending);
+            stack.pop(returned, sink, &mut ending);
+        } else if event.is_exit() {
+            let (gone, matched) = stack.frames_returned_through(function, event.stack);
+            for _ in 0..gone {
+                stack.pop(FrameEnd::Unknown, sink, &mut ending);
+            }
+            self.stats.unknown_time_calls += gone as u64;
+            if matched {
+                stack.pop(returned, sink, &mut ending);
+            } else {
+                self.stats.unmatched_exits += 1;
+            }
         } else {
+            if event.stack != 0 {
+                let gone = stack.frames_called_over(function, event.stack);
+                for _ in 0..gone {
+                    stack.pop(FrameEnd::Unknown, sink, &mut ending);
+                }
+                self.stats.unknown_time_calls += gone as u64;
+            }
             let function_count = self.function_count;
-            stack.enter(function, ts, event.cpu(), || {
-                self.spare_active
+            stack.enter(function, ts, event.cpu(), event.stack, || {
+                ending
+                    .spare_active
                     .pop()
                     .unwrap_or_else(|| vec![0; function_count])
             });
@@ -219,6 +268,7 @@ impl Replayer {
                 cpu: event.cpu(),
                 start_ns: ts,
                 depth: (stack.path.len() - 1) as u32,
+                slot: event.stack,
             };
             sink.call_entered(&entry, &stack.path);
         }
@@ -301,6 +351,8 @@ impl Replayer {
 /// One open call.
 struct Frame {
     start_ns: u64,
+    /// Low 32 bits of the address of its return-address slot; 0 when unknown.
+    slot: u32,
     /// The CPU the call was entered on.
     cpu: u32,
     /// Sum of the durations of the direct children that have ended.
@@ -308,6 +360,9 @@ struct Frame {
     /// Sum of the whole probe costs of the calls below this one that have ended: all of it lies
     /// inside this call's duration.
     probes_below_ns: u64,
+    /// Sum of the durations of the outermost timed calls of the same function inside it, as
+    /// far as they have ended (see [`FinishedCall::recursion_ns`]).
+    recursion_ns: u64,
     recursive: bool,
 }
 
@@ -362,12 +417,43 @@ impl CallStack {
         self.active.get(function as usize).is_some_and(|&n| n > 0)
     }
 
+    /// For an exit of `function` through `slot`: how many frames from the top lie at or below
+    /// the slot without being that call (their returns were skipped), and whether the call
+    /// itself is the next frame. Looks no deeper into the stack than the slot.
+    fn frames_returned_through(&self, function: FunctionId, slot: u32) -> (usize, bool) {
+        let mut gone = 0;
+        for (frame, &open) in self.frames.iter().zip(&self.path).rev() {
+            match height(slot, frame.slot) {
+                ..0 => break,
+                0 if open == function => return (gone, true),
+                _ => gone += 1,
+            }
+        }
+        (gone, false)
+    }
+
+    /// For an entry of `function` whose return address goes to `slot`: how many frames from the
+    /// top are gone, since the call reuses their stack (a longjmp landed above them). The frame
+    /// on top at the same slot is a caller that tail-called, unless it is `function` again.
+    fn frames_called_over(&self, function: FunctionId, slot: u32) -> usize {
+        self.frames
+            .iter()
+            .zip(&self.path)
+            .rev()
+            .take_while(|(frame, &open)| match height(slot, frame.slot) {
+                0 => open == function,
+                h => h > 0,
+            })
+            .count()
+    }
+
     /// Opens a frame; `take_active` provides zeroed counters when the stack has none.
     fn enter(
         &mut self,
         function: FunctionId,
         ts: u64,
         cpu: u32,
+        slot: u32,
         take_active: impl FnOnce() -> Vec<u32>,
     ) {
         if self.active.is_empty() {
@@ -379,9 +465,11 @@ impl CallStack {
         self.path.push(function);
         self.frames.push(Frame {
             start_ns: ts,
+            slot,
             cpu,
             child_ns: 0,
             probes_below_ns: 0,
+            recursion_ns: 0,
             recursive,
         });
     }
@@ -390,56 +478,80 @@ impl CallStack {
     fn close<S: CallSink>(&mut self, end_ns: u64, sink: &mut S, ending: &mut Ending) -> u64 {
         let mut closed = 0;
         while self.top().is_some() {
-            self.pop(end_ns, None, sink, ending);
+            self.pop(FrameEnd::Closed { end_ns }, sink, ending);
             closed += 1;
         }
         closed
     }
 
-    /// Closes the top frame at `end_ns` and hands it to `sink`: complete when its exit was seen,
-    /// on `exit_cpu`. The stack must not be empty.
-    fn pop<S: CallSink>(
-        &mut self,
-        end_ns: u64,
-        exit_cpu: Option<u32>,
-        sink: &mut S,
-        ending: &mut Ending,
-    ) {
+    /// Closes the top frame as `end` says and hands it to `sink`. The stack must not be empty.
+    fn pop<S: CallSink>(&mut self, end: FrameEnd, sink: &mut S, ending: &mut Ending) {
         let frame = self.frames.pop().expect("pop on an empty call stack");
         let depth = self.frames.len();
         let function = self.path[depth];
+        let (end_ns, exit_cpu) = match end {
+            FrameEnd::Returned { end_ns, cpu } => (Some(end_ns), Some(cpu)),
+            FrameEnd::Closed { end_ns } => (Some(end_ns), None),
+            FrameEnd::Unknown => (None, None),
+        };
         let cost = ending
             .costs
             .get(function as usize)
             .copied()
             .unwrap_or_default();
-        let raw_ns = end_ns.saturating_sub(frame.start_ns);
+        let raw_ns = end_ns.map_or(0, |end_ns| end_ns.saturating_sub(frame.start_ns));
         let taken_ns = cost.inside_ns + frame.probes_below_ns;
-        let duration_ns = ending.correct(raw_ns, taken_ns);
-        let self_ns = ending.correct(duration_ns, frame.child_ns);
+        let (duration_ns, self_ns) = match end_ns {
+            Some(_) => {
+                let duration_ns = ending.correct(raw_ns, taken_ns);
+                (duration_ns, ending.correct(duration_ns, frame.child_ns))
+            }
+            None => (0, 0),
+        };
+        if frame.recursive {
+            // The call's time, or what stands for it, goes to the frame of the same function
+            // below, in case that one's time turns out unknown.
+            let same = end_ns.map_or(frame.recursion_ns, |_| duration_ns);
+            if let Some(below) = self.path[..depth].iter().rposition(|&f| f == function) {
+                let below = &mut self.frames[below].recursion_ns;
+                *below = below.saturating_add(same);
+            }
+        }
         let call = FinishedCall {
             function,
             tid: self.tid,
             pid: self.pid,
             cpu: exit_cpu.unwrap_or(frame.cpu),
             start_ns: frame.start_ns,
-            end_ns: end_ns.max(frame.start_ns),
+            end_ns: end_ns.unwrap_or(frame.start_ns).max(frame.start_ns),
             duration_ns,
             self_ns,
             depth: depth as u32,
             complete: exit_cpu.is_some(),
+            time_known: end_ns.is_some(),
             recursive: frame.recursive,
+            slot: frame.slot,
+            recursion_ns: match (end_ns, frame.recursive) {
+                (None, false) => frame.recursion_ns,
+                _ => 0,
+            },
         };
         sink.call_finished(&call, &self.path);
         self.path.pop();
         self.active[function as usize] -= 1;
         match self.frames.last_mut() {
+            // Of a call of unknown time, the parent knows the time of its timed children: the rest
+            // stays in the parent's self time, and no time is counted twice.
             Some(parent) => {
-                parent.child_ns = parent.child_ns.saturating_add(duration_ns);
+                let known_ns = end_ns.map_or(frame.child_ns, |_| duration_ns);
+                parent.child_ns = parent.child_ns.saturating_add(known_ns);
                 // A duration shown as 0 had more taken out than it lasted: those probes cost
                 // less than measured, and the caller is not charged the difference either, so
                 // the self times still add up to the outermost duration.
-                let overtaken_ns = taken_ns.saturating_sub(raw_ns);
+                let overtaken_ns = match end_ns {
+                    Some(_) => taken_ns.saturating_sub(raw_ns),
+                    None => 0,
+                };
                 parent.probes_below_ns = parent.probes_below_ns.saturating_add(
                     (frame.probes_below_ns + cost.full_ns).saturating_sub(overtaken_ns),
                 );
@@ -448,6 +560,25 @@ impl CallStack {
             None => ending.spare_active.push(std::mem::take(&mut self.active)),
         }
     }
+}
+
+/// How a frame ends.
+#[derive(Clone, Copy)]
+enum FrameEnd {
+    /// Its exit was seen.
+    Returned { end_ns: u64, cpu: u32 },
+    /// Its exit was never seen; it is timed up to `end_ns` (the end of the trace, or an outer
+    /// return when events carry no slots).
+    Closed { end_ns: u64 },
+    /// Its return was skipped: when it ended is not known.
+    Unknown,
+}
+
+/// How far `slot` lies above `other` on the downward-growing stack, from the low 32 bits of both
+/// addresses: positive when `slot` is the shallower one. A thread's stack spans far less than
+/// 2 GiB, so the wrapping difference is exact.
+fn height(slot: u32, other: u32) -> i32 {
+    slot.wrapping_sub(other) as i32
 }
 
 /// A hash map keyed by small integers or slices of them (thread ids, call paths).
@@ -549,7 +680,18 @@ mod tests {
             self_ns,
             depth,
             complete,
+            time_known: true,
             recursive,
+            slot: 0,
+            recursion_ns: 0,
+        }
+    }
+
+    /// A call whose return was skipped: no time, not complete.
+    fn skipped(function: FunctionId, start_ns: u64, depth: u32, recursive: bool) -> FinishedCall {
+        FinishedCall {
+            time_known: false,
+            ..call(function, 1, start_ns, 0, 0, depth, false, recursive)
         }
     }
 
@@ -580,6 +722,7 @@ mod tests {
             ReplayStats {
                 unmatched_exits: 0,
                 unfinished_calls: 0,
+                unknown_time_calls: 0,
                 unknown_function_events: 0,
                 threads: 1,
                 first_timestamp_ns: 0,
@@ -993,6 +1136,250 @@ mod tests {
         assert_eq!(outermost.duration_ns, 2 * depth - 1);
         assert_eq!(outermost.self_ns, 2);
         assert!(!outermost.recursive);
+    }
+
+    /// Replays events with slots as [`replay`] does, and checks that every call carries the
+    /// slot `slots` gives for its function and depth; returns the calls with their slots zeroed,
+    /// to compare with [`call`] and [`skipped`].
+    fn replay_slots(
+        function_count: usize,
+        events: &[Event],
+        end_ns: u64,
+    ) -> (Vec<(FinishedCall, Vec<FunctionId>)>, ReplayStats) {
+        let (calls, stats) = replay(function_count, events, end_ns);
+        let calls = calls
+            .into_iter()
+            .map(|(call, path)| {
+                let entered = events.iter().any(|e| {
+                    !e.is_exit() && e.timestamp_ns == call.start_ns && e.stack == call.slot
+                });
+                assert!(entered, "{call:?} has the slot of no entry at its start");
+                (FinishedCall { slot: 0, ..call }, path)
+            })
+            .collect();
+        (calls, stats)
+    }
+
+    /// An entry of `function` on thread 1 whose return address sits at `slot`.
+    fn entry_at(ts: u64, function: FunctionId, slot: u32) -> Event {
+        Event::entry(ts, 1, function).at_stack(slot)
+    }
+
+    fn exit_at(ts: u64, function: FunctionId, slot: u32) -> Event {
+        Event::exit(ts, 1, function).at_stack(slot)
+    }
+
+    #[test]
+    fn replay_pairs_by_slot_and_leaves_skipped_frames_untimed() {
+        let events = [
+            entry_at(0, MAIN, 0x1000),
+            entry_at(10, A, 0x0f00),
+            entry_at(20, B, 0x0e00),
+            entry_at(25, C, 0x0d00),
+            exit_at(27, C, 0x0d00),
+            entry_at(30, C, 0x0d00),
+            // The returns of c and b were skipped (the kernel's uretprobe limit, an exception).
+            exit_at(50, A, 0x0f00),
+            exit_at(60, MAIN, 0x1000),
+        ];
+        let (calls, stats) = replay_slots(4, &events, 100);
+        assert_eq!(
+            calls,
+            vec![
+                (call(C, 1, 25, 2, 2, 3, true, false), vec![MAIN, A, B, C]),
+                (skipped(C, 30, 3, false), vec![MAIN, A, B, C]),
+                // b's known child does not make b's time known.
+                (skipped(B, 20, 2, false), vec![MAIN, A, B]),
+                // a's time is exact; the untimed b but its timed child stays in its self time.
+                (call(A, 1, 10, 40, 38, 1, true, false), vec![MAIN, A]),
+                (call(MAIN, 1, 0, 60, 20, 0, true, false), vec![MAIN]),
+            ]
+        );
+        assert_eq!(
+            (
+                stats.unknown_time_calls,
+                stats.unfinished_calls,
+                stats.unmatched_exits
+            ),
+            (2, 0, 0)
+        );
+    }
+
+    #[test]
+    fn replay_closes_frames_a_longjmp_left_at_the_next_call_above_them() {
+        // main calls setjmp, then a → b → c, and c longjmps back into main, which calls a again
+        // at the same slot: a, b and c of the first round are gone.
+        let events = [
+            entry_at(0, MAIN, 0x1000),
+            entry_at(10, A, 0x0f00),
+            entry_at(20, B, 0x0e00),
+            entry_at(30, C, 0x0d00),
+            entry_at(40, A, 0x0f00),
+            entry_at(45, B, 0x0e00),
+            exit_at(50, B, 0x0e00),
+            exit_at(60, A, 0x0f00),
+            // A call above the frames on the stack (main's caller's slot reused) ends them too.
+            entry_at(70, C, 0x1008),
+            exit_at(80, C, 0x1008),
+        ];
+        let (calls, stats) = replay_slots(4, &events, 100);
+        assert_eq!(
+            calls,
+            vec![
+                (skipped(C, 30, 3, false), vec![MAIN, A, B, C]),
+                (skipped(B, 20, 2, false), vec![MAIN, A, B]),
+                (skipped(A, 10, 1, false), vec![MAIN, A]),
+                (call(B, 1, 45, 5, 5, 2, true, false), vec![MAIN, A, B]),
+                (call(A, 1, 40, 20, 15, 1, true, false), vec![MAIN, A]),
+                (skipped(MAIN, 0, 0, false), vec![MAIN]),
+                (call(C, 1, 70, 10, 10, 0, true, false), vec![C]),
+            ]
+        );
+        assert_eq!(stats.unknown_time_calls, 4);
+    }
+
+    #[test]
+    fn replay_keeps_a_tail_call_at_its_callers_slot_inside_it() {
+        // a jumps to b, so b's return address is a's; with uretprobes both exits come at b's
+        // return, b's first. Then a calls c at its own slot: c is a new call, not a tail call.
+        let events = [
+            entry_at(0, MAIN, 0x1000),
+            entry_at(10, A, 0x0f00),
+            entry_at(15, B, 0x0f00),
+            exit_at(30, B, 0x0f00),
+            exit_at(31, A, 0x0f00),
+            entry_at(40, A, 0x0f00),
+            entry_at(45, A, 0x0f00),
+            exit_at(50, A, 0x0f00),
+            exit_at(60, MAIN, 0x1000),
+        ];
+        let (calls, stats) = replay_slots(4, &events, 100);
+        assert_eq!(
+            calls,
+            vec![
+                (call(B, 1, 15, 15, 15, 2, true, false), vec![MAIN, A, B]),
+                (call(A, 1, 10, 21, 6, 1, true, false), vec![MAIN, A]),
+                // The same function again at the same slot: the first one was left.
+                (skipped(A, 40, 1, false), vec![MAIN, A]),
+                (call(A, 1, 45, 5, 5, 1, true, false), vec![MAIN, A]),
+                (call(MAIN, 1, 0, 60, 34, 0, true, false), vec![MAIN]),
+            ]
+        );
+        assert_eq!((stats.unknown_time_calls, stats.unmatched_exits), (1, 0));
+    }
+
+    #[test]
+    fn replay_counts_exits_whose_slot_matches_no_frame() {
+        let events = [
+            // Running at attach, and deeper than nothing.
+            exit_at(5, A, 0x0f00),
+            entry_at(10, B, 0x0e00),
+            // The same function at another slot is another call: not b's exit.
+            exit_at(15, B, 0x0d00),
+            // Returning through a slot above b's: b is gone, and this is no exit of it either.
+            exit_at(20, C, 0x1000),
+            entry_at(30, B, 0x0e00),
+            exit_at(40, B, 0x0e00),
+        ];
+        let (calls, stats) = replay_slots(4, &events, 100);
+        assert_eq!(
+            calls,
+            vec![
+                (skipped(B, 10, 0, false), vec![B]),
+                (call(B, 1, 30, 10, 10, 0, true, false), vec![B]),
+            ]
+        );
+        assert_eq!((stats.unmatched_exits, stats.unknown_time_calls), (3, 1));
+    }
+
+    #[test]
+    fn replay_times_exactly_the_frames_whose_returns_came_in_deep_recursion() {
+        // Recursion 200 deep; only the outer 64 returns are seen, as with uretprobes.
+        let depth = 200u32;
+        let slot = |level: u32| 0x8000_0000u32 - 0x40 * level;
+        let mut events: Vec<Event> = (0..depth)
+            .map(|level| entry_at(u64::from(level), A, slot(level)))
+            .collect();
+        events.extend(
+            (0..64)
+                .rev()
+                .map(|level| exit_at(1000 - u64::from(level), A, slot(level))),
+        );
+        let (calls, stats) = replay_slots(2, &events, 2000);
+        assert_eq!(calls.len(), depth as usize);
+        assert!(calls[..136].iter().all(|(call, _)| !call.time_known));
+        for (call, _) in &calls[136..] {
+            let level = u64::from(call.depth);
+            assert!(call.time_known && call.complete);
+            assert_eq!(call.duration_ns, 1000 - level - level);
+        }
+        assert_eq!((stats.unknown_time_calls, stats.unmatched_exits), (136, 0));
+    }
+
+    #[test]
+    fn replay_compares_slots_across_the_wrap_of_their_low_bits() {
+        // The stack straddles a multiple of 4 GiB: deeper frames have larger low 32 bits.
+        let events = [
+            entry_at(0, MAIN, 0x0000_0010),
+            entry_at(10, A, 0xffff_fff0),
+            entry_at(20, B, 0xffff_ff00),
+            exit_at(30, A, 0xffff_fff0),
+            entry_at(40, C, 0xffff_fff0),
+            exit_at(50, C, 0xffff_fff0),
+            exit_at(60, MAIN, 0x0000_0010),
+        ];
+        let (calls, stats) = replay_slots(4, &events, 100);
+        let functions: Vec<(FunctionId, bool)> = calls
+            .iter()
+            .map(|(call, _)| (call.function, call.time_known))
+            .collect();
+        assert_eq!(functions, [(B, false), (A, true), (C, true), (MAIN, true)]);
+        assert_eq!(stats.unmatched_exits, 0);
+    }
+
+    #[test]
+    fn replay_hands_the_timed_recursion_inside_an_untimed_call_to_it() {
+        // a → a → a, the innermost one ends, the middle one too; then the outer one's return is
+        // skipped. Its recursion_ns is the middle one's duration: the outermost timed a inside.
+        let events = [
+            entry_at(0, MAIN, 0x1000),
+            entry_at(10, A, 0x0f00),
+            entry_at(20, A, 0x0e00),
+            entry_at(30, A, 0x0d00),
+            exit_at(35, A, 0x0d00),
+            exit_at(50, A, 0x0e00),
+            entry_at(60, A, 0x0e00),
+            entry_at(70, B, 0x0d00),
+            entry_at(80, A, 0x0c00),
+            exit_at(85, A, 0x0c00),
+            exit_at(100, MAIN, 0x1000),
+        ];
+        let (calls, _) = replay_slots(3, &events, 200);
+        let got: Vec<(FunctionId, bool, bool, u64, u64)> = calls
+            .iter()
+            .map(|(c, _)| {
+                (
+                    c.function,
+                    c.time_known,
+                    c.recursive,
+                    c.duration_ns,
+                    c.recursion_ns,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (A, true, true, 5, 0),
+                (A, true, true, 30, 0),
+                (A, true, true, 5, 0),
+                (B, false, false, 0, 0),
+                // Untimed and recursive: what it holds goes to the outer a.
+                (A, false, true, 0, 0),
+                (A, false, false, 0, 35),
+                (MAIN, true, false, 100, 0),
+            ]
+        );
     }
 
     #[test]

@@ -100,6 +100,7 @@ fn small_recording(dir: &Path) -> Recording {
             events: events as u64,
             lost_events: 0,
             duration_ns: 5_000,
+            lost_by_thread: Vec::new(),
         })
         .unwrap();
     Recording {

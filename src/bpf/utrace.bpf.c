@@ -37,6 +37,31 @@ const volatile bool stop_on_dlopen = false;
 
 /* Events that found the ring buffer full. */
 __u64 lost_events = 0;
+
+/* The same, per thread id: touched only when an event is lost, so it costs nothing otherwise. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} lost_by_thread SEC(".maps");
+
+static __always_inline void count_lost(__u32 tid)
+{
+	__u64 one = 1, *lost;
+
+	__sync_fetch_and_add(&lost_events, 1);
+	lost = bpf_map_lookup_elem(&lost_by_thread, &tid);
+	if (lost)
+		__sync_fetch_and_add(lost, 1);
+	else if (bpf_map_update_elem(&lost_by_thread, &tid, &one, BPF_NOEXIST) != 0) {
+		/* Another CPU added the thread first (or the map is full: then it stays uncounted
+		 * per thread, still counted in lost_events). */
+		lost = bpf_map_lookup_elem(&lost_by_thread, &tid);
+		if (lost)
+			__sync_fetch_and_add(lost, 1);
+	}
+}
 /* Whether the target has exec'ed (see wait_for_exec). */
 bool exec_seen = false;
 /* Set by the recorder once every link is attached and cleared before the first is detached: links
@@ -98,7 +123,7 @@ static __always_inline int record(__u32 function, __u64 stack)
 
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
-		__sync_fetch_and_add(&lost_events, 1);
+		count_lost((__u32)pid_tgid);
 		return 0;
 	}
 	e->timestamp_ns = now;
@@ -127,7 +152,7 @@ int library_loaded(struct pt_regs *ctx)
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		/* No stop without the event: nobody would know to let the process go on. */
-		__sync_fetch_and_add(&lost_events, 1);
+		count_lost((__u32)pid_tgid);
 		return 0;
 	}
 	e->timestamp_ns = bpf_ktime_get_ns();
@@ -206,11 +231,21 @@ int plt_call(struct pt_regs *ctx)
 	return 0;
 }
 
-/* On a `ret` or a tail jump of the function: nothing on the stack changes. */
+/* Set in an exit site's cookie when the site is the instruction after a call of a PLT stub: the
+ * return address has been popped, its slot is just below sp. */
+#define COOKIE_AFTER_RETURN (1ull << 33)
+
+/* On a `ret` or a tail jump of the function (sp points at the return address), or after a call
+ * of a PLT stub. */
 SEC("uprobe.multi")
 int function_exit_site(struct pt_regs *ctx)
 {
-	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT, PT_REGS_SP(ctx));
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 slot = PT_REGS_SP(ctx);
+
+	if (cookie & COOKIE_AFTER_RETURN)
+		slot -= 8;
+	return record((__u32)cookie | EVENT_EXIT, slot);
 }
 
 SEC("uretprobe.multi")

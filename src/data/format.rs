@@ -46,8 +46,8 @@ pub use events::{EventDecoder, EventEncoder, MAX_EVENTS_LEN};
 pub const MAGIC: [u8; 8] = *b"UTRACE\0D";
 /// The format version this code writes and reads (3: events stored as changes from the event
 /// before; the metadata holds the probe costs measured at start, and each function its probe
-/// class).
-pub const VERSION: u32 = 3;
+/// class; 4: the statistics end with the events lost per thread).
+pub const VERSION: u32 = 4;
 /// Size of the file header: magic, version, reserved.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Size of a chunk header: kind, length, checksum, reserved.

@@ -71,6 +71,7 @@ fn recording(functions: usize, blocks: &[Vec<Event>], statistics: bool) -> Vec<u
             events: events as u64,
             lost_events: 0,
             duration_ns: 1,
+            lost_by_thread: Vec::new(),
         };
         chunk(ChunkKind::Statistics, &format::encode(&statistics).unwrap());
     }

@@ -58,4 +58,7 @@ pub struct Statistics {
     pub lost_events: u64,
     /// From the start of recording to its end.
     pub duration_ns: u64,
+    /// `lost_events` per thread: (thread id, events lost), by thread id, threads that lost none
+    /// left out.
+    pub lost_by_thread: Vec<(u32, u64)>,
 }

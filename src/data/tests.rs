@@ -147,6 +147,7 @@ fn small_recording(dir: &TempDir) -> Small {
             events: 10,
             lost_events: 1,
             duration_ns: 99,
+            lost_by_thread: vec![(7, 1)],
         })
         .unwrap();
     Small {
@@ -191,6 +192,7 @@ fn round_trip() {
         events: 71_003,
         lost_events: 17,
         duration_ns: 123_456_789,
+        lost_by_thread: vec![(1, 5), (4_194_303, 12)],
     };
     let mut writer = DataWriter::create(&path, &metadata(), &table(1000)).unwrap();
     assert_eq!(writer.events_written(), 0);

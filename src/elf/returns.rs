@@ -28,6 +28,26 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
 
+/// Whether the function called `symbol` (as the file spells it, `@plt`/`@lib` naming aside)
+/// saves its own return address to resume there later: `setjmp` and its kin, `getcontext`,
+/// `swapcontext`. A uretprobe has replaced that address with the kernel's trampoline by then, so
+/// the later `longjmp` or `setcontext` would land on the trampoline with no return pending: such
+/// a function must have its exit probed on instructions, with the return address left alone.
+pub fn saves_its_return_address(symbol: &str) -> bool {
+    const SAVERS: [&str; 8] = [
+        "setjmp",
+        "_setjmp",
+        "__setjmp",
+        "sigsetjmp",
+        "__sigsetjmp",
+        "savectx",
+        "getcontext",
+        "swapcontext",
+    ];
+    let name = symbol.split('@').next().unwrap_or(symbol);
+    SAVERS.contains(&name)
+}
+
 /// Why a function's exits cannot all be probed on its own instructions. Addresses are virtual
 /// addresses in the ELF file.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -52,6 +72,9 @@ pub enum NoExitSites {
 
     #[error("the jump at {address:#x} goes to it: its return goes to a caller never seen")]
     PltTailJump { address: u64 },
+
+    #[error("uretprobes were asked for (--exit-probes=uretprobe)")]
+    UretprobesAsked,
 }
 
 /// The code of one ELF file as far as exits are concerned: where functions start, where the
@@ -265,6 +288,21 @@ mod tests {
     use super::*;
 
     const BASE: u64 = 0x1000;
+
+    #[test]
+    fn setjmp_and_its_kin_save_their_return_address() {
+        for name in [
+            "_setjmp",
+            "__sigsetjmp@plt",
+            "setjmp@libc.so.6",
+            "getcontext",
+        ] {
+            assert!(saves_its_return_address(name), "{name}");
+        }
+        for name in ["longjmp", "siglongjmp@plt", "setjmp_helper", "vfork"] {
+            assert!(!saves_its_return_address(name), "{name}");
+        }
+    }
 
     /// An index over `code` placed at `BASE`, with the given function starts and fragments.
     fn index<'a>(code: &'a [u8], starts: &[u64], fragments: &[(u64, u64)]) -> CodeIndex<'a> {

@@ -52,6 +52,8 @@ struct ShownFrame {
     cpu: u32,
     /// The durations of the shown calls it made directly (in the filtered tree).
     child_ns: u64,
+    /// Its return-address slot, as the replayer gave it.
+    slot: u32,
 }
 
 impl<'s, S: CallSink> FilteredSink<'s, S> {
@@ -120,6 +122,7 @@ impl ThreadView {
                 cpu: frame.cpu,
                 start_ns: frame.start_ns,
                 depth: depth as u32,
+                slot: frame.slot,
             };
             inner.call_entered(&entry, &self.path[..=depth]);
             self.entered += 1;
@@ -148,6 +151,7 @@ impl<S: CallSink> CallSink for FilteredSink<'_, S> {
                 start_ns: entry.start_ns,
                 cpu: entry.cpu,
                 child_ns: 0,
+                slot: entry.slot,
             });
             thread.enter_proven(entry.start_ns, self.min_duration_ns, self.inner);
         }
@@ -167,8 +171,13 @@ impl<S: CallSink> CallSink for FilteredSink<'_, S> {
             return;
         }
         let frame = thread.frames.pop().expect("a shown frame per shown call");
-        if call.duration_ns >= self.min_duration_ns {
-            let depth = thread.frames.len();
+        let depth = thread.frames.len();
+        // A call of unknown time proves nothing: it is shown if it was already entered.
+        let shown = match call.time_known {
+            true => call.duration_ns >= self.min_duration_ns,
+            false => depth < thread.entered,
+        };
+        if shown {
             let shown = FinishedCall {
                 self_ns: call.duration_ns.saturating_sub(frame.child_ns),
                 depth: depth as u32,

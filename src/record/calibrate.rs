@@ -160,7 +160,7 @@ fn calibrate() -> Result<(ProbeCosts, Duration, AttachedProbes), CalibrationErro
 
     let attached = loaded.attach(
         &table,
-        Some(&exits),
+        &exits,
         &Landings::default(),
         &[(0, module.as_path())],
         pid,

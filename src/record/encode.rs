@@ -1,6 +1,7 @@
 //! Record-time filtering (`--max-depth`, `--time-filter`, `--tid-filter`): the drained events go
 //! through the replayer and the same filter the reports use, and the calls it shows are written
-//! back as events, so the file holds only what is shown and reads like any other.
+//! back as events, so the file holds only what is shown and reads like any other: with their
+//! return-address slots, so a call whose return was skipped stays one of unknown time.
 
 use std::cell::RefCell;
 
@@ -31,6 +32,7 @@ impl CallSink for EventEncoder<'_> {
         self.out.borrow_mut().push(
             Event::entry(entry.start_ns, entry.tid, entry.function)
                 .on_cpu(entry.cpu)
+                .at_stack(entry.slot)
                 .in_process(entry.pid),
         );
     }
@@ -40,6 +42,7 @@ impl CallSink for EventEncoder<'_> {
             self.out.borrow_mut().push(
                 Event::exit(call.end_ns, call.tid, call.function)
                     .on_cpu(call.cpu)
+                    .at_stack(call.slot)
                     .in_process(call.pid),
             );
         }
@@ -64,17 +67,51 @@ mod tests {
             Event::exit(40, 7, a),
             Event::exit(100, 7, main),
         ];
+        // Depth 2 hides b: its events go, the others stay exactly as they were.
+        let kept: Vec<Event> = [0, 1, 4, 5].iter().map(|&i| events[i]).collect();
+        assert_eq!(encode_two_deep(&events, 100), kept);
+    }
+
+    /// The events of main, a and b (ids 0 to 2) that `--max-depth 2` keeps, as the encoder
+    /// writes them, the trace closed at `end_ns`.
+    fn encode_two_deep(events: &[Event], end_ns: u64) -> Vec<Event> {
         let table = FunctionTable::of_names(&["main", "a", "b"]);
         let out = RefCell::new(Vec::new());
         let mut encoder = EventEncoder::new(&out);
-        // Depth 2 hides b: its events go, the others stay exactly as they were.
         let spec = FilterSpec::parse(&[], &[], Some(2), None, &[]).unwrap();
         let mut filtered = FilteredSink::new(&spec, &table, &mut encoder);
         let mut replayer = Replayer::new(3);
-        replayer.push_all(&events, &mut filtered);
-        replayer.finish(100, &mut filtered);
-        let kept: Vec<Event> = [0, 1, 4, 5].iter().map(|&i| events[i]).collect();
-        assert_eq!(out.into_inner(), kept);
+        replayer.push_all(events, &mut filtered);
+        replayer.finish(end_ns, &mut filtered);
+        out.into_inner()
+    }
+
+    #[test]
+    fn a_call_of_unknown_time_stays_one_with_its_slot() {
+        // main → a → b, and a longjmp back into main, which calls a again.
+        let (main, a, b) = (0, 1, 2);
+        let events = [
+            Event::entry(0, 7, main).at_stack(0x1000),
+            Event::entry(10, 7, a).at_stack(0x0f00),
+            Event::entry(20, 7, b).at_stack(0x0e00),
+            Event::entry(30, 7, a).at_stack(0x0f00),
+            Event::exit(40, 7, a).at_stack(0x0f00),
+            Event::exit(50, 7, main).at_stack(0x1000),
+        ];
+        let kept = encode_two_deep(&events, 50);
+        let expected: Vec<Event> = [0, 1, 3, 4, 5].iter().map(|&i| events[i]).collect();
+        assert_eq!(kept, expected);
+        let mut again = Replayer::new(3);
+        again.push_all(
+            &kept,
+            &mut |_: &crate::replay::FinishedCall, _: &[FunctionId]| {},
+        );
+        assert_eq!(
+            again
+                .finish(50, &mut |_: &_, _: &[_]| {})
+                .unknown_time_calls,
+            1
+        );
     }
 
     #[test]

@@ -134,6 +134,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
             events,
             lost_events: end.lost_events,
             duration_ns: end.duration.as_nanos() as u64,
+            lost_by_thread: end.lost_by_thread.clone(),
         })
         .map_err(stopped)?;
 

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, OpenObject, ProgramMut, UprobeMultiOpts};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, ProgramMut, UprobeMultiOpts};
 
 use super::skel::{OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
 use crate::elf::ExitProbe;
-use crate::plan::FunctionTable;
+use crate::plan::{FunctionKind, FunctionTable};
 
 /// Errors of loading and attaching the BPF side.
 #[derive(Debug, thiserror::Error)]
@@ -188,11 +188,11 @@ impl<'obj> LoadedProbes<'obj> {
 
     /// Attaches entry and exit probes for every function of `table` in `modules`, filtered to
     /// `pid`: each module index with the path that opens its file. `exits` says, per function
-    /// id, where its exit is probed; without it every exit is a uretprobe.
+    /// id, where its exit is probed.
     pub fn attach(
         &self,
         table: &FunctionTable,
-        exits: Option<&[ExitProbe]>,
+        exits: &[ExitProbe],
         landings: &Landings,
         modules: &[(usize, &Path)],
         pid: u32,
@@ -334,6 +334,22 @@ impl<'obj> LoadedProbes<'obj> {
         // it concurrently, so it is read with a volatile load rather than cached.
         unsafe { std::ptr::read_volatile(&raw const bss.lost_events) }
     }
+
+    /// Events dropped so far because the ring buffer was full, per thread id, by thread id.
+    /// Threads beyond the map's capacity are only in [`lost_events`](Self::lost_events).
+    pub fn lost_by_thread(&self) -> Vec<(u32, u64)> {
+        let map = &self.skel.maps.lost_by_thread;
+        let mut lost: Vec<(u32, u64)> = map
+            .keys()
+            .filter_map(|key| {
+                let value = map.lookup(&key, MapFlags::ANY).ok().flatten()?;
+                let tid = u32::from_ne_bytes(key.as_slice().try_into().ok()?);
+                Some((tid, u64::from_ne_bytes(value.as_slice().try_into().ok()?)))
+            })
+            .collect();
+        lost.sort_unstable();
+        lost
+    }
 }
 
 /// Attaches `program` with one `uprobe_multi` link at the offsets of `opts` in `file`, filtered to
@@ -462,6 +478,10 @@ impl Landings {
 /// sites (`COOKIE_ALSO_EXIT` in utrace.bpf.c): two probes on one instruction would run in an
 /// order the kernel does not promise.
 const COOKIE_ALSO_EXIT: u64 = 1 << 32;
+/// Set in an exit site's cookie when the site is the instruction after a call of a PLT stub
+/// (`COOKIE_AFTER_RETURN` in utrace.bpf.c): the return address is popped there, so its slot is
+/// just below the stack pointer.
+const COOKIE_AFTER_RETURN: u64 = 1 << 33;
 
 /// The probes of one module, as (file offset, cookie) pairs per kind.
 struct ModuleProbes {
@@ -473,7 +493,7 @@ struct ModuleProbes {
 impl ModuleProbes {
     fn new(
         table: &FunctionTable,
-        exits: Option<&[ExitProbe]>,
+        exits: &[ExitProbe],
         landings: &Landings,
         module: u32,
     ) -> ModuleProbes {
@@ -489,14 +509,18 @@ impl ModuleProbes {
             let id = id as u64;
             let entry = function.offset as usize;
             let mut cookie = id;
-            match exits.map(|exits| &exits[id as usize]) {
-                None | Some(ExitProbe::Uretprobe(_)) => probes.uretprobes.push((entry, id)),
-                Some(ExitProbe::Sites(offsets)) => {
+            let exit_cookie = match function.kind {
+                FunctionKind::Plt => id | COOKIE_AFTER_RETURN,
+                _ => id,
+            };
+            match &exits[id as usize] {
+                ExitProbe::Uretprobe(_) => probes.uretprobes.push((entry, id)),
+                ExitProbe::Sites(offsets) => {
                     for &offset in offsets {
                         if offset as usize == entry {
                             cookie |= COOKIE_ALSO_EXIT;
                         } else {
-                            probes.exit_sites.push((offset as usize, id));
+                            probes.exit_sites.push((offset as usize, exit_cookie));
                         }
                     }
                 }

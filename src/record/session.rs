@@ -19,7 +19,8 @@ use super::progress::Progress;
 use super::signals::{self, SignalWatch};
 use super::target::{Prepared, ProgramFiles, SignalAction, Target, TargetSpec, TracedFile};
 use crate::elf::binding::BindingScope;
-use crate::elf::{ExitProbe, FunctionSymbol, SiteKind, SitePolicy};
+use crate::elf::returns::saves_its_return_address;
+use crate::elf::{ExitProbe, FunctionSymbol, NoExitSites, SiteKind, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
 use crate::plan::{FunctionKind, FunctionTable, LibraryPatterns, PltLibraries};
@@ -77,6 +78,8 @@ pub struct SessionEnd {
     pub events: u64,
     /// Events the ring buffer had no room for.
     pub lost_events: u64,
+    /// The same per thread id, by thread id (threads that lost none left out).
+    pub lost_by_thread: Vec<(u32, u64)>,
     pub duration: Duration,
     pub attach_time: Duration,
     pub detach_time: Duration,
@@ -92,9 +95,8 @@ pub struct Session {
     scope: BindingScope,
     /// Every library of the program in load order, when `--nest-lib` asked for them.
     libraries: Vec<TracedFile>,
-    /// Per function id, where its exit is probed under `--exit-probes=ret`; `None` under
-    /// `--exit-probes=uretprobe`.
-    pub exits: Option<Vec<ExitProbe>>,
+    /// Per function id, where its exit is probed.
+    pub exits: Vec<ExitProbe>,
     /// The executable's PLT stubs whose calls are probed in the library function they land in.
     landings: Landings,
     /// The lowest virtual address of the executable's code segments.
@@ -155,11 +157,12 @@ impl Session {
                 eprintln!("utrace: planned {count} functions in {}", file.path);
             }
         }
-        if let (true, Some(exits)) = (options.debug, &exits) {
+        let ret_probes = options.exit_probes == ExitProbes::Ret;
+        if options.debug && ret_probes {
             let uretprobes: Vec<(&str, &ExitProbe)> = table
                 .functions
                 .iter()
-                .zip(exits)
+                .zip(&exits)
                 .filter(|(_, exit)| matches!(exit, ExitProbe::Uretprobe(_)))
                 .map(|(f, exit)| (f.name.as_str(), exit))
                 .collect();
@@ -381,6 +384,7 @@ impl Session {
             stop,
             events,
             lost_events: loaded.lost_events(),
+            lost_by_thread: loaded.lost_by_thread(),
             duration: started.elapsed(),
             attach_time,
             detach_time,
@@ -439,9 +443,7 @@ impl Session {
         }
         self.table.extend(more.clone());
         // Exit probes are listed by function id, which the new functions continue.
-        if let (Some(exits), Some(more_exits)) = (&mut self.exits, more_exits) {
-            exits.extend(more_exits);
-        }
+        self.exits.extend(more_exits);
         self.files.extend(new_files.iter().cloned());
         if !drain.more_functions(&more) {
             return Err(DrainFull.into());
@@ -460,13 +462,7 @@ impl Session {
             .iter()
             .map(|&module| (module, self.files[module].open_path.as_path()))
             .collect();
-        Ok(loaded.attach(
-            &self.table,
-            self.exits.as_deref(),
-            &self.landings,
-            &paths,
-            pid,
-        )?)
+        Ok(loaded.attach(&self.table, &self.exits, &self.landings, &paths, pid)?)
     }
 
     /// Probes a process the BPF side stopped under `--follow`: a forked child gets the probes of
@@ -576,15 +572,15 @@ fn dlopen_sites(libraries: &[TracedFile]) -> Option<(PathBuf, Vec<usize>)> {
 }
 
 /// The functions to probe, file by file: the PLT calls `--lib`/`--no-lib` select, named as
-/// `--libname` says, and of those what the function globs show; with `--exit-probes=ret`, where
-/// each one's exit is probed.
+/// `--libname` says, and of those what the function globs show; with `--exit-probes=ret` or
+/// when a function saves its return address (setjmp), where each one's exit is probed.
 fn plan(
     files: &[TracedFile],
     options: &TraceOptions,
     scope: &BindingScope,
-) -> Result<(FunctionTable, Option<Vec<ExitProbe>>)> {
+) -> Result<(FunctionTable, Vec<ExitProbe>)> {
     let mut table = FunctionTable::default();
-    let mut exits = (options.exit_probes == ExitProbes::Ret).then(Vec::new);
+    let mut exits = Vec::new();
     for file in files {
         let elf = crate::elf::read_elf_functions_with(&file.open_path, options.sites)
             .with_context(|| format!("reading the symbols of {}", file.path))?;
@@ -597,20 +593,14 @@ fn plan(
             .apply(&file.path, elf.functions, scope);
         functions.retain(|f| options.filter.shows_name(&f.name));
         let first = table.functions.len();
-        let probes = exits
-            .is_some()
-            .then(|| crate::elf::read_exit_probes(&file.open_path, &functions))
-            .transpose()
-            .with_context(|| format!("finding the exits of the functions of {}", file.path))?;
+        let probes = exit_probes(file, &functions, options.exit_probes)?;
         table.add_module(file.path.clone(), functions);
-        if let (Some(exits), Some(probes)) = (&mut exits, probes) {
-            for (function, exit) in table.functions[first..].iter_mut().zip(&probes) {
-                if matches!(exit, ExitProbe::Sites(_)) {
-                    function.probes.exit = ExitKind::Instruction;
-                }
+        for (function, exit) in table.functions[first..].iter_mut().zip(&probes) {
+            if matches!(exit, ExitProbe::Sites(_)) {
+                function.probes.exit = ExitKind::Instruction;
             }
-            exits.extend(probes);
         }
+        exits.extend(probes);
     }
     Ok((table, exits))
 }
@@ -699,6 +689,10 @@ fn plan_landings(
             if !uses.only_called(symbol.address) {
                 return Err("jumped to or taken as an address");
             }
+            // Its landing would get a return probe, which setjmp would save as its return address.
+            if saves_its_return_address(raw) {
+                return Err("saving their return address (setjmp)");
+            }
             let stub = u32::try_from(symbol.address).map_err(|_| "beyond 4 GiB")?;
             let path = scope.library_of(raw).ok_or("bound to no library")?;
             let library = libraries
@@ -745,6 +739,48 @@ fn preloads_libraries(target: &Target) -> bool {
                 })
             }),
     }
+}
+
+/// Where the exits of a file's `functions` are probed: on their instructions where they can be
+/// under `--exit-probes=ret`, with uretprobes otherwise. A function that saves its return address
+/// (setjmp) is never given a uretprobe, which would break the `longjmp` back to it: its exits are
+/// probed on instructions, or not at all when they cannot be found.
+fn exit_probes(
+    file: &TracedFile,
+    functions: &[FunctionSymbol],
+    kind: ExitProbes,
+) -> Result<Vec<ExitProbe>> {
+    let read = |functions: &[FunctionSymbol]| {
+        crate::elf::read_exit_probes(&file.open_path, functions)
+            .with_context(|| format!("finding the exits of the functions of {}", file.path))
+    };
+    let saves =
+        |f: &FunctionSymbol| saves_its_return_address(f.plt_symbol.as_deref().unwrap_or(&f.name));
+    let mut probes = match kind {
+        ExitProbes::Ret => read(functions)?,
+        ExitProbes::Uretprobe => {
+            let savers: Vec<FunctionSymbol> =
+                functions.iter().filter(|f| saves(f)).cloned().collect();
+            let mut saver_probes = match savers.is_empty() {
+                true => Vec::new(),
+                false => read(&savers)?,
+            }
+            .into_iter();
+            functions
+                .iter()
+                .map(|f| match saves(f) {
+                    true => saver_probes.next().expect("one probe per saver"),
+                    false => ExitProbe::Uretprobe(NoExitSites::UretprobesAsked),
+                })
+                .collect()
+        }
+    };
+    for (function, probe) in functions.iter().zip(&mut probes) {
+        if saves(function) && matches!(probe, ExitProbe::Uretprobe(_)) {
+            *probe = ExitProbe::Sites(Vec::new());
+        }
+    }
+    Ok(probes)
 }
 
 /// Says how many functions of a file got which kind of probe site (`--debug`).

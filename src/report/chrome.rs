@@ -16,7 +16,9 @@
 //! come, so the trace is never held in memory. `ts` is in µs since the start of the recording,
 //! written with all three decimals so no nanosecond is lost. A thread gets its `thread_name` event
 //! before its first call. Calls whose exit was never seen get their `E` when the replayer closes
-//! them at the end of the trace, so `B` and `E` balance on every thread.
+//! them at the end of the trace, so `B` and `E` balance on every thread. A call whose time is
+//! unknown (its return was skipped) ends at the latest event of its thread written so far, which
+//! keeps the nesting, with `"args":{"time":"unknown"}`.
 
 use std::io::{self, Write};
 
@@ -34,10 +36,12 @@ pub struct ChromeTrace<W: Write> {
     /// Each function's name as a JSON string, quotes included, escaped once here rather than on
     /// every event.
     names: Vec<String>,
-    /// Threads that have had their `thread_name` event.
-    named_threads: FastHashMap<u32, ()>,
-    /// The thread of the previous event, named: spares a lookup per event.
-    last_tid: Option<u32>,
+    /// Threads that have had their `thread_name` event, with the latest `ts` (ns) written on each
+    /// as of when another thread's event came.
+    named_threads: FastHashMap<u32, u64>,
+    /// The thread of the previous event, named, and the latest `ts` written on it: spares a
+    /// lookup per event.
+    current: Option<(u32, u64)>,
     error: Option<io::Error>,
 }
 
@@ -62,7 +66,7 @@ impl<W: Write> ChromeTrace<W> {
             start_ns: info.start_monotonic_ns,
             names,
             named_threads: FastHashMap::default(),
-            last_tid: None,
+            current: None,
             error: None,
         })
     }
@@ -75,21 +79,28 @@ impl<W: Write> ChromeTrace<W> {
         }
         writeln!(
             self.out,
-            "\n],\n\"displayTimeUnit\":\"ns\",\n\"metadata\":{{\"command\":{},\"pid\":{},\"duration_ns\":{},\"events\":{},\"lost_events\":{},\"unfinished_calls\":{},\"unmatched_exits\":{}}}}}",
+            "\n],\n\"displayTimeUnit\":\"ns\",\n\"metadata\":{{\"command\":{},\"pid\":{},\"duration_ns\":{},\"events\":{},\"lost_events\":{},\"unfinished_calls\":{},\"unknown_time_calls\":{},\"unmatched_exits\":{}}}}}",
             json_string(&info.command),
             info.pid,
             info.duration_ns,
             info.events,
             info.lost_events,
             replay.unfinished_calls,
+            replay.unknown_time_calls,
             replay.unmatched_exits,
         )?;
         Ok(self.out)
     }
 
     /// One event of thread `tid` of process `pid` (0 when the trace does not say: the traced
-    /// process's).
-    fn event(&mut self, phase: char, (pid, tid): (u32, u32), ts_ns: u64, function: FunctionId) {
+    /// process's); `ts_ns` `None` for the end of a call whose time is unknown.
+    fn event(
+        &mut self,
+        phase: char,
+        (pid, tid): (u32, u32),
+        ts_ns: Option<u64>,
+        function: FunctionId,
+    ) {
         if self.error.is_some() {
             return;
         }
@@ -104,18 +115,32 @@ impl<W: Write> ChromeTrace<W> {
         &mut self,
         phase: char,
         (pid, tid): (u32, u32),
-        ts_ns: u64,
+        ts_ns: Option<u64>,
         function: FunctionId,
     ) -> io::Result<()> {
-        if self.last_tid != Some(tid) {
-            if self.named_threads.insert(tid, ()).is_none() {
-                write!(
-                    self.out,
-                    ",\n{{\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":\"thread {tid}\"}}}}"
-                )?;
+        let latest_ns = match self.current {
+            Some((current, latest_ns)) if current == tid => latest_ns,
+            _ => {
+                if let Some((previous, latest_ns)) = self.current {
+                    self.named_threads.insert(previous, latest_ns);
+                }
+                match self.named_threads.get(&tid) {
+                    Some(&latest_ns) => latest_ns,
+                    None => {
+                        write!(
+                            self.out,
+                            ",\n{{\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":\"thread {tid}\"}}}}"
+                        )?;
+                        0
+                    }
+                }
             }
-            self.last_tid = Some(tid);
-        }
+        };
+        let (ts_ns, args) = match ts_ns {
+            Some(ts_ns) => (ts_ns, ""),
+            None => (latest_ns, ",\"args\":{\"time\":\"unknown\"}"),
+        };
+        self.current = Some((tid, latest_ns.max(ts_ns)));
         let ts = ts_ns.saturating_sub(self.start_ns);
         let name = self
             .names
@@ -123,7 +148,7 @@ impl<W: Write> ChromeTrace<W> {
             .map_or("\"?\"", String::as_str);
         write!(
             self.out,
-            ",\n{{\"ph\":\"{phase}\",\"pid\":{pid},\"tid\":{tid},\"ts\":{}.{:03},\"name\":{name},\"cat\":\"function\"}}",
+            ",\n{{\"ph\":\"{phase}\",\"pid\":{pid},\"tid\":{tid},\"ts\":{}.{:03},\"name\":{name},\"cat\":\"function\"{args}}}",
             ts / 1_000,
             ts % 1_000,
         )
@@ -137,11 +162,17 @@ fn json_string(text: &str) -> String {
 
 impl<W: Write> CallSink for ChromeTrace<W> {
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
-        self.event('B', (entry.pid, entry.tid), entry.start_ns, entry.function);
+        self.event(
+            'B',
+            (entry.pid, entry.tid),
+            Some(entry.start_ns),
+            entry.function,
+        );
     }
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
         // A timeline: where the exit happened, probe costs and all.
-        self.event('E', (call.pid, call.tid), call.end_ns, call.function);
+        let end_ns = call.time_known.then_some(call.end_ns);
+        self.event('E', (call.pid, call.tid), end_ns, call.function);
     }
 }

@@ -68,10 +68,10 @@ impl<W: Write> CallSink for FlatPrinter<'_, W> {
     }
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
-        let tail = if call.complete {
-            format!(" {}", HumanDuration(call.duration_ns))
-        } else {
-            " (no exit)".to_string()
+        let tail = match (call.complete, call.time_known) {
+            (true, _) => format!(" {}", HumanDuration(call.duration_ns)),
+            (false, true) => " (no exit)".to_string(),
+            (false, false) => " (time unknown)".to_string(),
         };
         self.line(call.end_ns, call.tid, "<==", call.function, &tail);
     }

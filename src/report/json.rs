@@ -2,8 +2,8 @@
 //!
 //! ```json
 //! {"command": "...", "pid": N, "duration_ns": N, "events": N, "lost_events": N,
-//!  "functions": [{"name": "fib", "module": "sort", "calls": N, "total_ns": N, "self_ns": N,
-//!                 "avg_ns": N, "min_ns": N, "max_ns": N}]}
+//!  "functions": [{"name": "fib", "module": "sort", "calls": N, "unknown_time_calls": N,
+//!                 "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N}]}
 //! ```
 //! The header comes from [`TraceInfo`]; `functions` are in the summary's order (`--sort`) with the same
 //! figures (see [`super::summary`]); `module` is the file name of the function's module.
@@ -37,6 +37,8 @@ struct JsonFunction<'a> {
     name: &'a str,
     module: &'a str,
     calls: u64,
+    /// The calls among `calls` whose time is unknown (not in the times).
+    unknown_time_calls: u64,
     total_ns: u64,
     self_ns: u64,
     avg_ns: u64,
@@ -67,6 +69,7 @@ pub fn write_json(
             name: &row.function.name,
             module: table.module_name(row.function),
             calls: row.stats.calls,
+            unknown_time_calls: row.stats.unknown_time,
             total_ns: row.stats.total_ns,
             self_ns: row.stats.self_ns,
             avg_ns: row.stats.avg_ns(),

@@ -47,6 +47,8 @@ pub struct TraceInfo {
     pub events: u64,
     /// Events lost because the ring buffer was full.
     pub lost_events: u64,
+    /// The same per thread: (thread id, events lost), by thread id.
+    pub lost_by_thread: Vec<(u32, u64)>,
 }
 
 /// The report formats, as the CLI names them.
@@ -326,7 +328,8 @@ where
         Format::Summary if options.per_thread => {
             let mut summaries = GroupedSummaries::new(Grouping::Thread, function_count);
             let outcome = replay_filtered(source, table, filter, costs, &mut summaries)?;
-            summaries.write_text(table, &outcome.replay, options.table_layout(), out)?;
+            let lost = info(source).lost_by_thread;
+            summaries.write_text(table, &outcome.replay, &lost, options.table_layout(), out)?;
             Ok(outcome)
         }
         Format::Summary => {

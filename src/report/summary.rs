@@ -7,10 +7,15 @@
 //! - **self**: the self times of every call (they never overlap, so this is exact);
 //! - **min / max**: over the durations of every call, recursive ones included, as uftrace does
 //!   (for `fib` the minimum is the leaf call, the maximum the outermost one);
-//! - **average**: total / calls (so it is below the per-call cost under recursion, as in uftrace).
+//! - **average**: total / timed calls (so it is below the per-call cost under recursion, as in
+//!   uftrace).
 //!
-//! Calls without an exit (closed at the end of the trace or by unwinding) count like the others;
-//! the table ends with a note when there were any.
+//! Calls without an exit (closed at the end of the trace or by unwinding) count like the others.
+//! Calls whose time is unknown (their return was skipped: longjmp, exceptions, the kernel's
+//! uretprobe nesting limit, lost events) count as calls and add no time of their own: not to
+//! total, self, minimum, maximum or average; but when such a call is the outermost of a recursion,
+//! its timed recursive calls count in total in its place. The table ends with a note when there
+//! were any of either.
 //!
 //! `Total %` is the total time as a share of the time the trace covers (from its first event to
 //! its last), so `main` is near 100%; functions run by several threads at once can pass 100%.
@@ -96,17 +101,24 @@ pub struct FunctionStats {
     /// The shortest and longest self time of one call (`--avg-self`).
     pub min_self_ns: u64,
     pub max_self_ns: u64,
+    /// The calls among `calls` whose time is unknown: none of the times includes them.
+    pub unknown_time: u64,
 }
 
 impl FunctionStats {
-    /// total / calls, 0 when there were no calls.
-    pub fn avg_ns(&self) -> u64 {
-        self.total_ns.checked_div(self.calls).unwrap_or(0)
+    /// The calls whose time is known.
+    pub fn timed_calls(&self) -> u64 {
+        self.calls - self.unknown_time
     }
 
-    /// self / calls, 0 when there were no calls.
+    /// total / timed calls, 0 when there were none.
+    pub fn avg_ns(&self) -> u64 {
+        self.total_ns.checked_div(self.timed_calls()).unwrap_or(0)
+    }
+
+    /// self / timed calls, 0 when there were none.
     pub fn avg_self_ns(&self) -> u64 {
-        self.self_ns.checked_div(self.calls).unwrap_or(0)
+        self.self_ns.checked_div(self.timed_calls()).unwrap_or(0)
     }
 
     /// Average, minimum and maximum of the calls' total times, or with `self_times` of their
@@ -120,7 +132,13 @@ impl FunctionStats {
     }
 
     fn add(&mut self, call: &FinishedCall) {
-        if self.calls == 0 {
+        if !call.time_known {
+            self.calls += 1;
+            self.unknown_time += 1;
+            self.total_ns = self.total_ns.saturating_add(call.recursion_ns);
+            return;
+        }
+        if self.timed_calls() == 0 {
             self.min_ns = call.duration_ns;
             self.max_ns = call.duration_ns;
             self.min_self_ns = call.self_ns;
@@ -319,12 +337,14 @@ impl GroupedSummaries {
     }
 
     /// One table per group, each under a `Thread TID` line (`Thread TID (pid PID)` when the
-    /// threads belong to more than one process); `Total %` is still of the whole trace. Then
-    /// the note, once.
+    /// threads belong to more than one process), which ends with how many events the thread lost
+    /// (`lost_by_thread`, by thread id) if any; `Total %` is still of the whole trace. Then the
+    /// note, once.
     pub fn write_text(
         &self,
         table: &FunctionTable,
         replay: &ReplayStats,
+        lost_by_thread: &[(u32, u64)],
         layout: TableLayout,
         out: &mut dyn Write,
     ) -> io::Result<()> {
@@ -336,10 +356,18 @@ impl GroupedSummaries {
             if i > 0 {
                 writeln!(out)?;
             }
+            let tid = group.tid;
+            let lost = match lost_by_thread.binary_search_by_key(&tid, |&(tid, _)| tid) {
+                Ok(at) => format!(
+                    " ({} lost)",
+                    plural(lost_by_thread[at].1, "event", "events")
+                ),
+                Err(_) => String::new(),
+            };
             match (self.grouping, several_processes) {
-                (Grouping::Thread, false) => writeln!(out, "Thread {}", group.tid)?,
+                (Grouping::Thread, false) => writeln!(out, "Thread {tid}{lost}")?,
                 (Grouping::Thread, true) => {
-                    writeln!(out, "Thread {} (pid {})", group.tid, group.pid)?
+                    writeln!(out, "Thread {tid} (pid {}){lost}", group.pid)?
                 }
                 (Grouping::Process, _) => writeln!(out, "Process {}", group.pid)?,
             }
@@ -407,7 +435,7 @@ pub(crate) fn replay_note(replay: &ReplayStats) -> Option<String> {
     let mut parts = Vec::new();
     if replay.unmatched_exits > 0 {
         parts.push(format!(
-            "{} ignored (calls already running when tracing started)",
+            "{} ignored (calls already running when tracing started, or setjmp returning again)",
             plural(replay.unmatched_exits, "unmatched exit", "unmatched exits")
         ));
     }
@@ -419,6 +447,13 @@ pub(crate) fn replay_note(replay: &ReplayStats) -> Option<String> {
                 "unfinished call",
                 "unfinished calls"
             )
+        ));
+    }
+    if replay.unknown_time_calls > 0 {
+        parts.push(format!(
+            "{} with unknown time (returns skipped by longjmp, exceptions, the kernel's 64 \
+             nested return probes or lost events): counted, not timed",
+            plural(replay.unknown_time_calls, "call", "calls")
         ));
     }
     if replay.unknown_function_events > 0 {

@@ -67,6 +67,7 @@ fn sort_info() -> TraceInfo {
         duration_ns: 2_600_000,
         events: 27,
         lost_events: 3,
+        lost_by_thread: vec![(101, 2), (102, 1)],
     }
 }
 
@@ -135,6 +136,7 @@ fn report_summary_matches_golden() {
         ReplayStats {
             unmatched_exits: 1,
             unfinished_calls: 2,
+            unknown_time_calls: 0,
             unknown_function_events: 1,
             threads: 2,
             first_timestamp_ns: 0,
@@ -339,7 +341,10 @@ fn report_summary_sorts_by_total_then_name() {
             self_ns: duration_ns,
             depth: 0,
             complete: true,
+            time_known: true,
             recursive: false,
+            slot: 0,
+            recursion_ns: 0,
         };
         summary.call_finished(&call, &[function]);
     }
@@ -371,7 +376,10 @@ fn report_flame_graph_merges_paths_that_read_the_same() {
             self_ns,
             depth: stack.len() as u32 - 1,
             complete: true,
+            time_known: true,
             recursive: false,
+            slot: 0,
+            recursion_ns: 0,
         };
         stacks.call_finished(&call, stack);
     };
@@ -589,7 +597,10 @@ fn report_summary_per_thread() {
         ..ReportOptions::default()
     };
     let (text, _) = sort_report_with(Format::Summary, &options);
-    let (first, second) = text.split_once("\n\nThread 101\n").expect("two tables");
+    // A thread's line says how many events it lost (thread 102 made no call: info shows it).
+    let (first, second) = text
+        .split_once("\n\nThread 101 (2 events lost)\n")
+        .expect("two tables");
     let first = first
         .strip_prefix("Thread 100\n")
         .expect("thread 100 first");
@@ -843,4 +854,140 @@ fn report_summary_avg_self_spreads_self_times() {
         .collect();
     // Total, Total %, Self, Calls, then the spread of self times: 30, 20, 40 ns.
     assert_eq!(&columns[3..7], ["2", "30 ns", "20 ns", "40 ns"], "{fib}");
+}
+
+/// main → sort → cmp, and cmp longjmps back into main, which calls sort again at the same slot:
+/// the first sort and cmp are closed there, with unknown time.
+fn longjmp_events() -> Vec<Event> {
+    let at = |event: Event, slot: u32| event.at_stack(slot);
+    vec![
+        at(Event::entry(0, 7, MAIN), 0x1000),
+        at(Event::entry(100, 7, SORT), 0x0f00),
+        at(Event::entry(200, 7, CMP), 0x0e00),
+        at(Event::entry(300, 7, FIB), 0x0d00),
+        at(Event::exit(400, 7, FIB), 0x0d00),
+        at(Event::entry(1_000, 7, SORT), 0x0f00),
+        at(Event::exit(1_500, 7, SORT), 0x0f00),
+        at(Event::exit(2_000, 7, MAIN), 0x1000),
+    ]
+}
+
+fn longjmp_report(format: Format, options: &ReportOptions) -> String {
+    let mut out = Vec::new();
+    write_report(
+        format,
+        options,
+        |_| sort_info(),
+        &sort_table(),
+        &mut IterBlocks::new([&longjmp_events()[..]]),
+        &mut out,
+    )
+    .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn report_calls_of_unknown_time_count_but_add_no_time() {
+    let mut summary = Summary::new(7);
+    let replay = replay_source(
+        &mut IterBlocks::new([&longjmp_events()[..]]),
+        Replayer::new(7),
+        &mut summary,
+    )
+    .unwrap();
+    assert_eq!(replay.replay.unknown_time_calls, 2);
+    let sort = summary.stats(SORT).unwrap();
+    assert_eq!(
+        (sort.calls, sort.unknown_time, sort.timed_calls()),
+        (2, 1, 1)
+    );
+    assert_eq!(
+        (sort.total_ns, sort.self_ns, sort.avg_ns()),
+        (500, 500, 500)
+    );
+    assert_eq!((sort.min_ns, sort.max_ns), (500, 500));
+    let cmp = summary.stats(CMP).unwrap();
+    assert_eq!(
+        (cmp.calls, cmp.unknown_time, cmp.total_ns, cmp.avg_ns()),
+        (1, 1, 0, 0)
+    );
+    // main's own time holds what the lost calls took but fib's 100: 2000 - 500 - 100.
+    assert_eq!(summary.stats(MAIN).unwrap().self_ns, 1_400);
+    let text = longjmp_report(Format::Summary, &ReportOptions::default());
+    assert!(
+        text.contains("note: 2 calls with unknown time (returns skipped by longjmp"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&longjmp_report(Format::Json, &ReportOptions::default())).unwrap();
+    let sort = json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "sort")
+        .unwrap();
+    assert_eq!(
+        (&sort["calls"], &sort["unknown_time_calls"]),
+        (&2.into(), &1.into())
+    );
+}
+
+#[test]
+fn report_replay_marks_calls_of_unknown_time() {
+    let text = longjmp_report(Format::Replay, &ReportOptions::default());
+    assert_eq!(
+        text,
+        "# DURATION   FUNCTION
+           | main() {
+           |   sort() {
+           |     cmp() {
+    100 ns |       fib();
+           |     } /* cmp: time unknown */
+           |   } /* sort: time unknown */
+    500 ns |   sort();
+  2.000 us | } /* main */
+
+# note: 2 calls with unknown time (returns skipped by longjmp, exceptions, the kernel's 64 nested return probes or lost events): counted, not timed
+"
+    );
+    // A time filter shows a call of unknown time only when it was shown entering: sort is shown
+    // as having lasted 500 ns by the time cmp is closed.
+    let options = ReportOptions {
+        filter: spec(&[], &[], None, Some("300ns")),
+        ..ReportOptions::default()
+    };
+    let text = longjmp_report(Format::Replay, &options);
+    assert!(text.contains("|   sort(); /* time unknown */\n"), "{text}");
+    assert!(!text.contains("cmp"), "{text}");
+}
+
+#[test]
+fn report_chrome_ends_calls_of_unknown_time_at_their_threads_latest_event() {
+    let text = longjmp_report(Format::Chrome, &ReportOptions::default());
+    let value: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let ends: Vec<(String, f64, bool)> = value["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "E")
+        .map(|e| {
+            let name = e["name"].as_str().unwrap().to_owned();
+            (
+                name,
+                e["ts"].as_f64().unwrap(),
+                e["args"]["time"] == "unknown",
+            )
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            ("fib".to_owned(), 0.4, false),
+            ("cmp".to_owned(), 0.4, true),
+            ("sort".to_owned(), 0.4, true),
+            ("sort".to_owned(), 1.5, false),
+            ("main".to_owned(), 2.0, false),
+        ]
+    );
+    assert_eq!(value["metadata"]["unknown_time_calls"], 2);
 }

@@ -10,8 +10,10 @@
 //! A call with children opens a block (`fib() {`) and closes it with its duration
 //! (`} /* fib */`); a call without children is one line (`fib();`). When the trace has several
 //! threads, a thread id column (`[  1234]`) follows the duration; when it has several processes
-//! (`--follow`), a process id column comes before it. A call whose exit was never
-//! seen is marked `/* no exit */` (`fib(); /* no exit */`, `} /* fib: no exit */`).
+//! (`--follow`), a process id column comes before it. A call whose exit was never seen is marked
+//! `/* no exit */` (`fib(); /* no exit */`, `} /* fib: no exit */`); one whose return was
+//! skipped (longjmp, exceptions, the kernel's uretprobe limit) has no duration and is marked
+//! `/* time unknown */`.
 //!
 //! [`TreePrinter`] is fed call by call, so the same printer serves a data file and, later, the
 //! live ring buffer, with the same output. A call is only known to be a leaf at its exit, so
@@ -21,7 +23,6 @@
 //! number of threads, not with the trace.
 
 use std::borrow::Cow;
-use std::fmt;
 use std::io::{self, Write};
 
 use super::summary::{replay_note, HumanDuration};
@@ -54,8 +55,35 @@ pub struct TreePrinter<'t, W: Write> {
 /// What one line shows after the duration and the thread id.
 enum Line {
     Open,
-    Leaf { complete: bool },
-    Close { complete: bool },
+    Leaf(Ending),
+    Close(Ending),
+}
+
+/// How a call ended, as its last line says.
+#[derive(Clone, Copy)]
+enum Ending {
+    Returned,
+    NoExit,
+    TimeUnknown,
+}
+
+impl Ending {
+    fn of(call: &FinishedCall) -> Ending {
+        match (call.complete, call.time_known) {
+            (true, _) => Ending::Returned,
+            (false, true) => Ending::NoExit,
+            (false, false) => Ending::TimeUnknown,
+        }
+    }
+
+    /// What follows the name in a comment: `no exit`, `time unknown`, or nothing.
+    fn mark(self) -> Option<&'static str> {
+        match self {
+            Ending::Returned => None,
+            Ending::NoExit => Some("no exit"),
+            Ending::TimeUnknown => Some("time unknown"),
+        }
+    }
 }
 
 impl<'t, W: Write> TreePrinter<'t, W> {
@@ -270,22 +298,14 @@ fn write_line(
     write!(out, " | {:indent$}", "", indent = 2 * depth as usize)?;
     match line {
         Line::Open => writeln!(out, "{name}{parens} {{"),
-        Line::Leaf { complete } => writeln!(out, "{name}{parens};{}", NoExit(complete)),
-        Line::Close { complete: true } => writeln!(out, "}} /* {name} */"),
-        Line::Close { complete: false } => writeln!(out, "}} /* {name}: no exit */"),
-    }
-}
-
-/// ` /* no exit */` after a leaf whose exit was never seen.
-struct NoExit(bool);
-
-impl fmt::Display for NoExit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 {
-            Ok(())
-        } else {
-            f.write_str(" /* no exit */")
-        }
+        Line::Leaf(ending) => match ending.mark() {
+            None => writeln!(out, "{name}{parens};"),
+            Some(mark) => writeln!(out, "{name}{parens}; /* {mark} */"),
+        },
+        Line::Close(ending) => match ending.mark() {
+            None => writeln!(out, "}} /* {name} */"),
+            Some(mark) => writeln!(out, "}} /* {name}: {mark} */"),
+        },
     }
 }
 
@@ -301,13 +321,10 @@ impl<W: Write> CallSink for TreePrinter<'_, W> {
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
         let index = self.thread_index(call.tid, call.pid);
         // Calls end innermost first, so a held-back entry on this thread is this very call.
+        let ending = Ending::of(call);
         let line = match self.pending[index].1.take() {
-            Some(_) => Line::Leaf {
-                complete: call.complete,
-            },
-            None => Line::Close {
-                complete: call.complete,
-            },
+            Some(_) => Line::Leaf(ending),
+            None => Line::Close(ending),
         };
         // A leaf's line stands for its call, a closing line for its exit.
         let timestamp_ns = match line {
@@ -315,7 +332,7 @@ impl<W: Write> CallSink for TreePrinter<'_, W> {
             _ => call.end_ns,
         };
         let place = Place {
-            duration: Some(call.duration_ns),
+            duration: call.time_known.then_some(call.duration_ns),
             timestamp_ns,
             pid: call.pid,
             tid: call.tid,

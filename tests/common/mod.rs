@@ -146,6 +146,18 @@ impl Recording {
         String::from_utf8(output.stdout).unwrap()
     }
 
+    /// What `utrace info` says about this recording; asserts it succeeds.
+    pub fn info(&self) -> String {
+        let output = utrace()
+            .arg("info")
+            .arg("-i")
+            .arg(self.data())
+            .output()
+            .unwrap();
+        assert_success(&output);
+        String::from_utf8(output.stdout).unwrap()
+    }
+
     /// The report in JSON.
     pub fn json(&self) -> serde_json::Value {
         report_json(&self.data())
