@@ -135,8 +135,8 @@ pub struct ReplayStats {
     pub first_timestamp_ns: u64,
     /// The latest timestamp of any event replayed (0 when none was).
     pub last_timestamp_ns: u64,
-    /// Durations and self times that the probe-cost correction would have made negative, shown
-    /// as 0.
+    /// Durations that the probe-cost correction would have made negative, or shorter than their
+    /// children's: kept at 0 or at their children's.
     pub clamped_times: u64,
 }
 
@@ -375,12 +375,15 @@ struct Ending<'a> {
 }
 
 impl Ending<'_> {
-    /// `raw - taken`, or 0 (counted) when the correction takes more than there is.
-    fn correct(&mut self, raw: u64, taken: u64) -> u64 {
-        raw.checked_sub(taken).unwrap_or_else(|| {
-            *self.clamped += 1;
-            0
-        })
+    /// `raw - taken`, or `floor` (counted) when the correction takes more than that leaves.
+    fn correct(&mut self, raw: u64, taken: u64, floor: u64) -> u64 {
+        match raw.checked_sub(taken) {
+            Some(corrected) if corrected >= floor => corrected,
+            _ => {
+                *self.clamped += 1;
+                floor
+            }
+        }
     }
 }
 
@@ -502,9 +505,11 @@ impl CallStack {
         let raw_ns = end_ns.map_or(0, |end_ns| end_ns.saturating_sub(frame.start_ns));
         let taken_ns = cost.inside_ns + frame.probes_below_ns;
         let (duration_ns, self_ns) = match end_ns {
+            // A call lasted at least as long as its children: where more was taken out than
+            // that, the duration stays at theirs, so self times add up to the outermost duration.
             Some(_) => {
-                let duration_ns = ending.correct(raw_ns, taken_ns);
-                (duration_ns, ending.correct(duration_ns, frame.child_ns))
+                let duration_ns = ending.correct(raw_ns, taken_ns, frame.child_ns);
+                (duration_ns, duration_ns - frame.child_ns)
             }
             None => (0, 0),
         };
@@ -545,11 +550,11 @@ impl CallStack {
             Some(parent) => {
                 let known_ns = end_ns.map_or(frame.child_ns, |_| duration_ns);
                 parent.child_ns = parent.child_ns.saturating_add(known_ns);
-                // A duration shown as 0 had more taken out than it lasted: those probes cost
-                // less than measured, and the caller is not charged the difference either, so
-                // the self times still add up to the outermost duration.
+                // A duration kept at its floor (0 or its children's) had more taken out than it
+                // could: those probes cost less than measured, and the caller is not charged
+                // the difference either, so self times still add up to the outermost duration.
                 let overtaken_ns = match end_ns {
-                    Some(_) => taken_ns.saturating_sub(raw_ns),
+                    Some(_) => taken_ns.saturating_sub(raw_ns.saturating_sub(duration_ns)),
                     None => 0,
                 };
                 parent.probes_below_ns = parent.probes_below_ns.saturating_add(

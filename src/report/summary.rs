@@ -270,11 +270,11 @@ impl Summary {
 
 fn write_note(replay: &ReplayStats, out: &mut dyn Write) -> io::Result<()> {
     // The clamps only here: calls shorter than their probes' measured cost are common (the cost
-    // is a median), and the call tree shows each of them as 0 already.
+    // is a median), and the call tree shows each of them already.
     let clamped = (replay.clamped_times > 0).then(|| {
         format!(
-            "{} shown as 0: less than the probe costs taken out (--raw-times shows them as \
-             measured)",
+            "{} kept at 0 or at their children's: the probe costs taken out were more than \
+             they lasted (--raw-times shows them as measured)",
             plural(replay.clamped_times, "time", "times")
         )
     });
