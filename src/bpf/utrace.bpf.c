@@ -39,6 +39,8 @@ bool exec_seen = false;
  * would give an exit without an entry. */
 bool recording = false;
 
+#include "shadow.bpf.h"
+
 /* A raw tracepoint: attached by name, with no need for tracefs to be mounted. */
 SEC("raw_tp/sched_process_exec")
 int target_exec(void *ctx)
@@ -117,6 +119,7 @@ int function_entry(struct pt_regs *ctx)
 	/* At the entry (or a site before any stack change) sp points at the return address. */
 	__u64 slot = PT_REGS_SP(ctx);
 
+	shadow_entered(slot);
 	record((__u32)cookie, slot);
 	if (cookie & COOKIE_ALSO_EXIT)
 		record((__u32)cookie | EVENT_EXIT, slot);
@@ -127,6 +130,7 @@ int function_entry(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int function_exit_site(struct pt_regs *ctx)
 {
+	shadow_left(PT_REGS_SP(ctx));
 	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT, PT_REGS_SP(ctx));
 }
 
@@ -134,5 +138,8 @@ SEC("uretprobe.multi")
 int function_exit(struct pt_regs *ctx)
 {
 	/* The `ret` has popped the return address: its slot is just below sp. */
-	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT, PT_REGS_SP(ctx) - 8);
+	__u64 slot = PT_REGS_SP(ctx) - 8;
+
+	shadow_left(slot);
+	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT, slot);
 }

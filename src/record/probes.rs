@@ -114,6 +114,9 @@ pub struct ProbeConfig {
     pub wait_for_exec: bool,
     /// Stop the process at a dlopen's return until the recorder lets it go on.
     pub stop_on_dlopen: bool,
+    /// Keep a shadow stack of the return addresses uretprobes replace, for the unwinder (the
+    /// program maps one).
+    pub unwind_shadow: bool,
 }
 
 /// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
@@ -148,6 +151,7 @@ impl<'obj> LoadedProbes<'obj> {
         rodata.target_tgid = config.tgid;
         rodata.wait_for_exec = config.wait_for_exec;
         rodata.stop_on_dlopen = config.stop_on_dlopen;
+        rodata.unwind_shadow = config.unwind_shadow;
         // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
         // that, so the common hit pays for no wake-up.
         rodata.wakeup_bytes = u64::from(config.buffer_bytes / 8);
@@ -242,27 +246,55 @@ impl<'obj> LoadedProbes<'obj> {
         offsets: Vec<usize>,
         pid: u32,
     ) -> Result<Link, ProbeError> {
-        let count = offsets.len();
-        let opts = UprobeMultiOpts {
-            offsets,
-            retprobe: true,
-            ..Default::default()
-        };
-        self.skel
-            .progs
-            .library_loaded
-            .attach_uprobe_multi_with_opts(pid as i32, library, "", opts)
-            .map_err(|error| ProbeError::Attach {
-                count,
-                direction: "dlopen return",
-                path: library.display().to_string(),
-                error,
-            })
+        let program = &self.skel.progs.library_loaded;
+        attach_sites(program, library, offsets, true, pid, "dlopen return")
+    }
+
+    /// Puts the unwinder watch on `offsets` of `file`: the entry points of the unwinder it
+    /// defines, where the shadow stack gives traced frames their return addresses back.
+    pub fn watch_unwinder(
+        &self,
+        file: &Path,
+        offsets: Vec<usize>,
+        pid: u32,
+    ) -> Result<Link, ProbeError> {
+        let program = &self.skel.progs.unwinder_entered;
+        attach_sites(program, file, offsets, false, pid, "unwinder entry")
     }
 
     /// The ring buffer map the events arrive in.
     pub fn events_map(&self) -> &libbpf_rs::MapMut<'obj> {
         &self.skel.maps.events
+    }
+
+    /// The ring buffer the shadow stack's write requests arrive in.
+    pub fn stack_writes_map(&self) -> &libbpf_rs::MapMut<'obj> {
+        &self.skel.maps.stack_writes
+    }
+
+    /// Says whether the recorder serves the shadow stack's write requests: while it does not, the
+    /// BPF programs stop the process for none.
+    pub fn set_serving_stack_writes(&mut self, on: bool) {
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .expect("the BPF object has a .bss (serving_stack_writes)");
+        // SAFETY: as in `set_recording`.
+        unsafe { std::ptr::write_volatile(&raw mut bss.serving_stack_writes, on) };
+    }
+
+    /// Stack write requests sent so far, each with a stop of the process.
+    pub fn stack_write_requests(&self) -> u64 {
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref()
+            .expect("the BPF object has a .bss (stack_write_requests)");
+        // SAFETY: as in `lost_events`.
+        unsafe { std::ptr::read_volatile(&raw const bss.stack_write_requests) }
     }
 
     /// Turns counting on (after every link is attached) or off (before any is detached).
@@ -290,6 +322,32 @@ impl<'obj> LoadedProbes<'obj> {
         // it concurrently, so it is read with a volatile load rather than cached.
         unsafe { std::ptr::read_volatile(&raw const bss.lost_events) }
     }
+}
+
+/// Attaches one `uprobe_multi` link of `program` to `offsets` of `file` (return probes with
+/// `retprobe`), filtered to `pid`.
+fn attach_sites(
+    program: &libbpf_rs::ProgramMut,
+    file: &Path,
+    offsets: Vec<usize>,
+    retprobe: bool,
+    pid: u32,
+    direction: &'static str,
+) -> Result<Link, ProbeError> {
+    let count = offsets.len();
+    let opts = UprobeMultiOpts {
+        offsets,
+        retprobe,
+        ..Default::default()
+    };
+    program
+        .attach_uprobe_multi_with_opts(pid as i32, file, "", opts)
+        .map_err(|error| ProbeError::Attach {
+            count,
+            direction,
+            path: file.display().to_string(),
+            error,
+        })
 }
 
 /// Attached links; dropping them detaches every probe, return probes first.

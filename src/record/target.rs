@@ -53,15 +53,15 @@ pub struct Prepared {
     pub files: Vec<TracedFile>,
     /// What the PLT calls bind to, when `--lib`, `--no-lib` or `--libname` need it.
     pub scope: BindingScope,
-    /// Every library of the program in load order, when `--nest-lib` or the PLT flags needed
-    /// them (empty otherwise).
+    /// Every library of the program in load order (where `--nest-lib`, the PLT flags and the
+    /// unwinder are looked for).
     pub libraries: Vec<TracedFile>,
 }
 
 impl Target {
     /// Starts the command (held before exec) or finds the process, and lists its files to probe:
-    /// the executable first, then the libraries `nest_libs` matches. When `plt_libraries` needs
-    /// them, also the executable and its libraries in load order, with what each exports.
+    /// the executable first, then the libraries `nest_libs` matches; and every library in load
+    /// order, with, when `plt_libraries` needs them, what each exports.
     pub fn prepare(
         spec: &TargetSpec,
         setup: &ChildSetup,
@@ -78,11 +78,7 @@ impl Target {
                     path: path.to_string_lossy().into_owned(),
                     open_path: path.clone(),
                 };
-                let libraries = if nest_libs.is_empty() && !plt_libraries.is_active() {
-                    Vec::new()
-                } else {
-                    command_libraries(&path)
-                };
+                let libraries = command_libraries(&path);
                 let mut files = vec![executable.clone()];
                 files.extend(selected_libraries(nest_libs, &libraries));
                 let scope = binding_scope(plt_libraries, &executable, &libraries);
