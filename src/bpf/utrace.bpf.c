@@ -106,9 +106,10 @@ int library_loaded(struct pt_regs *ctx)
 	e->function = EVENT_LIBRARY_LOADED;
 	e->stack = 0;
 	e->pid = pid_tgid >> 32;
-	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	/* The stop before the recorder can see the event: its continue must come after. */
 	if (stop_on_dlopen)
 		bpf_send_signal(19 /* SIGSTOP */);
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }
 

@@ -601,7 +601,10 @@ fn unwinder_entry_points_are_found_in_libgcc_s_only() {
     let found = unwinder::unwinder_entry_offsets(&libgcc_s).unwrap();
     assert_eq!(found.into_iter().collect::<BTreeSet<u64>>(), expected);
     let libc = library("libc.so.6");
-    assert_eq!(unwinder::unwinder_entry_offsets(&libc).unwrap(), Vec::<u64>::new());
+    assert_eq!(
+        unwinder::unwinder_entry_offsets(&libc).unwrap(),
+        Vec::<u64>::new()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

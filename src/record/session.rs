@@ -192,8 +192,7 @@ impl Session {
         if options.debug {
             say_unwinders(&unwinders, unwind_shadow);
         }
-        if !unwinders.is_empty() && !started_here && options.exit_probes == ExitProbes::Uretprobe
-        {
+        if !unwinders.is_empty() && !started_here && options.exit_probes == ExitProbes::Uretprobe {
             eprintln!(
                 "utrace: warning: the process has an unwinder, and a C++ exception or Rust panic \
                  that unwinds through a traced frame kills it: trace it with --exit-probes=ret, \

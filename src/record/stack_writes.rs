@@ -127,7 +127,10 @@ mod tests {
 
     #[test]
     fn short_or_overflowing_records_are_malformed() {
-        assert_eq!(StackWriteRequest::parse(&[1, 2, 3]), Err(MalformedRequest(3)));
+        assert_eq!(
+            StackWriteRequest::parse(&[1, 2, 3]),
+            Err(MalformedRequest(3))
+        );
         let short = request_bytes(1, 3, &[(1, 1), (2, 2)]);
         assert_eq!(
             StackWriteRequest::parse(&short),
