@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject, UprobeMultiOpts};
 
-use super::skel::{OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
+use super::skel::{types, OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
 use crate::elf::ExitProbe;
 use crate::plan::FunctionTable;
 
@@ -272,55 +272,48 @@ impl<'obj> LoadedProbes<'obj> {
         &self.skel.maps.stack_writes
     }
 
-    /// Says whether the recorder serves the shadow stack's write requests: while it does not, the
-    /// BPF programs stop the process for none.
-    pub fn set_serving_stack_writes(&mut self, on: bool) {
-        let bss = self
-            .skel
+    /// The program's global variables, in memory mapped from the BPF map.
+    fn bss(&self) -> &types::bss {
+        self.skel
+            .maps
+            .bss_data
+            .as_deref()
+            .expect("the BPF object has a .bss")
+    }
+
+    fn bss_mut(&mut self) -> &mut types::bss {
+        self.skel
             .maps
             .bss_data
             .as_deref_mut()
-            .expect("the BPF object has a .bss (serving_stack_writes)");
+            .expect("the BPF object has a .bss")
+    }
+
+    /// Says whether the recorder serves the shadow stack's write requests: while it does not, the
+    /// BPF programs stop the process for none.
+    pub fn set_serving_stack_writes(&mut self, on: bool) {
         // SAFETY: as in `set_recording`.
-        unsafe { std::ptr::write_volatile(&raw mut bss.serving_stack_writes, on) };
+        unsafe { std::ptr::write_volatile(&raw mut self.bss_mut().serving_stack_writes, on) };
     }
 
     /// Stack write requests sent so far, each with a stop of the process.
     pub fn stack_write_requests(&self) -> u64 {
-        let bss = self
-            .skel
-            .maps
-            .bss_data
-            .as_deref()
-            .expect("the BPF object has a .bss (stack_write_requests)");
         // SAFETY: as in `lost_events`.
-        unsafe { std::ptr::read_volatile(&raw const bss.stack_write_requests) }
+        unsafe { std::ptr::read_volatile(&raw const self.bss().stack_write_requests) }
     }
 
     /// Turns counting on (after every link is attached) or off (before any is detached).
     pub fn set_recording(&mut self, on: bool) {
-        let bss = self
-            .skel
-            .maps
-            .bss_data
-            .as_deref_mut()
-            .expect("the BPF object has a .bss (recording)");
         // SAFETY: a plain bool in memory mapped from the BPF map, read by the BPF programs
         // concurrently: written with a volatile store so it is not elided or delayed.
-        unsafe { std::ptr::write_volatile(&raw mut bss.recording, on) };
+        unsafe { std::ptr::write_volatile(&raw mut self.bss_mut().recording, on) };
     }
 
     /// Events dropped so far because the ring buffer was full.
     pub fn lost_events(&self) -> u64 {
-        let bss = self
-            .skel
-            .maps
-            .bss_data
-            .as_deref()
-            .expect("the BPF object has a .bss (lost_events)");
         // SAFETY: the field is a plain u64 in memory mapped from the BPF map; BPF programs update
         // it concurrently, so it is read with a volatile load rather than cached.
-        unsafe { std::ptr::read_volatile(&raw const bss.lost_events) }
+        unsafe { std::ptr::read_volatile(&raw const self.bss().lost_events) }
     }
 }
 
