@@ -68,12 +68,24 @@ __u64 stack_write_requests = 0;
  * process forever. */
 bool serving_stack_writes = false;
 
+/* Per thread, by thread id. Not task storage: from a uprobe (a preemptible program) its lookup
+ * fails while another thread on the same CPU was preempted inside one, and a frame missed there
+ * kills the program at its next exception. A hash lookup takes no lock. */
 struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
+	__uint(max_entries, 1 << 16);
+	__type(key, __u32);
 	__type(value, struct shadow_stack);
 } shadow_stacks SEC(".maps");
+
+/* The value a thread's stack starts from (too large for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct shadow_stack);
+} empty_shadow_stack SEC(".maps");
 
 /* Whether the current thread is one whose frames are followed: the target's, once it runs the
  * traced program. Unlike the events, this does not wait for `recording`: a return address the
@@ -92,9 +104,32 @@ static __always_inline __u32 frame_index(__u32 i)
 	return i & (SHADOW_DEPTH - 1);
 }
 
-static __always_inline struct shadow_stack *shadow_of_thread(__u64 flags)
+/* The current thread's shadow stack; with `create`, a new one if it has none (NULL only when the
+ * map is full or busy). */
+static __always_inline struct shadow_stack *shadow_of_thread(bool create)
 {
-	return bpf_task_storage_get(&shadow_stacks, bpf_get_current_task_btf(), 0, flags);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), zero = 0;
+	struct shadow_stack *stack = bpf_map_lookup_elem(&shadow_stacks, &tid), *empty;
+
+	if (stack || !create)
+		return stack;
+	empty = bpf_map_lookup_elem(&empty_shadow_stack, &zero);
+	if (!empty)
+		return NULL;
+	bpf_map_update_elem(&shadow_stacks, &tid, empty, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&shadow_stacks, &tid);
+}
+
+/* A thread of the target ends: its shadow stack goes, and the thread id may be reused. */
+SEC("raw_tp/sched_process_exit")
+int shadow_thread_exit(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
+
+	if (unwind_shadow && (pid_tgid >> 32) == target_tgid)
+		bpf_map_delete_elem(&shadow_stacks, &tid);
+	return 0;
 }
 
 /* Where the kernel's uretprobes return to in this process; 0 before its first uprobe hit
@@ -206,7 +241,7 @@ static __always_inline void shadow_entered(__u64 slot)
 
 	if (!shadow_applies())
 		return;
-	stack = shadow_of_thread(BPF_LOCAL_STORAGE_GET_F_CREATE);
+	stack = shadow_of_thread(true);
 	if (!stack || bpf_probe_read_user(&ret, sizeof(ret), (void *)slot))
 		return;
 	/* A tail call from a traced function: the kernel keeps the caller's original for both, and
@@ -229,7 +264,7 @@ static __always_inline void shadow_left(__u64 slot)
 
 	if (!shadow_applies())
 		return;
-	stack = shadow_of_thread(0);
+	stack = shadow_of_thread(false);
 	if (!stack)
 		return;
 	shadow_drop(stack, slot, true);
@@ -248,7 +283,7 @@ int unwinder_entered(struct pt_regs *ctx)
 
 	if (!shadow_applies())
 		return 0;
-	stack = shadow_of_thread(0);
+	stack = shadow_of_thread(false);
 	trampoline = trampoline_address();
 	if (!stack || !trampoline)
 		return 0;

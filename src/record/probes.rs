@@ -164,6 +164,10 @@ impl<'obj> LoadedProbes<'obj> {
             let link = skel.progs.target_exec.attach().map_err(load_error)?;
             skel.links.target_exec = Some(link);
         }
+        if config.unwind_shadow {
+            let link = skel.progs.shadow_thread_exit.attach().map_err(load_error)?;
+            skel.links.shadow_thread_exit = Some(link);
+        }
         Ok(LoadedProbes { skel })
     }
 

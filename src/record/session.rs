@@ -295,11 +295,16 @@ impl Session {
                     Err(error) => eprintln!("utrace: warning: {error:#}"),
                 }
             }
-            // Not while a request is on its way: its stop may already be pending, and the
-            // continue would cancel it before the writes are done.
-            if held.get() && served.get() == loaded.stack_write_requests() {
-                self.target.resume();
-                held.set(false);
+            // Only once every thread has stopped, so that no request is on its way (another
+            // thread's stop, sent but not yet taken, would be cancelled by the continue before
+            // its writes are made), and every request is served.
+            if held.get() {
+                self.target.wait_until_stopped();
+                ring.consume_raw();
+                if !library_loaded.get() && served.get() == loaded.stack_write_requests() {
+                    self.target.resume();
+                    held.set(false);
+                }
             }
             if due {
                 last_flush = Instant::now();

@@ -2,6 +2,7 @@
 //! of their files get probes.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -141,6 +142,19 @@ impl Target {
         }
     }
 
+    /// After a stop the BPF programs asked for (a command we started): waits until every thread
+    /// of the process has stopped (the kernel reports the stop to us, its parent, once the last
+    /// one has), so none is still running a probe; at most [`STOP_WAIT`]. A process utrace
+    /// attached to is never stopped.
+    pub fn wait_until_stopped(&self) {
+        if let Target::Started(child) = self {
+            let started = Instant::now();
+            while !child.stopped_or_ended() && started.elapsed() < STOP_WAIT {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+    }
+
     /// Lets a held command run; a running process runs already.
     pub fn start(&mut self) -> Result<()> {
         if let Target::Started(child) = self {
@@ -181,6 +195,10 @@ impl Target {
         }
     }
 }
+
+/// How long [`Target::wait_until_stopped`] waits: a stop takes microseconds, or milliseconds on
+/// a loaded machine; a process that never stops is let go after this.
+const STOP_WAIT: Duration = Duration::from_secs(1);
 
 /// The libraries of a program about to start, in load order, found as the dynamic loader will
 /// find them.
