@@ -69,8 +69,9 @@ __u64 stack_write_requests = 0;
 bool serving_stack_writes = false;
 
 /* Per thread, by thread id. Not task storage: from a uprobe (a preemptible program) its lookup
- * fails while another thread on the same CPU was preempted inside one, and a frame missed there
- * kills the program at its next exception. A hash lookup takes no lock. */
+ * can fail while another thread on the same CPU was preempted inside one (it takes a per-CPU
+ * lock), and a frame missed there would kill the program at its next exception. A hash lookup
+ * takes no lock. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
