@@ -24,4 +24,5 @@ fn main() {
         println!("cargo:rerun-if-changed={source}");
     }
     println!("cargo:rerun-if-changed=src/bpf/event.h");
+    println!("cargo:rerun-if-changed=src/bpf/shadow.bpf.h");
 }

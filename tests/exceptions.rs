@@ -1,10 +1,49 @@
-//! End to end: C++ exceptions that unwind through traced frames. Under `--exit-probes=ret` no
-//! return address is touched, so the program behaves exactly as untraced and every count is
-//! exact; under uretprobes the unwinder finds the kernel's trampoline and the program dies.
+//! End to end: C++ exceptions and Rust panics that unwind through traced frames. Under
+//! uretprobes (the default) the shadow stack gives the unwinder the return addresses the kernel
+//! replaced and puts the trampoline back after the catch; under `--exit-probes=ret` no return
+//! address is touched. Either way the program behaves exactly as untraced and every count is
+//! exact.
 
 mod common;
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
 use common::*;
+
+/// Records `program` with each argument list and `extra` flags: the output and exit status are
+/// those of the untraced program and utrace counts each function as the program did.
+fn assert_unchanged_with_exact_counts(program: &Path, extra: &[&str]) -> Vec<String> {
+    let mut stderrs = Vec::new();
+    for args in [&[][..], &["50"][..]] {
+        assert!(run_untraced(program, args).status.success());
+        let recording = record_unchanged(program, args, extra);
+        let stderr = String::from_utf8_lossy(&recording.output.stderr).into_owned();
+        assert_counts_match(
+            &own_counts(&recording.output.stdout),
+            &recording.traced_counts(),
+        );
+        stderrs.push(stderr);
+    }
+    stderrs
+}
+
+#[test]
+fn exceptions_unwind_through_traced_frames_with_uretprobes() {
+    if !bpf_available("exceptions_unwind_through_traced_frames_with_uretprobes") {
+        return;
+    }
+    // A copy of its own: uretprobes act on every process that runs the file, whatever the
+    // link's pid filter, and only the traced process has a shadow stack: the test below running
+    // the same file at the same time would die.
+    let program = compile("exceptions.cpp", "exceptions-uretprobe", &[]);
+    for stderr in assert_unchanged_with_exact_counts(&program, &["-d"]) {
+        assert!(
+            stderr.contains("utrace: shadow stack on: 5 unwinder entry points probed in"),
+            "{stderr}"
+        );
+    }
+}
 
 #[test]
 fn exceptions_unwind_through_traced_frames_with_ret_probes() {
@@ -12,32 +51,46 @@ fn exceptions_unwind_through_traced_frames_with_ret_probes() {
         return;
     }
     let program = compile("exceptions.cpp", "exceptions", &[]);
-    for args in [&[][..], &["50"][..]] {
-        assert!(run_untraced(&program, args).status.success());
-        let recording = record_unchanged(&program, args, &["--exit-probes=ret"]);
-        let stderr = String::from_utf8_lossy(&recording.output.stderr);
-        assert!(!stderr.contains("terminate called"), "{stderr}");
-        assert_counts_match(
-            &own_counts(&recording.output.stdout),
-            &recording.traced_counts(),
-        );
-    }
+    assert_unchanged_with_exact_counts(&program, &["--exit-probes=ret"]);
 }
 
-/// The defect `--exit-probes=ret` exists for, so a kernel that fixes it shows up here.
+/// Compiles `test/<source>` with `rustc -O` (panic=unwind, the default) into `name`.
+fn compile_rust(source: &str, name: &str) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("test")
+        .join(source);
+    let output = build_dir().join(name);
+    let status = Command::new("rustc")
+        .args(["-O", "--edition=2021", "-C", "panic=unwind", "-o"])
+        .arg(&output)
+        .arg(&source)
+        .status()
+        .unwrap_or_else(|e| panic!("running rustc: {e}"));
+    assert!(status.success(), "rustc failed on {}", source.display());
+    output
+}
+
 #[test]
-fn uretprobes_break_unwinding() {
-    if !bpf_available("uretprobes_break_unwinding") {
+fn panics_unwind_through_traced_frames_with_uretprobes() {
+    if !bpf_available("panics_unwind_through_traced_frames_with_uretprobes") {
         return;
     }
-    // A copy of its own: uretprobes act on every process that runs the file, whatever the
-    // link's pid filter, so they would break the test above running at the same time.
-    let program = compile("exceptions.cpp", "exceptions-uretprobe", &[]);
-    let recording = record(&program, &[], &["--exit-probes=uretprobe"]);
-    assert_eq!(
-        recording.output.status.code(),
-        Some(128 + libc::SIGABRT),
-        "{}",
-        String::from_utf8_lossy(&recording.output.stderr)
+    let program = compile_rust("panics.rs", "panics");
+    assert_unchanged_with_exact_counts(&program, &[]);
+}
+
+/// A C program maps no unwinder: no probe goes on one and no frame is followed.
+#[test]
+fn programs_without_an_unwinder_pay_nothing() {
+    if !bpf_available("programs_without_an_unwinder_pay_nothing") {
+        return;
+    }
+    let program = compile("calls.c", "calls-no-unwinder", &[]);
+    let recording = record_unchanged(&program, &[], &["-d"]);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    assert!(
+        stderr.contains("utrace: shadow stack off: the program maps no unwinder"),
+        "{stderr}"
     );
+    assert!(!stderr.contains("unwinder entry points probed"), "{stderr}");
 }

@@ -69,6 +69,8 @@ bool exec_seen = false;
  * would give an exit without an entry. */
 bool recording = false;
 
+#include "shadow.bpf.h"
+
 /* A raw tracepoint: attached by name, with no need for tracefs to be mounted. */
 SEC("raw_tp/sched_process_exec")
 int target_exec(void *ctx)
@@ -160,9 +162,10 @@ int library_loaded(struct pt_regs *ctx)
 	e->function = EVENT_LIBRARY_LOADED;
 	e->stack = 0;
 	e->pid = pid_tgid >> 32;
-	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	/* The stop before the recorder can see the event: its continue must come after. */
 	if (stop_on_dlopen)
 		bpf_send_signal(SIGSTOP);
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }
 
@@ -173,6 +176,7 @@ int function_entry(struct pt_regs *ctx)
 	/* At the entry (or a site before any stack change) sp points at the return address. */
 	__u64 slot = PT_REGS_SP(ctx);
 
+	shadow_entered(slot);
 	record((__u32)cookie, slot);
 	if (cookie & COOKIE_ALSO_EXIT)
 		record((__u32)cookie | EVENT_EXIT, slot);
@@ -216,9 +220,11 @@ int plt_call(struct pt_regs *ctx)
 	__u64 sp = PT_REGS_SP(ctx);
 	__u64 ret;
 
-	if (bpf_session_is_return())
+	if (bpf_session_is_return()) {
 		/* The `ret` has popped the return address: its slot is just below sp. */
+		shadow_left(sp - 8);
 		return record((__u32)cookie | EVENT_EXIT, sp - 8);
+	}
 	/* Once recording stops, no call gets a return probe: return probes that keep coming hold up
 	 * the release of the links (see AttachedProbes::detach). */
 	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || !recording)
@@ -227,6 +233,8 @@ int plt_call(struct pt_regs *ctx)
 		return 1;
 	if (!called_from_stub(ret, cookie >> 32))
 		return 1;
+	/* This call gets a return probe: an exception through it needs its address restored. */
+	shadow_entered(sp);
 	record((__u32)cookie, sp);
 	return 0;
 }
@@ -245,6 +253,7 @@ int function_exit_site(struct pt_regs *ctx)
 
 	if (cookie & COOKIE_AFTER_RETURN)
 		slot -= 8;
+	shadow_left(slot);
 	return record((__u32)cookie | EVENT_EXIT, slot);
 }
 
@@ -252,7 +261,10 @@ SEC("uretprobe.multi")
 int function_exit(struct pt_regs *ctx)
 {
 	/* The `ret` has popped the return address: its slot is just below sp. */
-	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT, PT_REGS_SP(ctx) - 8);
+	__u64 slot = PT_REGS_SP(ctx) - 8;
+
+	shadow_left(slot);
+	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT, slot);
 }
 
 /* --follow: a traced process forked a new one (not a thread). The child is stopped before it runs

@@ -27,6 +27,7 @@ pub mod returns;
 mod segments;
 pub mod site;
 mod symbols;
+pub mod unwinder;
 
 #[cfg(test)]
 mod fuzz;

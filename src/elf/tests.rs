@@ -583,6 +583,30 @@ fn system_libraries_match_binutils() {
     }
 }
 
+/// The unwinder's entry points where readelf puts them in `libgcc_s.so.1`, and none in libc.
+#[test]
+fn unwinder_entry_points_are_found_in_libgcc_s_only() {
+    let library = |name: &str| {
+        let path = run("c++", &[&format!("-print-file-name={name}")]);
+        PathBuf::from(path.trim())
+    };
+    let libgcc_s = library("libgcc_s.so.1");
+    let loads = readelf_executable_loads(&libgcc_s);
+    let expected: BTreeSet<u64> = readelf_symbols(&libgcc_s)
+        .iter()
+        .filter(|s| s.defined && unwinder::UNWINDER_ENTRY_POINTS.contains(&s.name.as_str()))
+        .filter_map(|s| expected_offset(&loads, s.address))
+        .collect();
+    assert_eq!(expected.len(), unwinder::UNWINDER_ENTRY_POINTS.len());
+    let found = unwinder::unwinder_entry_offsets(&libgcc_s).unwrap();
+    assert_eq!(found.into_iter().collect::<BTreeSet<u64>>(), expected);
+    let libc = library("libc.so.6");
+    assert_eq!(
+        unwinder::unwinder_entry_offsets(&libc).unwrap(),
+        Vec::<u64>::new()
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors
 

@@ -11,6 +11,7 @@ mod process;
 mod progress;
 mod session;
 mod signals;
+mod stack_writes;
 mod target;
 mod user;
 mod writer;

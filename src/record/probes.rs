@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, ProgramMut, UprobeMultiOpts};
 
-use super::skel::{OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
+use super::skel::{types, OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
 use crate::elf::ExitProbe;
 use crate::plan::{FunctionKind, FunctionTable};
 
@@ -120,6 +120,9 @@ pub struct ProbeConfig {
     pub follow: bool,
     /// The lowest virtual address of the executable's code segments (see [`Landings`]).
     pub executable_code_vaddr: u64,
+    /// Keep a shadow stack of the return addresses uretprobes replace, for the unwinder (the
+    /// program maps one).
+    pub unwind_shadow: bool,
 }
 
 /// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
@@ -156,6 +159,7 @@ impl<'obj> LoadedProbes<'obj> {
         rodata.stop_on_dlopen = config.stop_on_dlopen;
         rodata.follow = config.follow;
         rodata.executable_code_vaddr = config.executable_code_vaddr;
+        rodata.unwind_shadow = config.unwind_shadow;
         // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
         // that, so the common hit pays for no wake-up.
         rodata.wakeup_bytes = u64::from(config.buffer_bytes / 8);
@@ -182,6 +186,10 @@ impl<'obj> LoadedProbes<'obj> {
             skel.links.process_execed = Some(link);
             let link = skel.progs.followed_exit.attach().map_err(load_error)?;
             skel.links.followed_exit = Some(link);
+        }
+        if config.unwind_shadow {
+            let link = skel.progs.shadow_thread_exit.attach().map_err(load_error)?;
+            skel.links.shadow_thread_exit = Some(link);
         }
         Ok(LoadedProbes { skel })
     }
@@ -304,35 +312,75 @@ impl<'obj> LoadedProbes<'obj> {
         attach_multi(program, library, opts, pid, "dlopen return", path)
     }
 
+    /// Puts the unwinder watch on `offsets` of `file`: the entry points of the unwinder it
+    /// defines, where the shadow stack gives traced frames their return addresses back.
+    pub fn watch_unwinder(
+        &self,
+        file: &Path,
+        offsets: Vec<usize>,
+        pid: u32,
+    ) -> Result<Link, ProbeError> {
+        let opts = UprobeMultiOpts {
+            offsets,
+            ..Default::default()
+        };
+        let path = file.display().to_string();
+        let program = &self.skel.progs.unwinder_entered;
+        attach_multi(program, file, opts, pid, "unwinder entry", path)
+    }
+
     /// The ring buffer map the events arrive in.
     pub fn events_map(&self) -> &libbpf_rs::MapMut<'obj> {
         &self.skel.maps.events
     }
 
-    /// Turns counting on (after every link is attached) or off (before any is detached).
-    pub fn set_recording(&mut self, on: bool) {
-        let bss = self
-            .skel
+    /// The ring buffer the shadow stack's write requests arrive in.
+    pub fn stack_writes_map(&self) -> &libbpf_rs::MapMut<'obj> {
+        &self.skel.maps.stack_writes
+    }
+
+    /// The program's global variables, in memory mapped from the BPF map.
+    fn bss(&self) -> &types::bss {
+        self.skel
+            .maps
+            .bss_data
+            .as_deref()
+            .expect("the BPF object has a .bss")
+    }
+
+    fn bss_mut(&mut self) -> &mut types::bss {
+        self.skel
             .maps
             .bss_data
             .as_deref_mut()
-            .expect("the BPF object has a .bss (recording)");
+            .expect("the BPF object has a .bss")
+    }
+
+    /// Says whether the recorder serves the shadow stack's write requests: while it does not, the
+    /// BPF programs stop the process for none.
+    pub fn set_serving_stack_writes(&mut self, on: bool) {
+        // SAFETY: as in `set_recording`.
+        unsafe { std::ptr::write_volatile(&raw mut self.bss_mut().serving_stack_writes, on) };
+    }
+
+    /// Stack write requests sent so far, each with a stop of the process.
+    pub fn stack_write_requests(&self) -> u64 {
+        // SAFETY: as in `lost_events`.
+        unsafe { std::ptr::read_volatile(&raw const self.bss().stack_write_requests) }
+    }
+
+    /// Turns counting on (after every link is attached) or off (before any is detached).
+    pub fn set_recording(&mut self, on: bool) {
         // SAFETY: a plain bool in memory mapped from the BPF map, read by the BPF programs
         // concurrently: written with a volatile store so it is not elided or delayed.
-        unsafe { std::ptr::write_volatile(&raw mut bss.recording, on) };
+        unsafe { std::ptr::write_volatile(&raw mut self.bss_mut().recording, on) };
     }
 
     /// Events dropped so far because the ring buffer was full.
     pub fn lost_events(&self) -> u64 {
-        let bss = self
-            .skel
-            .maps
-            .bss_data
-            .as_deref()
-            .expect("the BPF object has a .bss (lost_events)");
         // SAFETY: the field is a plain u64 in memory mapped from the BPF map; BPF programs update
         // it concurrently, so it is read with a volatile load rather than cached.
-        unsafe { std::ptr::read_volatile(&raw const bss.lost_events) }
+        unsafe { std::ptr::read_volatile(&raw const self.bss().lost_events) }
     }
 
     /// Events dropped so far because the ring buffer was full, per thread id, by thread id.

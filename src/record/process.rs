@@ -275,6 +275,26 @@ impl HeldChild {
         }
     }
 
+    /// Whether the child is done with a stop signal sent to its whole group (every thread
+    /// stopped) or has ended; without blocking. Takes the kernel's report of the stop, so each
+    /// stop is seen once; leaves an exit to be reaped by [`HeldChild::try_wait`].
+    pub fn stopped_or_ended(&self) -> bool {
+        let peek = |flags| {
+            // SAFETY: a zeroed siginfo_t is a valid value; waitid writes only to it.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: as above; the pid is our unreaped child.
+            let result =
+                unsafe { libc::waitid(libc::P_PID, self.pid as libc::id_t, &raw mut info, flags) };
+            // SAFETY: waitid filled the SIGCHLD fields of `info`, or left it zeroed.
+            (result == 0 && unsafe { info.si_pid() } == self.pid).then_some(info.si_code)
+        };
+        match peek(libc::WSTOPPED | libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) {
+            Some(libc::CLD_STOPPED) => peek(libc::WSTOPPED | libc::WNOHANG).is_some(),
+            Some(_) => true,
+            None => false,
+        }
+    }
+
     /// Sends `signal` to the child.
     pub fn signal(&self, signal: libc::c_int) {
         if self.reaped.get().is_some() {

@@ -17,6 +17,7 @@ use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
 use super::progress::Progress;
 use super::signals::{self, SignalWatch};
+use super::stack_writes::StackWriteRequest;
 use super::target::{Prepared, ProgramFiles, SignalAction, Target, TargetSpec, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::elf::returns::saves_its_return_address;
@@ -93,7 +94,7 @@ pub struct Session {
     pub table: FunctionTable,
     /// What PLT calls bind to, for planning libraries loaded later too.
     scope: BindingScope,
-    /// Every library of the program in load order, when `--nest-lib` asked for them.
+    /// Every library of the program in load order.
     libraries: Vec<TracedFile>,
     /// Per function id, where its exit is probed.
     pub exits: Vec<ExitProbe>,
@@ -213,6 +214,20 @@ impl Session {
         } else {
             None
         };
+        let unwinders = self.unwinder_sites();
+        // The recorder writes the stack while the process is stopped: only a command it started
+        // may be stopped (a process it attached to has a parent that would see the stops).
+        let unwind_shadow = started_here && !unwinders.is_empty();
+        if options.debug {
+            say_unwinders(&unwinders, unwind_shadow);
+        }
+        if !unwinders.is_empty() && !started_here && options.exit_probes == ExitProbes::Uretprobe {
+            eprintln!(
+                "utrace: warning: the process has an unwinder, and a C++ exception or Rust panic \
+                 that unwinds through a traced frame kills it: trace it with --exit-probes=ret, \
+                 or start it with utrace"
+            );
+        }
         let mut storage = ObjectStorage::uninit();
         let mut loaded = LoadedProbes::load(
             &mut storage,
@@ -223,8 +238,17 @@ impl Session {
                 stop_on_dlopen: started_here && dlopen_sites.is_some(),
                 follow: options.follow,
                 executable_code_vaddr: self.executable_code_vaddr,
+                unwind_shadow,
             },
         )?;
+        // Before any return probe: from the first replaced return address on, an exception
+        // must find it restored. Dropped last, after every return probe is gone.
+        let _unwinder_watch = unwinders
+            .into_iter()
+            .filter(|_| unwind_shadow)
+            .map(|(file, offsets)| loaded.watch_unwinder(&file, offsets, pid))
+            .collect::<Result<Vec<_>, _>>()?;
+        loaded.set_serving_stack_writes(unwind_shadow);
         let all_modules: Vec<usize> = (0..self.table.modules.len()).collect();
         let mut attached = self.attach_modules(&loaded, &all_modules, pid)?;
         attached.absorb(loaded.attach_landings(&self.landings, pid)?);
@@ -251,6 +275,10 @@ impl Session {
         let batch = RefCell::new(Vec::new());
         let library_loaded = Cell::new(false);
         let changes = RefCell::new(Vec::new());
+        // A process stopped for the recorder (a stack write request, a dlopen) waits to be let
+        // go on.
+        let held = Cell::new(false);
+        let served = Cell::new(0u64);
         let mut ring = RingBufferBuilder::new();
         ring.add(loaded.events_map(), |bytes: &[u8]| {
             let mut event = Event::default();
@@ -268,6 +296,12 @@ impl Session {
                     batch.borrow_mut().push(event);
                 }
             }
+            0
+        })?;
+        ring.add(loaded.stack_writes_map(), |bytes: &[u8]| {
+            serve_stack_writes(bytes);
+            served.set(served.get() + 1);
+            held.set(true);
             0
         })?;
         let ring = ring.build()?;
@@ -300,7 +334,7 @@ impl Session {
                 let first_new = self.table.modules.len();
                 let probed = self.probe_new_libraries(&loaded, options, drain);
                 // Stopped at dlopen's return (a command we started): let it go on, probed or not.
-                self.target.resume();
+                held.set(true);
                 if let Some(traced) = &mut traced {
                     traced.add_modules(pid, first_new..self.table.modules.len());
                 }
@@ -325,6 +359,17 @@ impl Session {
                 }
                 if drain_full {
                     break Stop::DrainFailed;
+                }
+            }
+            // Only once every thread has stopped, so that no request is on its way (another
+            // thread's stop, sent but not yet taken, would be cancelled by the continue before
+            // its writes are made), and every request is served.
+            if held.get() {
+                self.target.wait_until_stopped();
+                ring.consume_raw();
+                if !library_loaded.get() && served.get() == loaded.stack_write_requests() {
+                    self.target.resume();
+                    held.set(false);
                 }
             }
             if due {
@@ -364,11 +409,15 @@ impl Session {
             }
         };
 
+        loaded.set_serving_stack_writes(false);
         loaded.set_recording(false);
         let attach_time = attached.attach_time;
         followed_probes.push(attached);
         let detach_time = AttachedProbes::detach(followed_probes);
         ring.consume_raw();
+        if held.get() {
+            self.target.resume();
+        }
         drain_batch(drain, true, &mut events);
         // Processes stopped for probes that will not come: they run on untraced.
         for change in changes.take() {
@@ -389,6 +438,22 @@ impl Session {
             attach_time,
             detach_time,
         })
+    }
+
+    /// The files of the program that define the unwinder's entry points (normally
+    /// `libgcc_s.so.1`; the executable itself when it links the unwinder statically), with their
+    /// offsets. Empty for a program without an unwinder (plain C), which then pays nothing for
+    /// the shadow stack. A file that cannot be read is left out, as the planning would have said.
+    fn unwinder_sites(&self) -> Vec<(PathBuf, Vec<usize>)> {
+        let executable = self.files.iter().take(1);
+        executable
+            .chain(&self.libraries)
+            .filter_map(|file| {
+                let offsets = crate::elf::unwinder::unwinder_entry_offsets(&file.open_path).ok()?;
+                let offsets: Vec<usize> = offsets.into_iter().map(|o| o as usize).collect();
+                (!offsets.is_empty()).then(|| (file.open_path.clone(), offsets))
+            })
+            .collect()
     }
 
     /// Probes the libraries mapped since the last look that `--nest-lib` matches, and hands their
@@ -781,6 +846,38 @@ fn exit_probes(
         }
     }
     Ok(probes)
+}
+
+/// Writes what a stack write request asks for; the process stays stopped until it is served,
+/// written or not.
+fn serve_stack_writes(bytes: &[u8]) {
+    let written = StackWriteRequest::parse(bytes)
+        .map_err(anyhow::Error::from)
+        .and_then(|request| {
+            request
+                .apply()
+                .with_context(|| format!("cannot write the stack of process {}", request.pid))
+        });
+    if let Err(error) = written {
+        eprintln!("utrace: warning: {error:#}: an exception may not unwind");
+    }
+}
+
+/// Says whether the shadow stack for the unwinder is on and where the unwinder is (`--debug`).
+fn say_unwinders(unwinders: &[(PathBuf, Vec<usize>)], on: bool) {
+    if unwinders.is_empty() {
+        eprintln!("utrace: shadow stack off: the program maps no unwinder");
+    } else if !on {
+        eprintln!("utrace: shadow stack off: utrace did not start the process");
+        return;
+    }
+    for (file, offsets) in unwinders {
+        eprintln!(
+            "utrace: shadow stack on: {} unwinder entry points probed in {}",
+            offsets.len(),
+            file.display()
+        );
+    }
 }
 
 /// Says how many functions of a file got which kind of probe site (`--debug`).

@@ -2,6 +2,7 @@
 //! of their files get probes.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -54,8 +55,8 @@ pub struct Prepared {
 
 impl Target {
     /// Starts the command (held before exec) or finds the process, and lists its files to probe:
-    /// the executable first, then the libraries `nest_libs` matches. When `plt_libraries` needs
-    /// them, also the executable and its libraries in load order, with what each exports.
+    /// the executable first, then the libraries `nest_libs` matches; and every library in load
+    /// order, with, when `plt_libraries` needs them, what each exports.
     pub fn prepare(
         spec: &TargetSpec,
         setup: &ChildSetup,
@@ -120,6 +121,19 @@ impl Target {
     pub fn resume(&self) {
         if let Target::Started(child) = self {
             child.signal(libc::SIGCONT);
+        }
+    }
+
+    /// After a stop the BPF programs asked for (a command we started): waits until every thread
+    /// of the process has stopped (the kernel reports the stop to us, its parent, once the last
+    /// one has), so none is still running a probe; at most [`STOP_WAIT`]. A process utrace
+    /// attached to is never stopped.
+    pub fn wait_until_stopped(&self) {
+        if let Target::Started(child) = self {
+            let started = Instant::now();
+            while !child.stopped_or_ended() && started.elapsed() < STOP_WAIT {
+                std::thread::sleep(Duration::from_micros(20));
+            }
         }
     }
 
@@ -210,6 +224,10 @@ impl ProgramFiles {
         }
     }
 }
+
+/// How long [`Target::wait_until_stopped`] waits: a stop takes microseconds, or milliseconds on
+/// a loaded machine; a process that never stops is let go after this.
+const STOP_WAIT: Duration = Duration::from_secs(1);
 
 /// The libraries of a program about to start, in load order, found as the dynamic loader will
 /// find them.

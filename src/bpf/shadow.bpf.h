@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* A shadow stack of the return addresses uretprobes replace, so C++ exceptions and Rust panics
+ * unwind through traced frames.
+ *
+ * A uretprobe replaces the return address of a traced call with the kernel's trampoline in the
+ * [uprobes] page, which has no unwind info: an unwinder that walks through such a frame fails
+ * and the program aborts. So each thread keeps (slot, original return address) of its traced
+ * frames here. When the thread enters the unwinder (_Unwind_RaiseException and co.), every slot
+ * still holding the trampoline gets its original back; once the unwinder has handed control to a
+ * landing pad (the thread's next traced event at or above the unwinder's frame), the frames
+ * still alive get the trampoline again, so their returns are still seen. The kernel keeps its
+ * record of each frame meanwhile and drops those the unwinding skipped by itself (at the next
+ * uretprobe it prepares, or at a trampoline hit with a higher sp).
+ *
+ * The writes themselves are the recorder's: a kernel locked down for integrity (the default of
+ * many distributions) refuses bpf_probe_write_user. The program sends the list of writes through
+ * the `stack_writes` ring buffer and stops the process (SIGSTOP, delivered before the thread
+ * runs another instruction); the recorder writes them with process_vm_writev and lets it go on.
+ *
+ * Included by utrace.bpf.c after its globals. Off (and pruned by the verifier) unless the loader
+ * found an unwinder in the program. */
+
+/* Set by the loader when the program maps an unwinder (and the recorder may stop it). */
+const volatile bool unwind_shadow = false;
+
+/* More than the kernel's MAX_URETPROBE_DEPTH (64, beyond which it replaces no return address):
+ * frames entered while the kernel's own count was full take room here without needing it. */
+#define SHADOW_DEPTH 128
+/* In `ret[i]`: the slot holds the original return address because the unwinder runs, not the
+ * trampoline. User-space addresses never have the top bit set. */
+#define SHADOW_RESTORED (1ull << 63)
+
+struct shadow_stack {
+	/* Frames in `slot`/`ret`, outermost first (highest slot). */
+	__u32 depth;
+	__u32 unused;
+	/* While the unwinder runs: the slot of its entry's return address (the outermost one when
+	 * it is entered again); 0 otherwise. */
+	__u64 unwind_slot;
+	/* The address of each frame's return-address slot. */
+	__u64 slot[SHADOW_DEPTH];
+	/* The return address the call pushed there, with SHADOW_RESTORED. */
+	__u64 ret[SHADOW_DEPTH];
+};
+
+/* Return-address slots the recorder is asked to write while the process is stopped. Mirrored by
+ * src/record/stack_writes.rs. */
+struct stack_write_request {
+	/* The process whose memory is written (tgid). */
+	__u32 pid;
+	/* Entries of `writes` in use. */
+	__u32 count;
+	struct {
+		__u64 address;
+		__u64 value;
+	} writes[SHADOW_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 << 10);
+} stack_writes SEC(".maps");
+
+/* Requests sent (each with its stop); the recorder lets the process go on once it has served as
+ * many. */
+__u64 stack_write_requests = 0;
+/* Cleared by the recorder when it stops serving requests: a stop nobody ends would hold the
+ * process forever. */
+bool serving_stack_writes = false;
+
+/* Per thread, by thread id. Not task storage: from a uprobe (a preemptible program) its lookup
+ * can fail while another thread on the same CPU was preempted inside one (it takes a per-CPU
+ * lock), and a frame missed there would kill the program at its next exception. A hash lookup
+ * takes no lock. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1 << 16);
+	__type(key, __u32);
+	__type(value, struct shadow_stack);
+} shadow_stacks SEC(".maps");
+
+/* The value a thread's stack starts from (too large for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct shadow_stack);
+} empty_shadow_stack SEC(".maps");
+
+/* Whether the current thread is one whose frames are followed: the target's, once it runs the
+ * traced program. Unlike the events, this does not wait for `recording`: a return address the
+ * kernel replaced must be known whenever it was replaced. */
+static __always_inline bool shadow_applies(void)
+{
+	return unwind_shadow && (bpf_get_current_pid_tgid() >> 32) == target_tgid &&
+	       (!wait_for_exec || exec_seen);
+}
+
+/* An index into the stack's arrays, bounded where the verifier sees it (the compiler would
+ * otherwise move a range check away from the access). */
+static __always_inline __u32 frame_index(__u32 i)
+{
+	asm volatile("" : "+r"(i));
+	return i & (SHADOW_DEPTH - 1);
+}
+
+/* The current thread's shadow stack; with `create`, a new one if it has none (NULL only when the
+ * map is full or busy). */
+static __always_inline struct shadow_stack *shadow_of_thread(bool create)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), zero = 0;
+	struct shadow_stack *stack = bpf_map_lookup_elem(&shadow_stacks, &tid), *empty;
+
+	if (stack || !create)
+		return stack;
+	empty = bpf_map_lookup_elem(&empty_shadow_stack, &zero);
+	if (!empty)
+		return NULL;
+	bpf_map_update_elem(&shadow_stacks, &tid, empty, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&shadow_stacks, &tid);
+}
+
+/* A thread of the target ends: its shadow stack goes, and the thread id may be reused. */
+SEC("raw_tp/sched_process_exit")
+int shadow_thread_exit(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
+
+	if (unwind_shadow && (pid_tgid >> 32) == target_tgid)
+		bpf_map_delete_elem(&shadow_stacks, &tid);
+	return 0;
+}
+
+/* Where the kernel's uretprobes return to in this process; 0 before its first uprobe hit
+ * created the [uprobes] page. */
+static __always_inline __u64 trampoline_address(void)
+{
+	/* Plain loads through BTF pointers, checked by the verifier and faulting safely: cheaper
+	 * than three probe reads on every traced call. */
+	struct xol_area *area = bpf_get_current_task_btf()->mm->uprobes_state.xol_area;
+
+	return area ? area->vaddr : 0;
+}
+
+/* Forgets the frames whose slot is below `slot` (or at it, with `inclusive`): they ended without
+ * their return being seen (longjmp, an exception) or, at it, end now. */
+static __always_inline void shadow_drop(struct shadow_stack *stack, __u64 slot, bool inclusive)
+{
+	for (int n = 0; n < SHADOW_DEPTH; n++) {
+		__u32 top;
+
+		if (stack->depth == 0)
+			return;
+		top = frame_index(stack->depth - 1);
+		if (stack->slot[top] > slot || (!inclusive && stack->slot[top] == slot))
+			return;
+		stack->depth = top;
+	}
+}
+
+/* A request for up to SHADOW_DEPTH writes; NULL when the recorder is not serving or the buffer
+ * is full (the slots stay as they are). */
+static __always_inline struct stack_write_request *stack_write_request(void)
+{
+	struct stack_write_request *request;
+
+	if (!serving_stack_writes)
+		return NULL;
+	request = bpf_ringbuf_reserve(&stack_writes, sizeof(*request), 0);
+	if (request) {
+		request->pid = target_tgid;
+		request->count = 0;
+	}
+	return request;
+}
+
+static __always_inline void add_stack_write(struct stack_write_request *request, __u64 address,
+					    __u64 value)
+{
+	__u32 i = frame_index(request->count);
+
+	request->writes[i].address = address;
+	request->writes[i].value = value;
+	request->count++;
+}
+
+/* Sends `request` and stops the process until the recorder has written it; drops an empty one.
+ * The order matters: the recorder lets the process go on once it has served as many requests as
+ * were counted, so the count goes up before the stop is sent, and the stop before the recorder
+ * can see the request (a continue sent before the stop would leave the process stopped). */
+static __always_inline void send_stack_writes(struct stack_write_request *request)
+{
+	if (request->count == 0) {
+		bpf_ringbuf_discard(request, 0);
+		return;
+	}
+	__sync_fetch_and_add(&stack_write_requests, 1);
+	bpf_send_signal(19 /* SIGSTOP */);
+	bpf_ringbuf_submit(request, BPF_RB_FORCE_WAKEUP);
+}
+
+/* At the thread's event whose frame is at `slot`: if the unwinder ran and this event is at or
+ * above its frame, it has handed control back; the frames it restored that are still alive (all
+ * the frames left, the dead ones dropped) get the trampoline again. A slot that no longer holds
+ * the original (a frame gone without the shadow stack seeing it) is left alone. */
+static __always_inline void shadow_rearm(struct shadow_stack *stack, __u64 slot)
+{
+	struct stack_write_request *request;
+	__u64 trampoline;
+
+	if (stack->unwind_slot == 0 || slot < stack->unwind_slot)
+		return;
+	request = stack_write_request();
+	if (!request)
+		return;
+	stack->unwind_slot = 0;
+	trampoline = trampoline_address();
+	for (__u32 n = 0; n < SHADOW_DEPTH && n < stack->depth; n++) {
+		__u32 i = frame_index(n);
+		__u64 ret = stack->ret[i], now;
+
+		if (!(ret & SHADOW_RESTORED))
+			continue;
+		ret &= ~SHADOW_RESTORED;
+		stack->ret[i] = ret;
+		if (bpf_probe_read_user(&now, sizeof(now), (void *)stack->slot[i]) == 0 &&
+		    now == ret && trampoline)
+			add_stack_write(request, stack->slot[i], trampoline);
+	}
+	send_stack_writes(request);
+}
+
+/* At a traced function's entry, before the kernel replaces the return address at `slot`. */
+static __always_inline void shadow_entered(__u64 slot)
+{
+	struct shadow_stack *stack;
+	__u64 ret;
+	bool chained;
+	__u32 depth;
+
+	if (!shadow_applies())
+		return;
+	stack = shadow_of_thread(true);
+	if (!stack || bpf_probe_read_user(&ret, sizeof(ret), (void *)slot))
+		return;
+	/* A tail call from a traced function: the kernel keeps the caller's original for both, and
+	 * the frame already here stands for both. */
+	chained = ret == trampoline_address();
+	shadow_drop(stack, slot, !chained);
+	shadow_rearm(stack, slot);
+	depth = stack->depth;
+	if (chained || depth >= SHADOW_DEPTH)
+		return;
+	stack->slot[frame_index(depth)] = slot;
+	stack->ret[frame_index(depth)] = ret;
+	stack->depth = depth + 1;
+}
+
+/* At a traced function's exit, its return address slot at `slot`. */
+static __always_inline void shadow_left(__u64 slot)
+{
+	struct shadow_stack *stack;
+
+	if (!shadow_applies())
+		return;
+	stack = shadow_of_thread(false);
+	if (!stack)
+		return;
+	shadow_drop(stack, slot, true);
+	shadow_rearm(stack, slot);
+}
+
+/* At the entry of an unwinder function (_Unwind_RaiseException, _Unwind_Resume, ...), which walks
+ * the frames above its own: give every frame the return address its unwind info describes. */
+SEC("uprobe.multi")
+int unwinder_entered(struct pt_regs *ctx)
+{
+	__u64 slot = PT_REGS_SP(ctx);
+	struct stack_write_request *request;
+	struct shadow_stack *stack;
+	__u64 trampoline;
+
+	if (!shadow_applies())
+		return 0;
+	stack = shadow_of_thread(false);
+	trampoline = trampoline_address();
+	if (!stack || !trampoline)
+		return 0;
+	shadow_drop(stack, slot, false);
+	request = stack_write_request();
+	if (!request)
+		return 0;
+	for (__u32 n = 0; n < SHADOW_DEPTH && n < stack->depth; n++) {
+		__u32 i = frame_index(n);
+		__u64 ret = stack->ret[i], now;
+
+		if (ret & SHADOW_RESTORED)
+			continue;
+		if (bpf_probe_read_user(&now, sizeof(now), (void *)stack->slot[i]) ||
+		    now != trampoline)
+			continue;
+		add_stack_write(request, stack->slot[i], ret);
+		stack->ret[i] = ret | SHADOW_RESTORED;
+	}
+	send_stack_writes(request);
+	if (stack->unwind_slot < slot)
+		stack->unwind_slot = slot;
+	return 0;
+}

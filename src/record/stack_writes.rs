@@ -1,0 +1,159 @@
+//! The writes into the traced process's stack that the shadow stack asks for
+//! (`src/bpf/shadow.bpf.h`): return addresses given back to the frames an unwinder is about to
+//! walk, and the uretprobe trampoline put back into those still alive after it. The BPF program
+//! stopped the process before sending them; the recorder writes them with `process_vm_writev`
+//! and then lets it go on.
+
+use std::io;
+
+/// A `struct stack_write_request` from the `stack_writes` ring buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub struct StackWriteRequest {
+    /// The process (tgid) whose memory is written.
+    pub pid: u32,
+    /// (address, 8-byte value) pairs.
+    pub writes: Vec<(u64, u64)>,
+}
+
+/// A record of the `stack_writes` ring buffer that is not a request the BPF programs write.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("malformed stack write request ({0} bytes)")]
+pub struct MalformedRequest(pub usize);
+
+/// Header: pid and count, 4 bytes each; then (address, value) pairs of 8 bytes each.
+const HEADER_BYTES: usize = 8;
+const WRITE_BYTES: usize = 16;
+
+impl StackWriteRequest {
+    /// Reads a request as the BPF program laid it out (little-endian x86_64).
+    pub fn parse(bytes: &[u8]) -> Result<StackWriteRequest, MalformedRequest> {
+        let malformed = || MalformedRequest(bytes.len());
+        let word = |at: usize| -> Option<u32> {
+            Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+        };
+        let quad = |at: usize| -> Option<u64> {
+            Some(u64::from_ne_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+        };
+        let pid = word(0).ok_or_else(malformed)?;
+        let count = word(4).ok_or_else(malformed)? as usize;
+        let needed = count
+            .checked_mul(WRITE_BYTES)
+            .and_then(|body| body.checked_add(HEADER_BYTES))
+            .ok_or_else(malformed)?;
+        if bytes.len() < needed {
+            return Err(malformed());
+        }
+        let writes = (0..count)
+            .map(|i| {
+                let at = HEADER_BYTES + i * WRITE_BYTES;
+                Some((quad(at)?, quad(at + 8)?))
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(malformed)?;
+        Ok(StackWriteRequest { pid, writes })
+    }
+
+    /// Writes every value at its address in the process, all or nothing as far as the kernel
+    /// lets it say.
+    pub fn apply(&self) -> io::Result<()> {
+        let local: Vec<libc::iovec> = self
+            .writes
+            .iter()
+            .map(|(_, value)| libc::iovec {
+                iov_base: (value as *const u64).cast_mut().cast(),
+                iov_len: 8,
+            })
+            .collect();
+        let remote: Vec<libc::iovec> = self
+            .writes
+            .iter()
+            .map(|&(address, _)| libc::iovec {
+                iov_base: address as *mut libc::c_void,
+                iov_len: 8,
+            })
+            .collect();
+        // SAFETY: the local iovecs point at the live u64 values of `self.writes`, only read from;
+        // the remote ones name memory of the other process, which the kernel checks.
+        let written = unsafe {
+            libc::process_vm_writev(
+                self.pid as libc::pid_t,
+                local.as_ptr(),
+                local.len() as libc::c_ulong,
+                remote.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
+        };
+        if written < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if written as usize != self.writes.len() * 8 {
+            return Err(io::Error::other(format!(
+                "wrote {written} of {} bytes",
+                self.writes.len() * 8
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request_bytes(pid: u32, count: u32, writes: &[(u64, u64)]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend(pid.to_ne_bytes());
+        bytes.extend(count.to_ne_bytes());
+        for (address, value) in writes {
+            bytes.extend(address.to_ne_bytes());
+            bytes.extend(value.to_ne_bytes());
+        }
+        bytes
+    }
+
+    #[test]
+    fn parses_the_writes_in_use_and_ignores_the_rest_of_the_record() {
+        let mut bytes = request_bytes(42, 2, &[(0x7ff0, 1), (0x7ff8, 2), (0xdead, 3)]);
+        bytes.extend([0u8; 32]);
+        assert_eq!(
+            StackWriteRequest::parse(&bytes),
+            Ok(StackWriteRequest {
+                pid: 42,
+                writes: vec![(0x7ff0, 1), (0x7ff8, 2)],
+            })
+        );
+    }
+
+    #[test]
+    fn short_or_overflowing_records_are_malformed() {
+        assert_eq!(
+            StackWriteRequest::parse(&[1, 2, 3]),
+            Err(MalformedRequest(3))
+        );
+        let short = request_bytes(1, 3, &[(1, 1), (2, 2)]);
+        assert_eq!(
+            StackWriteRequest::parse(&short),
+            Err(MalformedRequest(short.len()))
+        );
+        let huge = request_bytes(1, u32::MAX, &[]);
+        assert!(StackWriteRequest::parse(&huge).is_err());
+    }
+
+    /// Writes into this very process: what the recorder does to the traced one.
+    #[test]
+    fn applies_the_writes_to_the_process_memory() {
+        let targets = [0u64; 2];
+        let request = StackWriteRequest {
+            pid: std::process::id(),
+            writes: vec![
+                (targets.as_ptr() as u64, 0x1122),
+                (targets[1..].as_ptr() as u64, 0x3344),
+            ],
+        };
+        request.apply().unwrap();
+        // SAFETY: reads the live array the kernel just wrote to behind the compiler's back.
+        let after = unsafe { std::ptr::read_volatile(&targets) };
+        assert_eq!(after, [0x1122, 0x3344]);
+    }
+}
