@@ -21,6 +21,7 @@ use super::stack_writes::StackWriteRequest;
 use super::target::{Prepared, ProgramFiles, SignalAction, Target, TargetSpec, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::elf::returns::saves_its_return_address;
+use crate::elf::unwinder::UNWINDER_ENTRY_POINTS;
 use crate::elf::{ExitProbe, FunctionSymbol, NoExitSites, SiteKind, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
@@ -757,6 +758,10 @@ fn plan_landings(
             // Its landing would get a return probe, which setjmp would save as its return address.
             if saves_its_return_address(raw) {
                 return Err("saving their return address (setjmp)");
+            }
+            // Probed there, the unwinder would walk the frame before the shadow stack knew it.
+            if UNWINDER_ENTRY_POINTS.contains(&raw) {
+                return Err("into the unwinder");
             }
             let stub = u32::try_from(symbol.address).map_err(|_| "beyond 4 GiB")?;
             let path = scope.library_of(raw).ok_or("bound to no library")?;
