@@ -155,8 +155,10 @@ pub struct Replayer {
     stacks: Vec<CallStack>,
     /// Thread id → index into `stacks`.
     index: FastHashMap<u32, usize>,
-    /// The thread of the previous event and its index: events come in runs from one thread.
-    last_thread: Option<(u32, usize)>,
+    /// (thread id, index) of threads seen lately, by the low bits of the thread id: events come
+    /// in runs from one thread, or from a few threads in turn (one per CPU), and a hash lookup
+    /// per event would cost as much as the rest of replaying it.
+    recent_threads: [(u32, usize); RECENT_THREADS],
     /// Zeroed per-function counters, taken by a thread when it enters its outermost call and
     /// given back when that call ends, so threads that are idle hold none.
     spare_active: Vec<Vec<u32>>,
@@ -176,7 +178,7 @@ impl Replayer {
             function_count,
             stacks: Vec::new(),
             index: HashMap::default(),
-            last_thread: None,
+            recent_threads: [(NO_THREAD, 0); RECENT_THREADS],
             spare_active: Vec::new(),
             events_seen: 0,
             costs: Vec::new(),
@@ -333,20 +335,24 @@ impl Replayer {
     }
 
     fn thread_index(&mut self, tid: u32, pid: u32) -> usize {
-        if let Some((last_tid, index)) = self.last_thread {
-            if last_tid == tid {
-                return index;
-            }
+        let recent = &mut self.recent_threads[tid as usize % RECENT_THREADS];
+        if recent.0 == tid {
+            return recent.1;
         }
         let stacks = &mut self.stacks;
         let index = *self.index.entry(tid).or_insert_with(|| {
             stacks.push(CallStack::new(tid, pid));
             stacks.len() - 1
         });
-        self.last_thread = Some((tid, index));
+        *recent = (tid, index);
         index
     }
 }
+
+/// How many threads [`Replayer::thread_index`] remembers without a hash lookup.
+const RECENT_THREADS: usize = 16;
+/// Not a thread id: they have at most [`Event::TID_BITS`] bits.
+const NO_THREAD: u32 = u32::MAX;
 
 /// One open call.
 struct Frame {
