@@ -302,14 +302,8 @@ impl<'obj> LoadedProbes<'obj> {
         offsets: Vec<usize>,
         pid: u32,
     ) -> Result<Link, ProbeError> {
-        let opts = UprobeMultiOpts {
-            offsets,
-            retprobe: true,
-            ..Default::default()
-        };
-        let path = library.display().to_string();
         let program = &self.skel.progs.library_loaded;
-        attach_multi(program, library, opts, pid, "dlopen return", path)
+        watch(program, library, offsets, true, pid, "dlopen return")
     }
 
     /// Puts the unwinder watch on `offsets` of `file`: the entry points of the unwinder it
@@ -320,13 +314,8 @@ impl<'obj> LoadedProbes<'obj> {
         offsets: Vec<usize>,
         pid: u32,
     ) -> Result<Link, ProbeError> {
-        let opts = UprobeMultiOpts {
-            offsets,
-            ..Default::default()
-        };
-        let path = file.display().to_string();
         let program = &self.skel.progs.unwinder_entered;
-        attach_multi(program, file, opts, pid, "unwinder entry", path)
+        watch(program, file, offsets, false, pid, "unwinder entry")
     }
 
     /// The ring buffer map the events arrive in.
@@ -398,6 +387,24 @@ impl<'obj> LoadedProbes<'obj> {
         lost.sort_unstable();
         lost
     }
+}
+
+/// Attaches `program` at `offsets` of `file` (at their returns with `retprobe`), filtered to
+/// `pid`; `what` names the probes in an error.
+fn watch(
+    program: &ProgramMut,
+    file: &Path,
+    offsets: Vec<usize>,
+    retprobe: bool,
+    pid: u32,
+    what: &'static str,
+) -> Result<Link, ProbeError> {
+    let opts = UprobeMultiOpts {
+        offsets,
+        retprobe,
+        ..Default::default()
+    };
+    attach_multi(program, file, opts, pid, what, file.display().to_string())
 }
 
 /// Attaches `program` with one `uprobe_multi` link at the offsets of `opts` in `file`, filtered to
