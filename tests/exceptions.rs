@@ -54,6 +54,24 @@ fn exceptions_unwind_through_traced_frames_with_ret_probes() {
     assert_unchanged_with_exact_counts(&program, &["--exit-probes=ret"]);
 }
 
+/// Two threads throwing through up to 150 traced frames at the same time: each one's stop
+/// for its stack writes must hold it, even while the other's is still on its way.
+#[test]
+fn threads_throwing_at_the_same_time_unwind_with_uretprobes() {
+    if !bpf_available("threads_throwing_at_the_same_time_unwind_with_uretprobes") {
+        return;
+    }
+    let program = compile("thread_exceptions.cpp", "thread-exceptions", &[]);
+    // Before the threads' stops were their own, each run died more often than not.
+    for _ in 0..3 {
+        let recording = record_unchanged(&program, &["200"], &[]);
+        assert_counts_match(
+            &own_counts(&recording.output.stdout),
+            &recording.traced_counts(),
+        );
+    }
+}
+
 /// Compiles `test/<source>` with `rustc -O` (panic=unwind, the default) into `name`.
 fn compile_rust(source: &str, name: &str) -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -14,8 +14,9 @@
  *
  * The writes themselves are the recorder's: a kernel locked down for integrity (the default of
  * many distributions) refuses bpf_probe_write_user. The program sends the list of writes through
- * the `stack_writes` ring buffer and stops the process (SIGSTOP, delivered before the thread
- * runs another instruction); the recorder writes them with process_vm_writev and lets it go on.
+ * the `stack_writes` ring buffer and stops the process (SIGSTOP to the thread, taken before it
+ * runs another instruction, and stopping every thread); the recorder writes them with
+ * process_vm_writev and lets it go on.
  *
  * Included by utrace.bpf.c after its globals. Off (and pruned by the verifier) unless the loader
  * found an unwinder in the program. */
@@ -189,7 +190,10 @@ static __always_inline void add_stack_write(struct stack_write_request *request,
 /* Sends `request` and stops the process until the recorder has written it; drops an empty one.
  * The order matters: the recorder lets the process go on once it has served as many requests as
  * were counted, so the count goes up before the stop is sent, and the stop before the recorder
- * can see the request (a continue sent before the stop would leave the process stopped). */
+ * can see the request (a continue sent before the stop would leave the process stopped).
+ * Sent to the thread, not the process: a process-wide SIGSTOP already pending (another thread's,
+ * not yet taken) makes the kernel drop this one without waking this thread, which then runs on
+ * into the unwinder until the other thread's stop reaches it. Either way the whole group stops. */
 static __always_inline void send_stack_writes(struct stack_write_request *request)
 {
 	if (request->count == 0) {
@@ -197,7 +201,7 @@ static __always_inline void send_stack_writes(struct stack_write_request *reques
 		return;
 	}
 	__sync_fetch_and_add(&stack_write_requests, 1);
-	bpf_send_signal(19 /* SIGSTOP */);
+	bpf_send_signal_thread(19 /* SIGSTOP */);
 	bpf_ringbuf_submit(request, BPF_RB_FORCE_WAKEUP);
 }
 
