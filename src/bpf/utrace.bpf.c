@@ -162,9 +162,11 @@ int library_loaded(struct pt_regs *ctx)
 	e->function = EVENT_LIBRARY_LOADED;
 	e->stack = 0;
 	e->pid = pid_tgid >> 32;
-	/* The stop before the recorder can see the event: its continue must come after. */
+	/* The stop before the recorder can see the event: its continue must come after. Sent to
+	 * the thread: a process-wide SIGSTOP another thread sent and has not taken yet would make
+	 * the kernel drop this one, and this thread would run on into the new library unprobed. */
 	if (stop_on_dlopen)
-		bpf_send_signal(SIGSTOP);
+		bpf_send_signal_thread(SIGSTOP);
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }
