@@ -109,9 +109,10 @@ pub struct TraceArgs {
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
     pub buffer_size: u64,
     /// How function exits are seen: ret (a probe on each `ret` and tail jump: C++ exceptions
-    /// unwind through traced frames) or uretprobe (the kernel's return probes).
-    #[arg(long, value_name = "KIND", default_value = "uretprobe")]
-    pub exit_probes: ExitProbes,
+    /// unwind through traced frames) or uretprobe (the kernel's return probes). Default:
+    /// uretprobe, but ret for a running process (-p) that maps an unwinder (C++, Rust).
+    #[arg(long, value_name = "KIND")]
+    pub exit_probes: Option<ExitProbes>,
     /// Also trace the processes the target forks, and the programs they exec (each probed for
     /// its own functions); reports label each process by pid.
     #[arg(long)]

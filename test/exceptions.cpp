@@ -5,6 +5,8 @@
 // traced, this program must behave exactly as untraced.
 //
 // Usage: exceptions [R]     (each pattern R times, 1..1000, default 3)
+// With EXCEPTIONS_WAIT=1 it first prints "ready" and waits for SIGUSR1 (for a
+// tracer to attach with -p).
 //
 // Patterns, each caught where the comment says:
 //   - a throw through 1, 2 and 5 traced frames (thrower, plus 0, 1 and 4
@@ -34,10 +36,13 @@
 //   __cxa_rethrow@plt R
 //   std::__throw_out_of_range_fmt(char const*, ...)@plt R
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <vector>
+
+#include <pthread.h>
 
 #define COUNTED __attribute__((noipa))
 
@@ -185,9 +190,27 @@ COUNTED int after_catch(int x)
     return x + 1;
 }
 
+// With EXCEPTIONS_WAIT=1: says "ready" and waits for SIGUSR1, so that a tracer can attach
+// with -p before the first throw.
+static void wait_when_asked()
+{
+    const char *wait = std::getenv("EXCEPTIONS_WAIT");
+    if (!wait || wait[0] != '1')
+        return;
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, nullptr);
+    std::printf("ready\n");
+    std::fflush(stdout);
+    int signal = 0;
+    sigwait(&usr1, &signal);
+}
+
 int main(int argc, char **argv)
 {
     counts::bump(counts::main_);
+    wait_when_asked();
     int rounds = 3;
     if (argc > 1) {
         rounds = std::atoi(argv[1]);

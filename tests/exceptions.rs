@@ -6,8 +6,9 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use common::*;
 
@@ -52,6 +53,61 @@ fn exceptions_unwind_through_traced_frames_with_ret_probes() {
     }
     let program = compile("exceptions.cpp", "exceptions", &[]);
     assert_unchanged_with_exact_counts(&program, &["--exit-probes=ret"]);
+}
+
+/// A C++ process utrace attaches to cannot be stopped for the shadow stack: its exits are probed
+/// on their instructions unless asked otherwise, and it throws through traced frames as untraced.
+#[test]
+fn an_attached_process_with_an_unwinder_gets_exit_probes_on_instructions() {
+    if !bpf_available("an_attached_process_with_an_unwinder_gets_exit_probes_on_instructions") {
+        return;
+    }
+    // Its own copy: another test's uretprobes on the same file would act here too.
+    let program = compile("exceptions.cpp", "exceptions-attached", &[]);
+    let untraced = run_untraced(&program, &["20"]);
+    let mut process = Command::new(&program)
+        .arg("20")
+        .env("EXCEPTIONS_WAIT", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("utrace.data");
+    let mut recorder = utrace()
+        .args(["record", "-d", "-p", &process.id().to_string(), "-o"])
+        .arg(&data)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = BufReader::new(recorder.stderr.take().unwrap()).lines();
+    let before_attach: Vec<String> = said
+        .by_ref()
+        .map(|line| line.unwrap())
+        .take_while(|line| !line.starts_with("utrace: attached"))
+        .collect();
+    send_signal(process.id(), libc::SIGUSR1);
+    let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
+    let status = process.wait().unwrap();
+    let rest: Vec<String> = said.map(|line| line.unwrap()).collect();
+    assert!(recorder.wait().unwrap().success(), "{rest:?}");
+
+    assert!(
+        before_attach
+            .iter()
+            .any(|line| line.starts_with("utrace: exits probed on their instructions")),
+        "{before_attach:?}"
+    );
+    assert_eq!(status.code(), untraced.status.code());
+    let stdout = stdout.join("\n") + "\n";
+    assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
+    // main was entered before the attach: its exit is one of a call already running.
+    let mut own = own_counts(stdout.as_bytes());
+    own.remove("main");
+    let mut traced = counts_of(&report_json(&data));
+    traced.remove("main");
+    assert_counts_match(&own, &traced);
 }
 
 /// Two threads throwing through up to 150 traced frames at the same time: each one's stop

@@ -75,6 +75,9 @@ pub enum NoExitSites {
 
     #[error("uretprobes were asked for (--exit-probes=uretprobe)")]
     UretprobesAsked,
+
+    #[error("the instruction after its call at {address:#x} has a prefix the kernel cannot probe")]
+    UnprobeableReturnSite { address: u64 },
 }
 
 /// The code of one ELF file as far as exits are concerned: where functions start, where the
@@ -194,8 +197,15 @@ pub fn plt_return_sites(
         // Instructions control reaches other than by falling through, and those that leave.
         let mut landings = BTreeSet::new();
         let mut returns: Vec<(u64, u64)> = Vec::new();
-        for instruction in decode((index.code)(start, size), start) {
+        // Instructions the kernel refuses a probe on (LOCK, segment prefixes): no return site.
+        let mut unprobeable = BTreeSet::new();
+        let bytes = (index.code)(start, size);
+        for instruction in decode(bytes, start) {
             let Ok(instruction) = instruction else { break };
+            let at = (instruction.ip() - start) as usize;
+            if !crate::elf::site::kernel_can_probe(&bytes[at..]) {
+                unprobeable.insert(instruction.ip());
+            }
             let target = instruction.near_branch_target();
             match instruction.flow_control() {
                 FlowControl::Call if stubs.contains(&target) && instruction.next_ip() < end => {
@@ -220,6 +230,13 @@ pub fn plt_return_sites(
             }
         }
         for (stub, site) in returns {
+            if unprobeable.contains(&site) {
+                refuse(
+                    &mut sites,
+                    stub,
+                    NoExitSites::UnprobeableReturnSite { address: site },
+                );
+            }
             found.push((stub, site, landings.contains(&site)));
         }
     }
@@ -328,6 +345,25 @@ mod tests {
         // Without the call, no exception can unwind through it: a uretprobe is cheaper.
         let index = super::tests::index(&code[5..], &[BASE], &[]);
         assert_eq!(exit_sites(&index, BASE, 8), Err(NoExitSites::Leaf));
+    }
+
+    #[test]
+    fn a_stub_returning_onto_a_locked_instruction_keeps_its_uretprobe() {
+        // 0: call 16 (stub A); 5: mov %eax,%ebx; 7: call 24 (stub B); 12: lock incl (%rax);
+        // 15: ret; 16: stub A; 24: stub B
+        let mut code = vec![
+            0xe8, 0x0b, 0, 0, 0, 0x89, 0xc3, 0xe8, 0x0c, 0, 0, 0, 0xf0, 0xff, 0x00, 0xc3,
+        ];
+        code.resize(32, 0x90);
+        let index = index(&code, &[BASE, BASE + 16, BASE + 24], &[]);
+        let stubs = BTreeSet::from([BASE + 16, BASE + 24]);
+        let sites = plt_return_sites(&index, &[(BASE, 16)], &stubs);
+        assert_eq!(sites[&(BASE + 16)], Ok(vec![BASE + 5]));
+        // The kernel refuses a probe on a LOCK-prefixed instruction: attaching would fail.
+        assert_eq!(
+            sites[&(BASE + 24)],
+            Err(NoExitSites::UnprobeableReturnSite { address: BASE + 12 })
+        );
     }
 
     #[test]

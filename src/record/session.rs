@@ -53,8 +53,8 @@ pub struct TraceOptions {
     /// `-f`/`--no-function` leave the other functions unprobed; the rest of the filter applies to
     /// the events.
     pub filter: FilterSpec,
-    /// How function exits are seen.
-    pub exit_probes: ExitProbes,
+    /// How function exits are seen, when the user chose (see [`Session::exit_probes`]).
+    pub exit_probes: Option<ExitProbes>,
     /// Trace the processes the target forks and the programs they exec (`--follow`).
     pub follow: bool,
     pub debug: bool,
@@ -99,6 +99,10 @@ pub struct Session {
     libraries: Vec<TracedFile>,
     /// Per function id, where its exit is probed.
     pub exits: Vec<ExitProbe>,
+    /// How function exits are seen: as asked, else uretprobes, except in a running process that
+    /// maps an unwinder. There utrace may not stop the process to keep the shadow stack (see
+    /// src/bpf/shadow.bpf.h), and a uretprobe in a frame an exception unwinds through kills it.
+    exit_probes: ExitProbes,
     /// The executable's PLT stubs whose calls are probed in the library function they land in.
     landings: Landings,
     /// The lowest virtual address of the executable's code segments.
@@ -137,14 +141,35 @@ impl Session {
             &options.nest_libs,
             &options.plt_libraries,
         )?;
-        let (mut table, exits) = plan(&files, options, &scope)?;
+        let exit_probes = options.exit_probes.unwrap_or_else(|| {
+            let attached = matches!(target, Target::Running(_));
+            if attached && !unwinder_sites(&files[0], &libraries).is_empty() {
+                ExitProbes::Ret
+            } else {
+                ExitProbes::Uretprobe
+            }
+        });
+        if options.debug && options.exit_probes.is_none() && exit_probes == ExitProbes::Ret {
+            eprintln!(
+                "utrace: exits probed on their instructions (--exit-probes=ret): the process \
+                 maps an unwinder, and utrace did not start it"
+            );
+        }
+        let (mut table, exits) = plan(&files, options, exit_probes, &scope)?;
         anyhow::ensure!(
             !table.functions.is_empty(),
             "no function of {} matches --function/--no-function: nothing to trace",
             files.first().map_or("the program", |f| f.path.as_str())
         );
-        let (landings, executable_code_vaddr) =
-            plan_landings(&table, &files[0], &libraries, &scope, options, &target);
+        let (landings, executable_code_vaddr) = plan_landings(
+            &table,
+            &files[0],
+            &libraries,
+            &scope,
+            options,
+            exit_probes,
+            &target,
+        );
         // Their probe costs are those of the emulated site in the library, not of the stub.
         for id in landings.functions() {
             table.functions[id as usize].probes.entry = Execution::Emulated;
@@ -159,7 +184,7 @@ impl Session {
                 eprintln!("utrace: planned {count} functions in {}", file.path);
             }
         }
-        let ret_probes = options.exit_probes == ExitProbes::Ret;
+        let ret_probes = exit_probes == ExitProbes::Ret;
         if options.debug && ret_probes {
             let uretprobes: Vec<(&str, &ExitProbe)> = table
                 .functions
@@ -185,6 +210,7 @@ impl Session {
             scope,
             libraries,
             exits,
+            exit_probes,
             landings,
             executable_code_vaddr,
         })
@@ -215,18 +241,17 @@ impl Session {
         } else {
             None
         };
-        let unwinders = self.unwinder_sites();
+        let unwinders = unwinder_sites(&self.files[0], &self.libraries);
         // The recorder writes the stack while the process is stopped: only a command it started
         // may be stopped (a process it attached to has a parent that would see the stops).
         let unwind_shadow = started_here && !unwinders.is_empty();
         if options.debug {
             say_unwinders(&unwinders, unwind_shadow);
         }
-        if !unwinders.is_empty() && !started_here && options.exit_probes == ExitProbes::Uretprobe {
+        if !unwinders.is_empty() && !started_here && self.exit_probes == ExitProbes::Uretprobe {
             eprintln!(
                 "utrace: warning: the process has an unwinder, and a C++ exception or Rust panic \
-                 that unwinds through a traced frame kills it: trace it with --exit-probes=ret, \
-                 or start it with utrace"
+                 that unwinds through a traced frame kills it under --exit-probes=uretprobe"
             );
         }
         let mut storage = ObjectStorage::uninit();
@@ -441,22 +466,6 @@ impl Session {
         })
     }
 
-    /// The files of the program that define the unwinder's entry points (normally
-    /// `libgcc_s.so.1`; the executable itself when it links the unwinder statically), with their
-    /// offsets. Empty for a program without an unwinder (plain C), which then pays nothing for
-    /// the shadow stack. A file that cannot be read is left out, as the planning would have said.
-    fn unwinder_sites(&self) -> Vec<(PathBuf, Vec<usize>)> {
-        let executable = self.files.iter().take(1);
-        executable
-            .chain(&self.libraries)
-            .filter_map(|file| {
-                let offsets = crate::elf::unwinder::unwinder_entry_offsets(&file.open_path).ok()?;
-                let offsets: Vec<usize> = offsets.into_iter().map(|o| o as usize).collect();
-                (!offsets.is_empty()).then(|| (file.open_path.clone(), offsets))
-            })
-            .collect()
-    }
-
     /// Probes the libraries mapped since the last look that `--nest-lib` matches, and hands their
     /// functions to `drain`; `None` when there is no new one.
     fn probe_new_libraries(
@@ -503,7 +512,7 @@ impl Session {
         drain: &mut dyn Drain,
     ) -> Result<Vec<usize>> {
         let first_module = self.table.modules.len();
-        let (mut more, more_exits) = plan(new_files, options, scope)?;
+        let (mut more, more_exits) = plan(new_files, options, self.exit_probes, scope)?;
         for function in &mut more.functions {
             function.module += first_module as u32;
         }
@@ -643,6 +652,7 @@ fn dlopen_sites(libraries: &[TracedFile]) -> Option<(PathBuf, Vec<usize>)> {
 fn plan(
     files: &[TracedFile],
     options: &TraceOptions,
+    exit_probes: ExitProbes,
     scope: &BindingScope,
 ) -> Result<(FunctionTable, Vec<ExitProbe>)> {
     let mut table = FunctionTable::default();
@@ -659,7 +669,7 @@ fn plan(
             .apply(&file.path, elf.functions, scope);
         functions.retain(|f| options.filter.shows_name(&f.name));
         let first = table.functions.len();
-        let probes = exit_probes(file, &functions, options.exit_probes)?;
+        let probes = exit_probes_of(file, &functions, exit_probes)?;
         table.add_module(file.path.clone(), functions);
         for (function, exit) in table.functions[first..].iter_mut().zip(&probes) {
             if matches!(exit, ExitProbe::Sites(_)) {
@@ -681,6 +691,7 @@ fn plan_landings(
     libraries: &[TracedFile],
     scope: &BindingScope,
     options: &TraceOptions,
+    exit_probes: ExitProbes,
     target: &Target,
 ) -> (Landings, u64) {
     use crate::elf::plt_calls::{self, Landing};
@@ -718,7 +729,7 @@ fn plan_landings(
     if options.follow {
         return everything_kept("as --follow traces other processes, which may run other programs");
     }
-    if options.exit_probes == ExitProbes::Ret {
+    if exit_probes == ExitProbes::Ret {
         return everything_kept("as --exit-probes=ret probes their exits at the callers");
     }
     if options.sites == SitePolicy::Entry {
@@ -815,7 +826,7 @@ fn preloads_libraries(target: &Target) -> bool {
 /// under `--exit-probes=ret`, with uretprobes otherwise. A function that saves its return address
 /// (setjmp) is never given a uretprobe, which would break the `longjmp` back to it: its exits are
 /// probed on instructions, or not at all when they cannot be found.
-fn exit_probes(
+fn exit_probes_of(
     file: &TracedFile,
     functions: &[FunctionSymbol],
     kind: ExitProbes,
@@ -851,6 +862,21 @@ fn exit_probes(
         }
     }
     Ok(probes)
+}
+
+/// The files of the program that define the unwinder's entry points (normally
+/// `libgcc_s.so.1`; the executable itself when it links the unwinder statically), with their
+/// offsets. Empty for a program without an unwinder (plain C), which then pays nothing for
+/// the shadow stack. A file that cannot be read is left out, as the planning would have said.
+fn unwinder_sites(executable: &TracedFile, libraries: &[TracedFile]) -> Vec<(PathBuf, Vec<usize>)> {
+    std::iter::once(executable)
+        .chain(libraries)
+        .filter_map(|file| {
+            let offsets = crate::elf::unwinder::unwinder_entry_offsets(&file.open_path).ok()?;
+            let offsets: Vec<usize> = offsets.into_iter().map(|o| o as usize).collect();
+            (!offsets.is_empty()).then(|| (file.open_path.clone(), offsets))
+        })
+        .collect()
 }
 
 /// Writes what a stack write request asks for; the process stays stopped until it is served,
