@@ -6,9 +6,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::*;
 
@@ -65,33 +64,16 @@ fn an_attached_process_with_an_unwinder_gets_exit_probes_on_instructions() {
     // Its own copy: another test's uretprobes on the same file would act here too.
     let program = compile("exceptions.cpp", "exceptions-attached", &[]);
     let untraced = run_untraced(&program, &["20"]);
-    let mut process = Command::new(&program)
-        .arg("20")
-        .env("EXCEPTIONS_WAIT", "1")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let (mut process, lines) =
+        start_waiting(Command::new(&program).arg("20").env("EXCEPTIONS_WAIT", "1"));
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("utrace.data");
-    let mut recorder = utrace()
-        .args(["record", "-d", "-p", &process.id().to_string(), "-o"])
-        .arg(&data)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = BufReader::new(recorder.stderr.take().unwrap()).lines();
-    let before_attach: Vec<String> = said
-        .by_ref()
-        .map(|line| line.unwrap())
-        .take_while(|line| !line.starts_with("utrace: attached"))
-        .collect();
+    let recorder = AttachedRecorder::start(process.id(), &data, &[]);
+    let before_attach = recorder.said.clone();
     send_signal(process.id(), libc::SIGUSR1);
     let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
     let status = process.wait().unwrap();
-    let rest: Vec<String> = said.map(|line| line.unwrap()).collect();
-    assert!(recorder.wait().unwrap().success(), "{rest:?}");
+    recorder.finish();
 
     assert!(
         before_attach

@@ -4,9 +4,8 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::*;
 
@@ -169,43 +168,20 @@ fn follow_traces_the_children_of_an_attached_process() {
         return;
     }
     let (forkexec, calls) = forkexec_and_calls();
-    let mut program = Command::new(&forkexec)
-        .arg(&calls)
-        .env("FORKEXEC_WAIT", "1")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(program.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), "ready");
-
+    let (mut program, lines) = start_waiting(
+        Command::new(&forkexec)
+            .arg(&calls)
+            .env("FORKEXEC_WAIT", "1"),
+    );
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("utrace.data");
-    let mut recorder = utrace()
-        .args([
-            "record",
-            "--follow",
-            "-d",
-            "-p",
-            &program.id().to_string(),
-            "-o",
-        ])
-        .arg(&data)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = BufReader::new(recorder.stderr.take().unwrap()).lines();
-    let attached = said
-        .by_ref()
-        .map(|line| line.unwrap())
-        .any(|line| line.starts_with("utrace: attached"));
-    assert!(attached, "utrace never attached");
+    let recorder = AttachedRecorder::start(program.id(), &data, &["--follow"]);
     send_signal(program.id(), libc::SIGUSR1);
 
     let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
     assert!(program.wait().unwrap().success());
     // The recording ends by itself once the process and its child have ended.
-    let rest: Vec<String> = said.map(|line| line.unwrap()).collect();
-    assert!(recorder.wait().unwrap().success(), "{rest:?}");
+    recorder.finish();
 
     let stdout = stdout.join("\n");
     let json = report_json(&data);

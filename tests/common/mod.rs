@@ -343,6 +343,67 @@ pub fn send_signal(pid: u32, signal: libc::c_int) {
     assert_eq!(result, 0, "kill({pid}, {signal})");
 }
 
+/// Starts `command` (a test program told to wait, which prints `ready` and waits for SIGUSR1
+/// so that a recorder can attach first), and returns it and the rest of its stdout.
+pub fn start_waiting(
+    command: &mut Command,
+) -> (
+    Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+) {
+    use std::io::BufRead;
+    let mut program = command.stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = std::io::BufReader::new(program.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    (program, lines)
+}
+
+/// `utrace record -d -p PID` running, from the moment it said it had attached.
+pub struct AttachedRecorder {
+    process: Child,
+    /// What it said before it had attached.
+    pub said: Vec<String>,
+    rest: std::io::Lines<std::io::BufReader<std::process::ChildStderr>>,
+}
+
+impl AttachedRecorder {
+    /// Starts `utrace record -d -p pid` with `extra` flags, writing `data`, and waits until it
+    /// has attached.
+    pub fn start(pid: u32, data: &Path, extra: &[&str]) -> AttachedRecorder {
+        use std::io::BufRead;
+        let mut process = utrace()
+            .arg("record")
+            .args(extra)
+            .args(["-d", "-p", &pid.to_string(), "-o"])
+            .arg(data)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut rest = std::io::BufReader::new(process.stderr.take().unwrap()).lines();
+        let mut said = Vec::new();
+        for line in rest.by_ref() {
+            let line = line.unwrap();
+            if line.starts_with("utrace: attached") {
+                return AttachedRecorder {
+                    process,
+                    said,
+                    rest,
+                };
+            }
+            said.push(line);
+        }
+        // Its stderr has closed: it has ended.
+        let status = process.wait().unwrap();
+        panic!("utrace never attached ({status}): {said:?}");
+    }
+
+    /// Waits for the recording to end by itself and checks that it ended well.
+    pub fn finish(mut self) {
+        let rest: Vec<String> = self.rest.map(|line| line.unwrap()).collect();
+        assert!(self.process.wait().unwrap().success(), "{rest:?}");
+    }
+}
+
 /// A program that runs until SIGTERM, its stdout read line by line.
 pub struct Running {
     pub process: std::process::Child,
