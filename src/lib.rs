@@ -5,6 +5,8 @@ pub mod data;
 pub mod elf;
 pub mod event;
 pub mod filter;
+#[cfg(test)]
+mod fuzz_cases;
 pub mod info;
 pub mod plan;
 pub mod probe_cost;

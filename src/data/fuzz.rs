@@ -8,22 +8,13 @@ use std::path::Path;
 
 use proptest::prelude::*;
 
+use crate::fuzz_cases::config;
+
 use super::format::{self, ChunkHeader, ChunkKind, EventDecoder, EventEncoder};
 use super::{DataReader, Metadata, Statistics};
 use crate::event::Event;
 use crate::plan::{FunctionKind, FunctionTable, TracedFunction};
 use crate::report::{write_report, Format, ReportOptions, TraceInfo};
-
-/// Cases per property; `PROPTEST_CASES` overrides it.
-const CASES: u32 = 20_000;
-
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(CASES);
-    ProptestConfig::with_cases(cases)
-}
 
 const PATH: &str = "fuzz.data";
 

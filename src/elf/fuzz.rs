@@ -7,21 +7,12 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
+
+use crate::fuzz_cases::config;
 use tempfile::TempDir;
 
 use super::tests::compile;
 use super::{functions_in, SitePolicy};
-
-/// Cases per property; `PROPTEST_CASES` overrides it.
-const CASES: u32 = 20_000;
-
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(CASES);
-    ProptestConfig::with_cases(cases)
-}
 
 /// The fixture's bytes, compiled once per test run (PLT stubs, `.symtab`, `.dynsym`).
 fn fixture() -> &'static [u8] {
