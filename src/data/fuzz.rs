@@ -8,11 +8,10 @@ use std::path::Path;
 
 use proptest::prelude::*;
 
-use crate::fuzz_cases::config;
-
 use super::format::{self, ChunkHeader, ChunkKind, EventDecoder, EventEncoder};
 use super::{DataReader, Metadata, Statistics};
 use crate::event::Event;
+use crate::fuzz_cases::config;
 use crate::plan::{FunctionKind, FunctionTable, TracedFunction};
 use crate::report::{write_report, Format, ReportOptions, TraceInfo};
 

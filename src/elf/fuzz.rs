@@ -7,12 +7,11 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
-
-use crate::fuzz_cases::config;
 use tempfile::TempDir;
 
 use super::tests::compile;
 use super::{functions_in, SitePolicy};
+use crate::fuzz_cases::config;
 
 /// The fixture's bytes, compiled once per test run (PLT stubs, `.symtab`, `.dynsym`).
 fn fixture() -> &'static [u8] {
