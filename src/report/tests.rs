@@ -126,6 +126,21 @@ fn sort_report_with(format: Format, options: &ReportOptions) -> (String, ReportO
     (String::from_utf8(out).unwrap(), outcome)
 }
 
+/// One report over `events` (in one block) of a trace with the sort program's functions.
+fn report_of(events: &[Event], format: Format, options: &ReportOptions) -> String {
+    let mut out = Vec::new();
+    write_report(
+        format,
+        options,
+        |_| sort_info(),
+        &sort_table(),
+        &mut IterBlocks::new([events]),
+        &mut out,
+    )
+    .unwrap_or_else(|e| panic!("{format} report failed: {e}"));
+    String::from_utf8(out).unwrap()
+}
+
 #[test]
 fn report_summary_matches_golden() {
     let (text, outcome) = sort_report(Format::Summary);
@@ -464,18 +479,8 @@ fn report_replay_tree_of_one_thread_has_no_thread_column() {
         Event::exit(30, 7, FIB),
         Event::exit(1_500, 7, MAIN),
     ];
-    let mut out = Vec::new();
-    write_report(
-        Format::Replay,
-        &ReportOptions::default(),
-        |_| sort_info(),
-        &sort_table(),
-        &mut IterBlocks::new([&events[..]]),
-        &mut out,
-    )
-    .unwrap();
     assert_eq!(
-        String::from_utf8(out).unwrap(),
+        report_of(&events, Format::Replay, &ReportOptions::default()),
         "# DURATION   FUNCTION\n           | main() {\n     20 ns |   fib();\n  1.500 us | } /* main */\n"
     );
 }
@@ -784,22 +789,12 @@ fn filter_by_thread() {
 
 #[test]
 fn filter_time_defers_entries_until_they_are_long_enough() {
-    let events = filter_events();
-    let mut out = Vec::new();
-    write_report(
-        Format::Replay,
-        &ReportOptions {
-            filter: spec(&[], &[], None, Some("100ns")),
-            ..ReportOptions::default()
-        },
-        |_| sort_info(),
-        &sort_table(),
-        &mut IterBlocks::new([&events[..]]),
-        &mut out,
-    )
-    .unwrap();
+    let options = ReportOptions {
+        filter: spec(&[], &[], None, Some("100ns")),
+        ..ReportOptions::default()
+    };
     assert_eq!(
-        String::from_utf8(out).unwrap(),
+        report_of(&filter_events(), Format::Replay, &options),
         "# DURATION   FUNCTION
            | main() {
            |   sort() {
@@ -824,21 +819,11 @@ fn report_summary_avg_self_spreads_self_times() {
         Event::exit(90, 7, FIB),
         Event::exit(100, 7, MAIN),
     ];
-    let mut out = Vec::new();
     let options = ReportOptions {
         avg_self: true,
         ..ReportOptions::default()
     };
-    write_report(
-        Format::Summary,
-        &options,
-        |_| sort_info(),
-        &sort_table(),
-        &mut IterBlocks::new([&events[..]]),
-        &mut out,
-    )
-    .unwrap();
-    let text = String::from_utf8(out).unwrap();
+    let text = report_of(&events, Format::Summary, &options);
     assert!(
         text.lines()
             .next()
@@ -872,20 +857,6 @@ fn longjmp_events() -> Vec<Event> {
     ]
 }
 
-fn longjmp_report(format: Format, options: &ReportOptions) -> String {
-    let mut out = Vec::new();
-    write_report(
-        format,
-        options,
-        |_| sort_info(),
-        &sort_table(),
-        &mut IterBlocks::new([&longjmp_events()[..]]),
-        &mut out,
-    )
-    .unwrap();
-    String::from_utf8(out).unwrap()
-}
-
 #[test]
 fn report_calls_of_unknown_time_count_but_add_no_time() {
     let mut summary = Summary::new(7);
@@ -913,13 +884,21 @@ fn report_calls_of_unknown_time_count_but_add_no_time() {
     );
     // main's own time holds what the lost calls took but fib's 100: 2000 - 500 - 100.
     assert_eq!(summary.stats(MAIN).unwrap().self_ns, 1_400);
-    let text = longjmp_report(Format::Summary, &ReportOptions::default());
+    let text = report_of(
+        &longjmp_events(),
+        Format::Summary,
+        &ReportOptions::default(),
+    );
     assert!(
         text.contains("note: 2 calls with unknown time (returns skipped by longjmp"),
         "{text}"
     );
-    let json: serde_json::Value =
-        serde_json::from_str(&longjmp_report(Format::Json, &ReportOptions::default())).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&report_of(
+        &longjmp_events(),
+        Format::Json,
+        &ReportOptions::default(),
+    ))
+    .unwrap();
     let sort = json["functions"]
         .as_array()
         .unwrap()
@@ -934,7 +913,7 @@ fn report_calls_of_unknown_time_count_but_add_no_time() {
 
 #[test]
 fn report_replay_marks_calls_of_unknown_time() {
-    let text = longjmp_report(Format::Replay, &ReportOptions::default());
+    let text = report_of(&longjmp_events(), Format::Replay, &ReportOptions::default());
     assert_eq!(
         text,
         "# DURATION   FUNCTION
@@ -956,14 +935,14 @@ fn report_replay_marks_calls_of_unknown_time() {
         filter: spec(&[], &[], None, Some("300ns")),
         ..ReportOptions::default()
     };
-    let text = longjmp_report(Format::Replay, &options);
+    let text = report_of(&longjmp_events(), Format::Replay, &options);
     assert!(text.contains("|   sort(); /* time unknown */\n"), "{text}");
     assert!(!text.contains("cmp"), "{text}");
 }
 
 #[test]
 fn report_chrome_ends_calls_of_unknown_time_at_their_threads_latest_event() {
-    let text = longjmp_report(Format::Chrome, &ReportOptions::default());
+    let text = report_of(&longjmp_events(), Format::Chrome, &ReportOptions::default());
     let value: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
     let ends: Vec<(String, f64, bool)> = value["traceEvents"]
         .as_array()
