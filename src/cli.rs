@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use utrace::filter::{FilterError, FilterSpec};
-use utrace::record::ExitProbes;
+use utrace::record::ExitPolicy;
 use utrace::report::flame_graph::Weight;
 use utrace::report::summary::SortKey;
 use utrace::report::Format;
@@ -112,7 +112,7 @@ pub struct TraceArgs {
     /// unwind through traced frames) or uretprobe (the kernel's return probes). Default:
     /// uretprobe, but ret for a running process (-p) that maps an unwinder (C++, Rust).
     #[arg(long, value_name = "KIND")]
-    pub exit_probes: Option<ExitProbes>,
+    pub exit_probes: Option<ExitPolicy>,
     /// Also trace the processes the target forks, and the programs they exec (each probed for
     /// its own functions); reports label each process by pid.
     #[arg(long)]

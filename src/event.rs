@@ -1,7 +1,9 @@
 //! The event written by the BPF programs (`src/bpf/event.h`), read as it is from the ring buffer;
 //! `utrace.data` stores it encoded (`src/data/format/events.rs`) and the reader decodes it back.
 
-use crate::plan::FunctionId;
+use std::marker::PhantomData;
+
+use crate::table::FunctionId;
 
 /// One function entry or exit on one thread.
 #[repr(C)]
@@ -95,6 +97,39 @@ impl Event {
 
     pub fn is_exit(&self) -> bool {
         self.function & Event::EXIT != 0
+    }
+}
+
+/// Blocks of events in time order per thread, lent one at a time (a reader returns a slice of
+/// its own buffer, which is why this is not an [`Iterator`]).
+pub trait EventSource {
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// The next block, or `None` at the end.
+    fn next_block(&mut self) -> Result<Option<&[Event]>, Self::Error>;
+}
+
+/// Blocks already in memory (tests, live mode's batches) as an [`EventSource`].
+pub struct IterBlocks<'a, I> {
+    blocks: I,
+    // Ties `'a` to the source, so a block lent by `next_block` is known to outlive the borrow.
+    _events: PhantomData<&'a [Event]>,
+}
+
+impl<'a, I: Iterator<Item = &'a [Event]>> IterBlocks<'a, I> {
+    pub fn new(blocks: impl IntoIterator<IntoIter = I>) -> IterBlocks<'a, I> {
+        IterBlocks {
+            blocks: blocks.into_iter(),
+            _events: PhantomData,
+        }
+    }
+}
+
+impl<'a, I: Iterator<Item = &'a [Event]>> EventSource for IterBlocks<'a, I> {
+    type Error = std::convert::Infallible;
+
+    fn next_block(&mut self) -> Result<Option<&[Event]>, Self::Error> {
+        Ok(self.blocks.next())
     }
 }
 

@@ -8,9 +8,9 @@ use thiserror::Error;
 
 use crate::data::{DataError, DataReader, Metadata, Statistics};
 use crate::filter::FilterSpec;
-use crate::plan::FunctionTable;
 use crate::report::summary::HumanDuration;
 use crate::report::{scan_threads, ReportError, ThreadScan};
+use crate::table::FunctionTable;
 
 #[derive(Debug, Error)]
 pub enum InfoError {
@@ -153,7 +153,7 @@ mod tests {
     use super::*;
     use crate::data::DataWriter;
     use crate::event::Event;
-    use crate::plan::{FunctionKind, TracedFunction};
+    use crate::table::{FunctionKind, TracedFunction};
 
     #[test]
     fn info_utc_times() {

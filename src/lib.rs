@@ -4,6 +4,7 @@
 pub mod data;
 pub mod elf;
 pub mod event;
+mod fast_hash;
 pub mod filter;
 #[cfg(test)]
 mod fuzz_cases;
@@ -13,3 +14,4 @@ pub mod probe_cost;
 pub mod record;
 pub mod replay;
 pub mod report;
+pub mod table;

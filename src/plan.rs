@@ -1,116 +1,23 @@
-//! The probe plan: the functions that will be traced, numbered densely. A function's id is its
-//! index in [`FunctionTable::functions`], which is what the BPF cookie carries and what
-//! `utrace.data` stores.
-
-use serde::{Deserialize, Serialize};
+//! The probe plan: which functions of which files are traced, and how.
 
 use crate::elf::binding::BindingScope;
 use crate::elf::FunctionSymbol;
 use crate::filter::{parse_globs, FilterError, Glob};
-use crate::probe_cost::{ExitKind, ProbeClass};
+use crate::table::{file_name, ExitKind, FunctionKind, FunctionTable, ProbeClass, TracedFunction};
 
-/// Index into [`FunctionTable::functions`].
-pub type FunctionId = u32;
-
-/// What kind of code a traced function is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum FunctionKind {
-    /// A function symbol from `.symtab` or `.dynsym`.
-    Function,
-    /// A PLT stub (`name@plt`): a call into a shared library.
-    Plt,
-}
-
-/// One traced function.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TracedFunction {
-    /// Demangled name, as reports show it (`name@plt` for PLT stubs).
-    pub name: String,
-    /// Index into [`FunctionTable::modules`].
-    pub module: u32,
-    /// File offset of the probe site in the module (what uprobes attach to).
-    pub offset: u64,
-    /// Size of the function in bytes (0 where the symbol has none).
-    pub size: u64,
-    pub kind: FunctionKind,
-    /// What decides what its probes cost (see [`crate::probe_cost`]).
-    pub probes: ProbeClass,
-}
-
-/// The traced functions and the files they live in.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FunctionTable {
-    /// Paths of the traced ELF files, as they were opened.
-    pub modules: Vec<String>,
-    pub functions: Vec<TracedFunction>,
-}
-
-impl FunctionTable {
-    pub fn function(&self, id: FunctionId) -> Option<&TracedFunction> {
-        self.functions.get(id as usize)
-    }
-
-    /// Appends the modules and functions of `more`, whose module indices already count on from
-    /// this table's (a "more functions" chunk of `utrace.data`).
-    pub fn extend(&mut self, more: FunctionTable) {
-        self.modules.extend(more.modules);
-        self.functions.extend(more.functions);
-    }
-
-    /// The name reports show for a function id: `?` for an id the table does not have (a
-    /// damaged file).
-    pub fn name_of(&self, id: FunctionId) -> &str {
-        self.function(id).map_or("?", |f| f.name.as_str())
-    }
-
-    /// The file name of the module a function lives in (`sort` for `/path/to/sort`).
-    pub fn module_name(&self, function: &TracedFunction) -> &str {
-        file_name(
-            self.modules
-                .get(function.module as usize)
-                .map_or("?", String::as_str),
-        )
-    }
-}
-
-impl FunctionTable {
-    /// Adds every function of one traced file; each gets the next free id.
-    pub fn add_module(&mut self, path: String, symbols: Vec<FunctionSymbol>) {
-        let module = self.modules.len() as u32;
-        self.modules.push(path);
-        self.functions
-            .extend(symbols.into_iter().map(|symbol| TracedFunction {
-                name: symbol.name,
-                module,
-                offset: symbol.offset,
-                size: symbol.size,
-                kind: symbol.kind,
-                probes: ProbeClass::new(symbol.execution, ExitKind::Uretprobe),
-            }));
-    }
-}
-
-#[cfg(test)]
-impl FunctionTable {
-    /// A table of one module, `/bin/prog`, whose function ids are the indices of `names`.
-    pub fn of_names(names: &[&str]) -> FunctionTable {
-        let mut table = FunctionTable::default();
-        let symbols = names
-            .iter()
-            .map(|name| FunctionSymbol {
-                name: name.to_string(),
-                address: 0,
-                offset: 0,
-                size: 1,
-                kind: FunctionKind::Function,
-                site: crate::elf::ProbeSite::ENTRY,
-                execution: crate::probe_cost::Execution::Emulated,
-                plt_symbol: None,
-            })
-            .collect();
-        table.add_module("/bin/prog".into(), symbols);
-        table
-    }
+/// Adds every function of one traced file to `table`; each gets the next free id.
+pub fn add_module(table: &mut FunctionTable, path: String, symbols: Vec<FunctionSymbol>) {
+    let module = table.push_module(path);
+    table
+        .functions
+        .extend(symbols.into_iter().map(|symbol| TracedFunction {
+            name: symbol.name,
+            module,
+            offset: symbol.offset,
+            size: symbol.size,
+            kind: symbol.kind,
+            probes: ProbeClass::new(symbol.execution, ExitKind::Uretprobe),
+        }));
 }
 
 /// Globs on library file names (`--nest-lib`): repeatable, each a comma-separated list.
@@ -216,10 +123,6 @@ impl PltLibraries {
     }
 }
 
-fn file_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,7 +135,7 @@ mod tests {
             size: 8,
             kind: FunctionKind::Function,
             site: crate::elf::ProbeSite::ENTRY,
-            execution: crate::probe_cost::Execution::Emulated,
+            execution: crate::table::Execution::Emulated,
             plt_symbol: None,
         }
     }
@@ -240,11 +143,12 @@ mod tests {
     #[test]
     fn ids_are_dense_across_modules() {
         let mut table = FunctionTable::default();
-        table.add_module(
+        add_module(
+            &mut table,
             "/bin/prog".into(),
             vec![symbol("main", 16), symbol("f", 32)],
         );
-        table.add_module("/lib/libx.so".into(), vec![symbol("g", 48)]);
+        add_module(&mut table, "/lib/libx.so".into(), vec![symbol("g", 48)]);
         let g = table.function(2).unwrap();
         assert_eq!((g.name.as_str(), g.module, g.offset), ("g", 1, 48));
         assert_eq!(table.module_name(g), "libx.so");

@@ -14,60 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// How the kernel runs the instruction under a uprobe.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Execution {
-    /// Emulated in the trap handler: `push reg`, `nop`, relative `jmp`, `call` and `jcc`.
-    #[default]
-    Emulated,
-    /// Copied out of line and single-stepped: a second trap.
-    SingleStepped,
-}
-
-/// How a function's exit is seen.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum ExitKind {
-    /// A uretprobe: the kernel's trampoline takes the return.
-    #[default]
-    Uretprobe,
-    /// A uprobe on each instruction that leaves the function (`--exit-probes=ret`), measured on
-    /// a `ret`, which the kernel single-steps.
-    Instruction,
-}
-
-/// What decides a function's probe costs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ProbeClass {
-    /// How the instruction under the entry probe runs.
-    pub entry: Execution,
-    pub exit: ExitKind,
-}
-
-impl ProbeClass {
-    /// Every class, in the order figures are shown.
-    pub const ALL: [ProbeClass; 4] = [
-        ProbeClass::new(Execution::Emulated, ExitKind::Uretprobe),
-        ProbeClass::new(Execution::SingleStepped, ExitKind::Uretprobe),
-        ProbeClass::new(Execution::Emulated, ExitKind::Instruction),
-        ProbeClass::new(Execution::SingleStepped, ExitKind::Instruction),
-    ];
-
-    pub const fn new(entry: Execution, exit: ExitKind) -> ProbeClass {
-        ProbeClass { entry, exit }
-    }
-
-    /// How `record -d` and `info` name the class.
-    pub fn name(self) -> &'static str {
-        match (self.entry, self.exit) {
-            (Execution::Emulated, ExitKind::Uretprobe) => "emulated entry, uretprobe",
-            (Execution::SingleStepped, ExitKind::Uretprobe) => "single-stepped entry, uretprobe",
-            (Execution::Emulated, ExitKind::Instruction) => "emulated entry, probe on ret",
-            (Execution::SingleStepped, ExitKind::Instruction) => {
-                "single-stepped entry, probe on ret"
-            }
-        }
-    }
-}
+use crate::table::ProbeClass;
 
 /// What the entry and exit probes of one call add, in ns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +60,7 @@ impl ProbeCosts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::table::{Execution, ExitKind};
 
     #[test]
     fn unmeasured_classes_cost_nothing() {

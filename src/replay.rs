@@ -28,12 +28,10 @@
 //! the number of threads that are inside a traced call *at the same time*; never with the length
 //! of the trace. Once the stacks have grown, replaying an event allocates nothing.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use crate::event::Event;
-use crate::plan::{FunctionId, FunctionTable};
+use crate::fast_hash::FastHashMap;
 use crate::probe_cost::{ProbeCost, ProbeCosts};
+use crate::table::{FunctionId, FunctionTable};
 
 /// One call that has ended (or was closed), as the replayer hands it to a [`CallSink`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -177,7 +175,7 @@ impl Replayer {
         Replayer {
             function_count,
             stacks: Vec::new(),
-            index: HashMap::default(),
+            index: FastHashMap::default(),
             recent_threads: [(NO_THREAD, 0); RECENT_THREADS],
             spare_active: Vec::new(),
             events_seen: 0,
@@ -592,55 +590,6 @@ fn height(slot: u32, other: u32) -> i32 {
     slot.wrapping_sub(other) as i32
 }
 
-/// A hash map keyed by small integers or slices of them (thread ids, call paths).
-pub(crate) type FastHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
-
-/// A multiply-and-rotate hasher for thread ids and call paths: SipHash would cost more than
-/// the rest of replaying an event. Keys are not chosen by an adversary, so flooding resistance
-/// is not needed.
-#[derive(Default)]
-pub(crate) struct FastHasher(u64);
-
-impl FastHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-impl Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        // The multiplication leaves the low bits (the bucket index) poorly mixed: fold the high
-        // bits into them, keeping the high bits the table also uses.
-        self.0 ^ (self.0 >> 32)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // A slice of integers arrives here as one run of bytes: take it eight at a time.
-        let mut words = bytes.chunks_exact(8);
-        for word in &mut words {
-            self.add(u64::from_le_bytes(word.try_into().expect("8 bytes")));
-        }
-        let rest = words.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.add(u64::from(n));
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -747,7 +696,7 @@ mod tests {
     /// corrected as emulated (100 ns inside, 300 in all) and B's and C's as single-stepped (1000
     /// inside, 2500 in all).
     fn replay_corrected(events: &[Event]) -> (Vec<(FunctionId, u64, u64)>, ReplayStats) {
-        use crate::probe_cost::{Execution, ExitKind, ProbeClass};
+        use crate::table::{Execution, ExitKind, ProbeClass};
         let mut table = FunctionTable::of_names(&["main", "a", "b", "c"]);
         let stepped = ProbeClass::new(Execution::SingleStepped, ExitKind::Uretprobe);
         table.functions[B as usize].probes = stepped;
@@ -1391,16 +1340,6 @@ mod tests {
                 (MAIN, true, false, 100, 0),
             ]
         );
-    }
-
-    #[test]
-    fn replay_fast_hasher_tells_paths_apart() {
-        use std::hash::BuildHasher;
-        let hasher = BuildHasherDefault::<FastHasher>::default();
-        let paths: [&[FunctionId]; 6] = [&[], &[0], &[0, 0], &[1, 2], &[2, 1], &[1, 2, 3]];
-        let hashes: std::collections::HashSet<u64> =
-            paths.iter().map(|path| hasher.hash_one(path)).collect();
-        assert_eq!(hashes.len(), paths.len());
     }
 
     #[test]

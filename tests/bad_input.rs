@@ -11,7 +11,7 @@ use tempfile::TempDir;
 use utrace::data::format::{self, ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
 use utrace::data::{DataWriter, Metadata, Statistics};
 use utrace::event::Event;
-use utrace::plan::{FunctionKind, FunctionTable, TracedFunction};
+use utrace::table::{FunctionKind, FunctionTable, TracedFunction};
 
 use common::*;
 

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use utrace::data::{DataWriter, Metadata, Statistics};
 use utrace::event::Event;
-use utrace::plan::{FunctionKind, FunctionTable, TracedFunction};
+use utrace::table::{FunctionKind, FunctionTable, TracedFunction};
 
 /// A recording of `calls` nested calls of three functions on one thread, written with the
 /// library: long enough for a call-tree report to take well over the bar's first half second.

@@ -33,7 +33,7 @@
 //!
 //! [`Metadata`]: super::Metadata
 //! [`Statistics`]: super::Statistics
-//! [`FunctionTable`]: crate::plan::FunctionTable
+//! [`FunctionTable`]: crate::table::FunctionTable
 
 mod events;
 

@@ -1,4 +1,5 @@
-//! Property tests of the reader and the reports over hostile input: arbitrary bytes, mutations
+//! Property tests of the reader over hostile input (`report/fuzz.rs` puts the same input through
+//! the reports): arbitrary bytes, mutations
 //! of a valid recording, and well-formed files full of arbitrary events. None may panic, and a
 //! damaged file may lose events but never invent one. Cases are fixed per run (see
 //! [`CASES`]) so the suite stays well under a minute in release builds.
@@ -12,13 +13,12 @@ use super::format::{self, ChunkHeader, ChunkKind, EventDecoder, EventEncoder};
 use super::{DataReader, Metadata, Statistics};
 use crate::event::Event;
 use crate::fuzz_cases::config;
-use crate::plan::{FunctionKind, FunctionTable, TracedFunction};
-use crate::report::{write_report, Format, ReportOptions, TraceInfo};
+use crate::table::{FunctionKind, FunctionTable, TracedFunction};
 
 const PATH: &str = "fuzz.data";
 
 /// A whole recording in memory, built chunk by chunk with the format module.
-fn recording(functions: usize, blocks: &[Vec<Event>], statistics: bool) -> Vec<u8> {
+pub(crate) fn recording(functions: usize, blocks: &[Vec<Event>], statistics: bool) -> Vec<u8> {
     let metadata = Metadata {
         command: vec!["./prog".into(), "a b".into()],
         pid: 77,
@@ -69,7 +69,7 @@ fn recording(functions: usize, blocks: &[Vec<Event>], statistics: bool) -> Vec<u
 }
 
 /// A small valid recording: nested calls on two threads in three blocks.
-fn valid_recording() -> (Vec<u8>, Vec<Event>) {
+pub(crate) fn valid_recording() -> (Vec<u8>, Vec<Event>) {
     let blocks: Vec<Vec<Event>> = (0..3u64)
         .map(|block| {
             (0..8u64)
@@ -103,41 +103,16 @@ fn read_events(bytes: &[u8]) -> Vec<Event> {
     events
 }
 
-/// Makes every report but the SVG (inferno's own input checks are not ours to fuzz) from `bytes`,
-/// into memory.
-fn report_all(bytes: &[u8]) {
-    let formats = [
-        Format::Summary,
-        Format::FlameGraph,
-        Format::Json,
-        Format::Replay,
-        Format::Chrome,
-    ];
-    for format in formats {
-        let Ok(mut reader) = DataReader::from_reader(Path::new(PATH), Cursor::new(bytes)) else {
-            return;
-        };
-        let table = reader.functions().clone();
-        let mut out = Vec::new();
-        let info = |reader: &DataReader<Cursor<&[u8]>>| TraceInfo {
-            command: reader.metadata().command_line(),
-            ..TraceInfo::default()
-        };
-        let options = ReportOptions::default();
-        let _ = write_report(format, &options, info, &table, &mut reader, &mut out);
-    }
-}
-
 /// A change to a valid file: bytes overwritten, a cut, bytes inserted or removed.
 #[derive(Clone, Debug)]
-enum Mutation {
+pub(crate) enum Mutation {
     Overwrite(Vec<(usize, u8)>),
     Cut(usize),
     Insert(usize, Vec<u8>),
     Remove(usize, usize),
 }
 
-fn mutation() -> impl Strategy<Value = Mutation> {
+pub(crate) fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         4 => prop::collection::vec((any::<usize>(), any::<u8>()), 1..8).prop_map(Mutation::Overwrite),
         1 => any::<usize>().prop_map(Mutation::Cut),
@@ -147,7 +122,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     ]
 }
 
-fn mutate(bytes: &[u8], mutation: &Mutation) -> Vec<u8> {
+pub(crate) fn mutate(bytes: &[u8], mutation: &Mutation) -> Vec<u8> {
     let mut bytes = bytes.to_vec();
     let len = bytes.len();
     match mutation {
@@ -169,7 +144,7 @@ fn mutate(bytes: &[u8], mutation: &Mutation) -> Vec<u8> {
     bytes
 }
 
-fn event() -> impl Strategy<Value = Event> {
+pub(crate) fn event() -> impl Strategy<Value = Event> {
     // Few threads and functions, so calls nest and pair up; some ids beyond the table.
     (0..1_000u64, 1..4u32, 0..6u32, any::<bool>()).prop_map(|(t, tid, function, entry)| {
         if entry {
@@ -242,7 +217,6 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
         prop_assert!(read_events(&bytes).is_empty() || bytes.starts_with(&format::MAGIC));
-        report_all(&bytes);
     }
 
     #[test]
@@ -252,7 +226,6 @@ proptest! {
         let mut bytes = format::file_header().to_vec();
         bytes.extend(tail);
         read_events(&bytes);
-        report_all(&bytes);
     }
 
     /// A damaged file loses events, but every event it gives was recorded.
@@ -263,7 +236,6 @@ proptest! {
         for event in read_events(&damaged) {
             prop_assert!(recorded.contains(&event), "invented {event:?}");
         }
-        report_all(&damaged);
     }
 
     /// Well-formed files of arbitrary events (exits without entries, unknown functions, time
@@ -276,7 +248,6 @@ proptest! {
     ) {
         let bytes = recording(functions, &blocks, statistics);
         prop_assert_eq!(read_events(&bytes), blocks.concat());
-        report_all(&bytes);
     }
 }
 

@@ -10,7 +10,7 @@ mod reader;
 mod writer;
 
 #[cfg(test)]
-mod fuzz;
+pub(crate) mod fuzz;
 #[cfg(test)]
 mod tests;
 

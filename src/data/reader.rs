@@ -16,7 +16,7 @@ use super::format::{
 };
 use super::{DataError, Metadata, Statistics};
 use crate::event::Event;
-use crate::plan::FunctionTable;
+use crate::table::FunctionTable;
 
 const BUFFER_CAPACITY: usize = 256 * 1024;
 
@@ -459,7 +459,7 @@ fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(filled)
 }
 
-impl<R: Read + Seek> crate::report::EventSource for DataReader<R> {
+impl<R: Read + Seek> crate::event::EventSource for DataReader<R> {
     type Error = DataError;
 
     fn next_block(&mut self) -> Result<Option<&[Event]>, DataError> {

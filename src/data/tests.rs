@@ -9,7 +9,7 @@ use super::format::{
 };
 use super::*;
 use crate::event::Event;
-use crate::plan::{FunctionKind, FunctionTable, TracedFunction};
+use crate::table::{FunctionKind, FunctionTable, TracedFunction};
 
 fn metadata() -> Metadata {
     Metadata {

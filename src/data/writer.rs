@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::format::{self, ChunkHeader, ChunkKind, EventEncoder, EVENTS_PER_CHUNK, MAX_CHUNK_LEN};
 use super::{DataError, Metadata, Statistics};
 use crate::event::Event;
-use crate::plan::FunctionTable;
+use crate::table::FunctionTable;
 
 const BUFFER_CAPACITY: usize = 256 * 1024;
 

@@ -40,8 +40,8 @@ use std::path::{Path, PathBuf};
 use goblin::elf::header::{self, Header};
 use goblin::elf::Elf;
 
-use crate::plan::FunctionKind;
-use crate::probe_cost::Execution;
+use crate::table::Execution;
+use crate::table::FunctionKind;
 
 pub use demangle::demangle;
 pub use returns::NoExitSites;

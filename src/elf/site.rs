@@ -23,7 +23,7 @@
 //! [`SiteKind`] says why the site is where it is; other reasons to move a site (performance,
 //! such as skipping `endbr64`) are new kinds and new steps of the walk.
 
-use crate::probe_cost::Execution;
+use crate::table::Execution;
 use iced_x86::{
     Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, OpAccess, OpKind,
     Register,

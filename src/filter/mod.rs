@@ -17,7 +17,7 @@ use thiserror::Error;
 pub use glob::{Glob, GlobError};
 pub use sink::FilteredSink;
 
-use crate::plan::FunctionTable;
+use crate::table::FunctionTable;
 
 /// A flag's value that cannot be used; the message names the flag.
 #[derive(Debug, Error, PartialEq, Eq)]

@@ -4,8 +4,9 @@
 
 use super::FilterSpec;
 use crate::event::Event;
-use crate::plan::{FunctionId, FunctionTable};
-use crate::replay::{CallEntry, CallSink, FastHashMap, FinishedCall};
+use crate::fast_hash::FastHashMap;
+use crate::replay::{CallEntry, CallSink, FinishedCall};
+use crate::table::{FunctionId, FunctionTable};
 
 /// Passes the shown calls to `inner`, with depths, paths and self times as if the hidden calls
 /// had never been traced: a hidden call's time stays in the self time of its nearest shown

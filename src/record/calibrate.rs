@@ -25,8 +25,9 @@ use super::proc_maps::file_offset_of;
 use crate::elf::returns::NoExitSites;
 use crate::elf::ExitProbe;
 use crate::event::Event;
-use crate::plan::{FunctionKind, FunctionTable, TracedFunction};
-use crate::probe_cost::{ExitKind, ProbeClass, ProbeCost, ProbeCosts};
+use crate::probe_cost::{ProbeCost, ProbeCosts};
+use crate::table::{ExitKind, ProbeClass};
+use crate::table::{FunctionKind, FunctionTable, TracedFunction};
 
 /// Calls per timed loop.
 const CALLS: usize = 20;

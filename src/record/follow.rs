@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::attach::{AttachError, RunningProcess};
+use super::running::{RunningProcess, RunningProcessError};
 use crate::event::Event;
 
 /// A change in the traced processes, as a ring buffer note says.
@@ -55,7 +55,7 @@ pub struct TracedProcesses {
 
 impl TracedProcesses {
     /// Starts with the target, whose probes cover `modules`.
-    pub fn new(target: u32, modules: Vec<usize>) -> Result<TracedProcesses, AttachError> {
+    pub fn new(target: u32, modules: Vec<usize>) -> Result<TracedProcesses, RunningProcessError> {
         let process = RunningProcess::open(target)?;
         Ok(TracedProcesses {
             target,
@@ -79,7 +79,7 @@ impl TracedProcesses {
     }
 
     /// A new process, probed for `modules`. Fails when it is gone already.
-    pub fn add(&mut self, pid: u32, modules: Vec<usize>) -> Result<(), AttachError> {
+    pub fn add(&mut self, pid: u32, modules: Vec<usize>) -> Result<(), RunningProcessError> {
         let process = RunningProcess::open(pid)?;
         self.processes
             .insert(pid, TracedProcess { process, modules });

@@ -10,10 +10,10 @@ use super::session::{Drain, Session, TraceOptions};
 use super::{monotonic_now_ns, RecordOutcome};
 use crate::event::Event;
 use crate::filter::{FilterSpec, FilteredSink};
-use crate::plan::FunctionTable;
 use crate::replay::{CallSink, ReplayStats, Replayer};
 use crate::report::flat::FlatPrinter;
 use crate::report::tree::{Columns, TreePrinter};
+use crate::table::FunctionTable;
 
 /// A call held back longer than this (it may still turn out to be a leaf) is printed as an open
 /// block, so no line waits longer for a slow call.

@@ -1,14 +1,14 @@
 //! Recording: start the target, load and attach BPF, drain the ring buffer into `utrace.data`.
 
-mod attach;
 mod calibrate;
-mod encode;
+mod call_events;
 mod follow;
 mod live;
 mod probes;
 mod proc_maps;
 mod process;
 mod progress;
+mod running;
 mod session;
 mod signals;
 mod stack_writes;
@@ -30,12 +30,12 @@ use anyhow::{Context, Result};
 use crate::data::{DataWriter, Metadata, Statistics};
 use crate::event::Event;
 use crate::filter::{FilterSpec, FilteredSink};
-use crate::plan::FunctionTable;
 use crate::probe_cost::ProbeCosts;
 use crate::replay::Replayer;
-use encode::EventEncoder;
+use crate::table::FunctionTable;
+use call_events::CallEvents;
 pub use live::{live, LiveOptions};
-pub use probes::{ring_buffer_size, ExitProbes};
+pub use probes::{ring_buffer_size, ExitPolicy};
 pub use process::{split_command, ChildSetup, ExitStatus};
 pub use session::{Drain, Session, Stop, TraceOptions};
 pub use target::TargetSpec;
@@ -92,9 +92,9 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     give_to_sudo_user(&options.output);
     let writer = WriterThread::start(writer);
 
-    // With depth, time or thread filters, only the calls they show are written (see encode.rs).
+    // With depth, time or thread filters, only the calls they show are written (see call_events.rs).
     let shown = RefCell::new(Vec::new());
-    let mut encoder = EventEncoder::new(&shown);
+    let mut encoder = CallEvents::new(&shown);
     let mut drain = RecordDrain {
         writer: &writer,
         filter: &trace.filter,
@@ -159,7 +159,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
 struct RecordDrain<'a> {
     writer: &'a WriterThread,
     filter: &'a FilterSpec,
-    filtered: Option<FilteredSink<'a, EventEncoder<'a>>>,
+    filtered: Option<FilteredSink<'a, CallEvents<'a>>>,
     /// What the filtered sink shows, as events.
     shown: &'a RefCell<Vec<Event>>,
     replayer: Replayer,

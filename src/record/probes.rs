@@ -11,7 +11,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, ProgramMut, UprobeMultiOpts
 
 use super::skel::{types, OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
 use crate::elf::ExitProbe;
-use crate::plan::{FunctionKind, FunctionTable};
+use crate::table::{FunctionKind, FunctionTable};
 
 /// Errors of loading and attaching the BPF side.
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +76,7 @@ fn missing_capabilities() -> String {
 
 /// How function exits are seen (`--exit-probes`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ExitProbes {
+pub enum ExitPolicy {
     /// A probe on each instruction that leaves the function (its `ret`s and tail jumps), and a
     /// uretprobe only where those cannot all be found: the stack is never touched, so C++
     /// exceptions unwind through traced frames.
@@ -90,16 +90,16 @@ pub enum ExitProbes {
 /// An `--exit-probes` value that is neither `ret` nor `uretprobe`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("unknown exit probe kind `{0}`: use ret or uretprobe")]
-pub struct UnknownExitProbes(pub String);
+pub struct UnknownExitPolicy(pub String);
 
-impl std::str::FromStr for ExitProbes {
-    type Err = UnknownExitProbes;
+impl std::str::FromStr for ExitPolicy {
+    type Err = UnknownExitPolicy;
 
-    fn from_str(name: &str) -> Result<ExitProbes, UnknownExitProbes> {
+    fn from_str(name: &str) -> Result<ExitPolicy, UnknownExitPolicy> {
         match name {
-            "ret" => Ok(ExitProbes::Ret),
-            "uretprobe" => Ok(ExitProbes::Uretprobe),
-            _ => Err(UnknownExitProbes(name.to_owned())),
+            "ret" => Ok(ExitPolicy::Ret),
+            "uretprobe" => Ok(ExitPolicy::Uretprobe),
+            _ => Err(UnknownExitPolicy(name.to_owned())),
         }
     }
 }

@@ -11,7 +11,7 @@ use libbpf_rs::RingBufferBuilder;
 
 use super::follow::{ProcessChange, TracedProcesses};
 use super::probes::{
-    self, AttachedProbes, ExitProbes, Landings, LoadedProbes, ObjectStorage, ProbeConfig,
+    self, AttachedProbes, ExitPolicy, Landings, LoadedProbes, ObjectStorage, ProbeConfig,
 };
 use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
@@ -25,8 +25,9 @@ use crate::elf::unwinder::UNWINDER_ENTRY_POINTS;
 use crate::elf::{ExitProbe, FunctionSymbol, NoExitSites, SiteKind, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
-use crate::plan::{FunctionKind, FunctionTable, LibraryPatterns, PltLibraries};
-use crate::probe_cost::{Execution, ExitKind};
+use crate::plan::{LibraryPatterns, PltLibraries};
+use crate::table::{Execution, ExitKind};
+use crate::table::{FunctionKind, FunctionTable};
 
 /// How long the consumer sleeps when the probes have not woken it. Bounds the delay of events
 /// at low rates; at high rates the fill-level wake-up comes first.
@@ -54,7 +55,7 @@ pub struct TraceOptions {
     /// the events.
     pub filter: FilterSpec,
     /// How function exits are seen, when the user chose (see [`Session::exit_probes`]).
-    pub exit_probes: Option<ExitProbes>,
+    pub exit_probes: Option<ExitPolicy>,
     /// Trace the processes the target forks and the programs they exec (`--follow`).
     pub follow: bool,
     pub debug: bool,
@@ -102,7 +103,7 @@ pub struct Session {
     /// How function exits are seen: as asked, else uretprobes, except in a running process that
     /// maps an unwinder. There utrace may not stop the process to keep the shadow stack (see
     /// src/bpf/shadow.bpf.h), and a uretprobe in a frame an exception unwinds through kills it.
-    exit_probes: ExitProbes,
+    exit_probes: ExitPolicy,
     /// The executable's PLT stubs whose calls are probed in the library function they land in.
     landings: Landings,
     /// The lowest virtual address of the executable's code segments.
@@ -144,12 +145,12 @@ impl Session {
         let exit_probes = options.exit_probes.unwrap_or_else(|| {
             let attached = matches!(target, Target::Running(_));
             if attached && !unwinder_sites(&files[0], &libraries).is_empty() {
-                ExitProbes::Ret
+                ExitPolicy::Ret
             } else {
-                ExitProbes::Uretprobe
+                ExitPolicy::Uretprobe
             }
         });
-        if options.debug && options.exit_probes.is_none() && exit_probes == ExitProbes::Ret {
+        if options.debug && options.exit_probes.is_none() && exit_probes == ExitPolicy::Ret {
             eprintln!(
                 "utrace: exits probed on their instructions (--exit-probes=ret): the process \
                  maps an unwinder, and utrace did not start it"
@@ -184,7 +185,7 @@ impl Session {
                 eprintln!("utrace: planned {count} functions in {}", file.path);
             }
         }
-        let ret_probes = exit_probes == ExitProbes::Ret;
+        let ret_probes = exit_probes == ExitPolicy::Ret;
         if options.debug && ret_probes {
             let uretprobes: Vec<(&str, &ExitProbe)> = table
                 .functions
@@ -248,7 +249,7 @@ impl Session {
         if options.debug {
             say_unwinders(&unwinders, unwind_shadow);
         }
-        if !unwinders.is_empty() && !started_here && self.exit_probes == ExitProbes::Uretprobe {
+        if !unwinders.is_empty() && !started_here && self.exit_probes == ExitPolicy::Uretprobe {
             eprintln!(
                 "utrace: warning: the process has an unwinder, and a C++ exception or Rust panic \
                  that unwinds through a traced frame kills it under --exit-probes=uretprobe"
@@ -652,7 +653,7 @@ fn dlopen_sites(libraries: &[TracedFile]) -> Option<(PathBuf, Vec<usize>)> {
 fn plan(
     files: &[TracedFile],
     options: &TraceOptions,
-    exit_probes: ExitProbes,
+    exit_probes: ExitPolicy,
     scope: &BindingScope,
 ) -> Result<(FunctionTable, Vec<ExitProbe>)> {
     let mut table = FunctionTable::default();
@@ -670,7 +671,7 @@ fn plan(
         functions.retain(|f| options.filter.shows_name(&f.name));
         let first = table.functions.len();
         let probes = exit_probes_of(file, &functions, exit_probes)?;
-        table.add_module(file.path.clone(), functions);
+        crate::plan::add_module(&mut table, file.path.clone(), functions);
         for (function, exit) in table.functions[first..].iter_mut().zip(&probes) {
             if matches!(exit, ExitProbe::Sites(_)) {
                 function.probes.exit = ExitKind::Instruction;
@@ -691,14 +692,14 @@ fn plan_landings(
     libraries: &[TracedFile],
     scope: &BindingScope,
     options: &TraceOptions,
-    exit_probes: ExitProbes,
+    exit_probes: ExitPolicy,
     target: &Target,
 ) -> (Landings, u64) {
     use crate::elf::plt_calls::{self, Landing};
     use std::collections::BTreeMap;
 
     let mut landings = Landings::default();
-    let stubs: Vec<(u32, &crate::plan::TracedFunction)> = table
+    let stubs: Vec<(u32, &crate::table::TracedFunction)> = table
         .functions
         .iter()
         .enumerate()
@@ -729,7 +730,7 @@ fn plan_landings(
     if options.follow {
         return everything_kept("as --follow traces other processes, which may run other programs");
     }
-    if exit_probes == ExitProbes::Ret {
+    if exit_probes == ExitPolicy::Ret {
         return everything_kept("as --exit-probes=ret probes their exits at the callers");
     }
     if options.sites == SitePolicy::Entry {
@@ -829,7 +830,7 @@ fn preloads_libraries(target: &Target) -> bool {
 fn exit_probes_of(
     file: &TracedFile,
     functions: &[FunctionSymbol],
-    kind: ExitProbes,
+    kind: ExitPolicy,
 ) -> Result<Vec<ExitProbe>> {
     let read = |functions: &[FunctionSymbol]| {
         crate::elf::read_exit_probes(&file.open_path, functions)
@@ -838,8 +839,8 @@ fn exit_probes_of(
     let saves =
         |f: &FunctionSymbol| saves_its_return_address(f.plt_symbol.as_deref().unwrap_or(&f.name));
     let mut probes = match kind {
-        ExitProbes::Ret => read(functions)?,
-        ExitProbes::Uretprobe => {
+        ExitPolicy::Ret => read(functions)?,
+        ExitPolicy::Uretprobe => {
             let savers: Vec<FunctionSymbol> =
                 functions.iter().filter(|f| saves(f)).cloned().collect();
             let mut saver_probes = match savers.is_empty() {

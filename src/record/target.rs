@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::attach::RunningProcess;
 use super::proc_maps::executable_files;
 use super::process::{resolve_program, ChildSetup, ExitStatus, HeldChild};
+use super::running::RunningProcess;
 use super::signals::Received;
 use crate::elf::binding::{exported_functions, BindingScope};
 use crate::elf::ldcache::LdCache;

@@ -6,7 +6,7 @@ use std::thread::JoinHandle;
 
 use crate::data::{DataError, DataWriter};
 use crate::event::Event;
-use crate::plan::FunctionTable;
+use crate::table::FunctionTable;
 
 /// Events per batch the consumer allocates for; batches are recycled, so this is also roughly
 /// the largest chunk written.

@@ -23,8 +23,9 @@
 use std::io::{self, Write};
 
 use super::TraceInfo;
-use crate::plan::{FunctionId, FunctionTable};
-use crate::replay::{CallEntry, CallSink, FastHashMap, FinishedCall, ReplayStats};
+use crate::fast_hash::FastHashMap;
+use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats};
+use crate::table::{FunctionId, FunctionTable};
 
 /// Streams a Chrome trace; a [`CallSink`] that needs entries. Write errors are kept and returned
 /// by [`finish`](Self::finish); after one, nothing more is written.

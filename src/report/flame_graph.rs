@@ -19,8 +19,9 @@ use std::str::FromStr;
 
 use thiserror::Error;
 
-use crate::plan::{FunctionId, FunctionTable};
-use crate::replay::{CallSink, FastHashMap, FinishedCall};
+use crate::fast_hash::FastHashMap;
+use crate::replay::{CallSink, FinishedCall};
+use crate::table::{FunctionId, FunctionTable};
 
 /// What a call adds to its path (`--weight`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -10,8 +10,8 @@ use std::borrow::Cow;
 use std::io::{self, Write};
 
 use super::summary::HumanDuration;
-use crate::plan::{FunctionId, FunctionTable};
 use crate::replay::{CallEntry, CallSink, FinishedCall};
+use crate::table::{FunctionId, FunctionTable};
 
 /// Prints each call's entry and exit on a line of its own. Write errors are kept and returned by
 /// [`flush`](Self::flush), since a sink cannot return them.

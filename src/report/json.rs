@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::summary::{GroupedSummaries, SortKey};
 use super::TraceInfo;
-use crate::plan::FunctionTable;
+use crate::table::FunctionTable;
 
 #[derive(Serialize)]
 struct JsonReport<'a> {

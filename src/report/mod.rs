@@ -17,16 +17,16 @@ pub mod tree;
 
 use std::fmt;
 use std::io::{self, Write};
-use std::marker::PhantomData;
 use std::str::FromStr;
 
 use thiserror::Error;
 
-use crate::event::Event;
+use crate::event::EventSource;
+use crate::fast_hash::FastHashMap;
 use crate::filter::{FilterSpec, FilteredSink};
-use crate::plan::FunctionTable;
 use crate::probe_cost::ProbeCosts;
-use crate::replay::{CallSink, FastHashMap, ReplayStats, Replayer};
+use crate::replay::{CallSink, ReplayStats, Replayer};
+use crate::table::FunctionTable;
 
 use chrome::ChromeTrace;
 use flame_graph::{FoldedStacks, Weight};
@@ -117,39 +117,6 @@ impl FromStr for Format {
             .into_iter()
             .find(|format| format.name() == name)
             .ok_or_else(|| UnknownFormat(name.to_owned()))
-    }
-}
-
-/// Blocks of events in time order per thread, lent one at a time (a reader returns a slice of
-/// its own buffer, which is why this is not an [`Iterator`]).
-pub trait EventSource {
-    type Error: std::error::Error + Send + Sync + 'static;
-
-    /// The next block, or `None` at the end.
-    fn next_block(&mut self) -> Result<Option<&[Event]>, Self::Error>;
-}
-
-/// Blocks already in memory (tests, live mode's batches) as an [`EventSource`].
-pub struct IterBlocks<'a, I> {
-    blocks: I,
-    // Ties `'a` to the source, so a block lent by `next_block` is known to outlive the borrow.
-    _events: PhantomData<&'a [Event]>,
-}
-
-impl<'a, I: Iterator<Item = &'a [Event]>> IterBlocks<'a, I> {
-    pub fn new(blocks: impl IntoIterator<IntoIter = I>) -> IterBlocks<'a, I> {
-        IterBlocks {
-            blocks: blocks.into_iter(),
-            _events: PhantomData,
-        }
-    }
-}
-
-impl<'a, I: Iterator<Item = &'a [Event]>> EventSource for IterBlocks<'a, I> {
-    type Error = std::convert::Infallible;
-
-    fn next_block(&mut self) -> Result<Option<&[Event]>, Self::Error> {
-        Ok(self.blocks.next())
     }
 }
 
@@ -378,5 +345,7 @@ where
     }
 }
 
+#[cfg(test)]
+mod fuzz;
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::event::Event;
 
-use super::EventSource;
+use crate::event::EventSource;
 
 /// Reports quicker than this never show a bar.
 const FIRST_AFTER: Duration = Duration::from_millis(500);

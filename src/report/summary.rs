@@ -28,8 +28,9 @@ use std::str::FromStr;
 
 use thiserror::Error;
 
-use crate::plan::{FunctionId, FunctionTable, TracedFunction};
-use crate::replay::{CallSink, FastHashMap, FinishedCall, ReplayStats};
+use crate::fast_hash::FastHashMap;
+use crate::replay::{CallSink, FinishedCall, ReplayStats};
+use crate::table::{FunctionId, FunctionTable, TracedFunction};
 
 /// What the rows are sorted by, largest first (`--sort`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -7,9 +7,10 @@ use std::fmt;
 use super::flame_graph::{frame_name, FoldedStacks, Weight};
 use super::summary::{HumanDuration, SortKey, Summary};
 use super::*;
+use crate::event::{Event, EventSource, IterBlocks};
 use crate::filter::FilterSpec;
-use crate::plan::{FunctionId, FunctionKind, TracedFunction};
 use crate::replay::FinishedCall;
+use crate::table::{FunctionId, FunctionKind, TracedFunction};
 
 const MAIN: FunctionId = 0;
 const SORT: FunctionId = 1;

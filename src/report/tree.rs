@@ -26,8 +26,9 @@ use std::borrow::Cow;
 use std::io::{self, Write};
 
 use super::summary::{replay_note, HumanDuration};
-use crate::plan::{FunctionId, FunctionTable};
-use crate::replay::{CallEntry, CallSink, FastHashMap, FinishedCall, ReplayStats};
+use crate::fast_hash::FastHashMap;
+use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats};
+use crate::table::{FunctionId, FunctionTable};
 
 /// Prints the call tree; a [`CallSink`] that needs entries. Write errors are kept and returned by
 /// [`finish`](Self::finish), since a sink cannot return them; after one, nothing more is written.

@@ -24,7 +24,7 @@
 //! to the next, so each chunk reads on its own.
 
 use crate::event::Event;
-use crate::replay::FastHashMap;
+use crate::fast_hash::FastHashMap;
 
 use super::EVENTS_PER_CHUNK;
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 /// Errors of attaching to a running process.
 #[derive(Debug, thiserror::Error)]
-pub enum AttachError {
+pub enum RunningProcessError {
     #[error("no process with pid {0}")]
     NoSuchProcess(u32),
     #[error("pid {0} has no executable (a kernel thread?): nothing to trace")]
@@ -24,14 +24,14 @@ pub struct RunningProcess {
 }
 
 impl RunningProcess {
-    pub fn open(pid: u32) -> Result<RunningProcess, AttachError> {
+    pub fn open(pid: u32) -> Result<RunningProcess, RunningProcessError> {
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
         if fd < 0 {
             let error = io::Error::last_os_error();
             return Err(match error.raw_os_error() {
-                Some(libc::ESRCH) | Some(libc::EINVAL) => AttachError::NoSuchProcess(pid),
-                _ => AttachError::Proc { pid, source: error },
+                Some(libc::ESRCH) | Some(libc::EINVAL) => RunningProcessError::NoSuchProcess(pid),
+                _ => RunningProcessError::Proc { pid, source: error },
             });
         }
         // SAFETY: the descriptor was just created and nobody else owns it.
@@ -39,9 +39,9 @@ impl RunningProcess {
         let executable = match std::fs::read_link(format!("/proc/{pid}/exe")) {
             Ok(path) => path,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                return Err(AttachError::NoExecutable(pid))
+                return Err(RunningProcessError::NoExecutable(pid))
             }
-            Err(source) => return Err(AttachError::Proc { pid, source }),
+            Err(source) => return Err(RunningProcessError::Proc { pid, source }),
         };
         Ok(RunningProcess {
             pid,
@@ -106,7 +106,7 @@ mod tests {
         child.wait().unwrap();
         assert!(matches!(
             RunningProcess::open(pid),
-            Err(AttachError::NoSuchProcess(p)) if p == pid
+            Err(RunningProcessError::NoSuchProcess(p)) if p == pid
         ));
     }
 }

@@ -6,23 +6,23 @@
 use std::cell::RefCell;
 
 use crate::event::Event;
-use crate::plan::FunctionId;
 use crate::replay::{CallEntry, CallSink, FinishedCall};
+use crate::table::FunctionId;
 
 /// A sink that turns calls back into entry and exit events, in the order it gets them (per
 /// thread, the order they happened). A call whose exit was never seen gets no exit event, as in
 /// the raw trace.
-pub struct EventEncoder<'a> {
+pub struct CallEvents<'a> {
     out: &'a RefCell<Vec<Event>>,
 }
 
-impl<'a> EventEncoder<'a> {
-    pub fn new(out: &'a RefCell<Vec<Event>>) -> EventEncoder<'a> {
-        EventEncoder { out }
+impl<'a> CallEvents<'a> {
+    pub fn new(out: &'a RefCell<Vec<Event>>) -> CallEvents<'a> {
+        CallEvents { out }
     }
 }
 
-impl CallSink for EventEncoder<'_> {
+impl CallSink for CallEvents<'_> {
     /// Kept, so the file's replay ends the exec'ed process's calls there too.
     fn process_execed(&mut self, note: &Event) {
         self.out.borrow_mut().push(*note);
@@ -53,8 +53,8 @@ impl CallSink for EventEncoder<'_> {
 mod tests {
     use super::*;
     use crate::filter::{FilterSpec, FilteredSink};
-    use crate::plan::FunctionTable;
     use crate::replay::Replayer;
+    use crate::table::FunctionTable;
 
     #[test]
     fn the_shown_calls_come_back_as_the_same_events() {
@@ -77,7 +77,7 @@ mod tests {
     fn encode_two_deep(events: &[Event], end_ns: u64) -> Vec<Event> {
         let table = FunctionTable::of_names(&["main", "a", "b"]);
         let out = RefCell::new(Vec::new());
-        let mut encoder = EventEncoder::new(&out);
+        let mut encoder = CallEvents::new(&out);
         let spec = FilterSpec::parse(&[], &[], Some(2), None, &[]).unwrap();
         let mut filtered = FilteredSink::new(&spec, &table, &mut encoder);
         let mut replayer = Replayer::new(3);
@@ -117,7 +117,7 @@ mod tests {
     #[test]
     fn a_call_that_never_returned_keeps_only_its_entry() {
         let out = RefCell::new(Vec::new());
-        let mut encoder = EventEncoder::new(&out);
+        let mut encoder = CallEvents::new(&out);
         let mut replayer = Replayer::new(1);
         replayer.push(&Event::entry(5, 1, 0), &mut encoder);
         replayer.finish(50, &mut encoder);
@@ -127,7 +127,7 @@ mod tests {
     #[test]
     fn an_exec_note_is_kept_where_it_came() {
         let out = RefCell::new(Vec::new());
-        let mut encoder = EventEncoder::new(&out);
+        let mut encoder = CallEvents::new(&out);
         let exec = Event {
             function: Event::PROCESS_EXECED,
             ..Event::entry(20, 1, 0).in_process(1)

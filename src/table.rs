@@ -1,0 +1,156 @@
+//! The shared vocabulary of the traced functions: [`FunctionId`], [`TracedFunction`] and the
+//! [`FunctionTable`] that numbers them densely. A function's id is its index in
+//! [`FunctionTable::functions`], which is what the BPF cookie carries and what `utrace.data`
+//! stores. Imports nothing of the project: every layer may use it.
+
+use serde::{Deserialize, Serialize};
+
+/// Index into [`FunctionTable::functions`].
+pub type FunctionId = u32;
+
+/// What kind of code a traced function is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FunctionKind {
+    /// A function symbol from `.symtab` or `.dynsym`.
+    Function,
+    /// A PLT stub (`name@plt`): a call into a shared library.
+    Plt,
+}
+
+/// One traced function.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TracedFunction {
+    /// Demangled name, as reports show it (`name@plt` for PLT stubs).
+    pub name: String,
+    /// Index into [`FunctionTable::modules`].
+    pub module: u32,
+    /// File offset of the probe site in the module (what uprobes attach to).
+    pub offset: u64,
+    /// Size of the function in bytes (0 where the symbol has none).
+    pub size: u64,
+    pub kind: FunctionKind,
+    /// What decides what its probes cost (see [`crate::probe_cost`]).
+    pub probes: ProbeClass,
+}
+
+/// The traced functions and the files they live in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionTable {
+    /// Paths of the traced ELF files, as they were opened.
+    pub modules: Vec<String>,
+    pub functions: Vec<TracedFunction>,
+}
+
+impl FunctionTable {
+    pub fn function(&self, id: FunctionId) -> Option<&TracedFunction> {
+        self.functions.get(id as usize)
+    }
+
+    /// Adds a traced file, whose functions the caller pushes next; returns its module index.
+    pub fn push_module(&mut self, path: String) -> u32 {
+        self.modules.push(path);
+        (self.modules.len() - 1) as u32
+    }
+
+    /// Appends the modules and functions of `more`, whose module indices already count on from
+    /// this table's (a "more functions" chunk of `utrace.data`).
+    pub fn extend(&mut self, more: FunctionTable) {
+        self.modules.extend(more.modules);
+        self.functions.extend(more.functions);
+    }
+
+    /// The name reports show for a function id: `?` for an id the table does not have (a
+    /// damaged file).
+    pub fn name_of(&self, id: FunctionId) -> &str {
+        self.function(id).map_or("?", |f| f.name.as_str())
+    }
+
+    /// The file name of the module a function lives in (`sort` for `/path/to/sort`).
+    pub fn module_name(&self, function: &TracedFunction) -> &str {
+        file_name(
+            self.modules
+                .get(function.module as usize)
+                .map_or("?", String::as_str),
+        )
+    }
+}
+
+/// The file name of `path` (`sort` for `/path/to/sort`).
+pub fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// How the kernel runs the instruction under a uprobe.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Execution {
+    /// Emulated in the trap handler: `push reg`, `nop`, relative `jmp`, `call` and `jcc`.
+    #[default]
+    Emulated,
+    /// Copied out of line and single-stepped: a second trap.
+    SingleStepped,
+}
+
+/// How a function's exit is seen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ExitKind {
+    /// A uretprobe: the kernel's trampoline takes the return.
+    #[default]
+    Uretprobe,
+    /// A uprobe on each instruction that leaves the function (`--exit-probes=ret`), measured on
+    /// a `ret`, which the kernel single-steps.
+    Instruction,
+}
+
+/// What decides a function's probe costs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProbeClass {
+    /// How the instruction under the entry probe runs.
+    pub entry: Execution,
+    pub exit: ExitKind,
+}
+
+impl ProbeClass {
+    /// Every class, in the order figures are shown.
+    pub const ALL: [ProbeClass; 4] = [
+        ProbeClass::new(Execution::Emulated, ExitKind::Uretprobe),
+        ProbeClass::new(Execution::SingleStepped, ExitKind::Uretprobe),
+        ProbeClass::new(Execution::Emulated, ExitKind::Instruction),
+        ProbeClass::new(Execution::SingleStepped, ExitKind::Instruction),
+    ];
+
+    pub const fn new(entry: Execution, exit: ExitKind) -> ProbeClass {
+        ProbeClass { entry, exit }
+    }
+
+    /// How `record -d` and `info` name the class.
+    pub fn name(self) -> &'static str {
+        match (self.entry, self.exit) {
+            (Execution::Emulated, ExitKind::Uretprobe) => "emulated entry, uretprobe",
+            (Execution::SingleStepped, ExitKind::Uretprobe) => "single-stepped entry, uretprobe",
+            (Execution::Emulated, ExitKind::Instruction) => "emulated entry, probe on ret",
+            (Execution::SingleStepped, ExitKind::Instruction) => {
+                "single-stepped entry, probe on ret"
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+impl FunctionTable {
+    /// A table of one module, `/bin/prog`, whose function ids are the indices of `names`.
+    pub fn of_names(names: &[&str]) -> FunctionTable {
+        let mut table = FunctionTable::default();
+        let module = table.push_module("/bin/prog".into());
+        table
+            .functions
+            .extend(names.iter().map(|name| TracedFunction {
+                name: name.to_string(),
+                module,
+                offset: 0,
+                size: 1,
+                kind: FunctionKind::Function,
+                probes: ProbeClass::default(),
+            }));
+        table
+    }
+}
