@@ -60,6 +60,17 @@ pub enum Command {
     Info(InfoArgs),
 }
 
+impl Command {
+    /// How many times `-d` was given (report and info have no such flag).
+    pub fn debug_level(&self) -> u8 {
+        match self {
+            Command::Record(args) => args.trace.debug,
+            Command::Live(args) => args.trace.debug,
+            Command::Report(_) | Command::Info(_) => 0,
+        }
+    }
+}
+
 /// What to trace and how: the flags `record` and `live` share.
 #[derive(Args)]
 #[command(group = clap::ArgGroup::new("target").required(true).args(["command", "pid", "args"]))]
@@ -117,9 +128,9 @@ pub struct TraceArgs {
     /// its own functions); reports label each process by pid.
     #[arg(long)]
     pub follow: bool,
-    /// Say what was planned, attached and measured.
-    #[arg(short, long)]
-    pub debug: bool,
+    /// Say what was planned, attached and measured; twice (-dd) adds libbpf's own messages.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub debug: u8,
     /// Functions left out by -f/--no-function get no probes at all; the depth, time and thread
     /// filters decide which calls are kept.
     #[command(flatten)]

@@ -2,6 +2,7 @@
 //! parses arguments and dispatches. See DESIGN.md for how the parts fit.
 
 pub mod data;
+pub mod diagnostics;
 pub mod elf;
 pub mod event;
 mod fast_hash;

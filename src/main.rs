@@ -25,6 +25,7 @@ use utrace::report::{scan_threads, write_report, Format, ReportOptions, ThreadSc
 
 fn main() -> ExitCode {
     let cli = cli::parse();
+    utrace::diagnostics::init(cli.command.debug_level());
     let result = match cli.command {
         Command::Record(args) => run_record(args),
         Command::Live(args) => run_live(args),
@@ -111,7 +112,6 @@ fn trace_options(args: TraceArgs) -> Result<TraceOptions> {
         filter: args.filter.spec()?,
         exit_probes: args.exit_probes,
         follow: args.follow,
-        debug: args.debug,
     })
 }
 
@@ -156,8 +156,8 @@ fn run_report(args: ReportArgs) -> Result<()> {
     .with_context(|| format!("{}", args.input.display()))?;
     out.flush().context("cannot write the report")?;
     if source.source().cut_short() {
-        eprintln!(
-            "utrace: warning: {} was cut short (the recorder did not finish): {} events read up to its last complete block",
+        log::warn!(
+            "{} was cut short (the recorder did not finish): {} events read up to its last complete block",
             args.input.display(),
             outcome.events
         );

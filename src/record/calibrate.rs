@@ -109,17 +109,17 @@ pub struct Calibration {
 
 /// The probe costs for a recording, or `None`, said in one line, when they cannot be measured:
 /// the recording goes on with raw times. Missing permissions are an error, as the recording's own
-/// probes would fail to load the same way. `debug` prints the figures.
-pub fn probe_costs(debug: bool) -> Result<Calibration, ProbeError> {
+/// probes would fail to load the same way. The figures go to the debug log.
+pub fn probe_costs() -> Result<Calibration, ProbeError> {
     match calibrate() {
         Ok((costs, took, probes)) => {
-            if debug {
-                eprintln!(
-                    "utrace: probe costs measured in {:.1} ms:",
+            if log::log_enabled!(log::Level::Debug) {
+                log::debug!(
+                    "probe costs measured in {:.1} ms:",
                     took.as_secs_f64() * 1e3
                 );
                 for line in costs.lines() {
-                    eprintln!("utrace:   {line}");
+                    log::debug!("  {line}");
                 }
             }
             Ok(Calibration {
@@ -129,8 +129,8 @@ pub fn probe_costs(debug: bool) -> Result<Calibration, ProbeError> {
         }
         Err(CalibrationError::Probe(error @ ProbeError::NotPermitted { .. })) => Err(error),
         Err(error) => {
-            eprintln!(
-                "utrace: warning: cannot measure the probe costs ({error}): reports will show \
+            log::warn!(
+                "cannot measure the probe costs ({error}): reports will show \
                  raw times"
             );
             Ok(Calibration {

@@ -80,7 +80,7 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
     // Dropped, with its probes, after the session's probes are gone.
     let calibration = match options.raw_times {
         true => None,
-        false => Some(super::calibrate::probe_costs(options.trace.debug)?),
+        false => Some(super::calibrate::probe_costs()?),
     };
     if let Some(costs) = calibration.as_ref().and_then(|c| c.costs.as_ref()) {
         replayer.correct_probe_costs(&table, costs);
@@ -147,7 +147,7 @@ fn print_live<P: LivePrinter>(
     } = drain;
     let end_ns = replayer.stats().last_timestamp_ns;
     let stats = replayer.finish(end_ns, &mut filtered);
-    session.report_end(&end, trace.debug);
+    session.report_end(&end);
     if let Some(error) = write_error {
         return Err(error).context("writing the calls");
     }

@@ -76,7 +76,7 @@ impl RecordOutcome {
 pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     let trace = &options.trace;
     let mut session = Session::prepare(trace)?;
-    let calibration = calibrate::probe_costs(trace.debug)?;
+    let calibration = calibrate::probe_costs()?;
     // Created before anything is loaded or attached: an output that cannot be written stops
     // utrace while a started command is still held, before it has run at all.
     let writer = DataWriter::create(
@@ -139,8 +139,8 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         })
         .map_err(stopped)?;
 
-    eprintln!(
-        "utrace: traced {} functions of {} (pid {}): {} events in {:.3} s, {} lost, {} bytes written to {}",
+    log::info!(
+        "traced {} functions of {} (pid {}): {} events in {:.3} s, {} lost, {} bytes written to {}",
         session.table.functions.len(),
         session.program_name(),
         session.target.pid(),
@@ -150,7 +150,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         bytes,
         options.output.display()
     );
-    session.report_end(&end, trace.debug);
+    session.report_end(&end);
     RecordOutcome::after(end.stop, &session)
 }
 
@@ -214,10 +214,7 @@ fn give_to_sudo_user(path: &std::path::Path) {
     }
     if let (Some(uid), Some(gid)) = (id("SUDO_UID"), id("SUDO_GID")) {
         if let Err(error) = std::os::unix::fs::chown(path, Some(uid), Some(gid)) {
-            eprintln!(
-                "utrace: warning: cannot give {} to the sudo user: {error}",
-                path.display()
-            );
+            log::warn!("cannot give {} to the sudo user: {error}", path.display());
         }
     }
 }

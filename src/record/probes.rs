@@ -133,13 +133,14 @@ pub struct LoadedProbes<'obj> {
     skel: UtraceSkel<'obj>,
 }
 
-/// libbpf's own messages go to stderr only under `--debug`: errors reach the user as one line
-/// through [`ProbeError`].
-pub fn show_libbpf_messages(show: bool) {
+/// Sends libbpf's own messages to the log at trace level (`-dd`), and asks libbpf for none
+/// otherwise: errors reach the user as one line through [`ProbeError`].
+pub fn forward_libbpf_messages() {
     fn print(_: libbpf_rs::PrintLevel, message: String) {
-        eprint!("{message}");
+        log::trace!(target: crate::diagnostics::LIBBPF_TARGET, "{message}");
     }
-    libbpf_rs::set_print(show.then_some((libbpf_rs::PrintLevel::Debug, print as _)));
+    let wanted = log::log_enabled!(target: crate::diagnostics::LIBBPF_TARGET, log::Level::Trace);
+    libbpf_rs::set_print(wanted.then_some((libbpf_rs::PrintLevel::Debug, print as _)));
 }
 
 impl<'obj> LoadedProbes<'obj> {

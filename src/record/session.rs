@@ -58,7 +58,6 @@ pub struct TraceOptions {
     pub exit_probes: Option<ExitPolicy>,
     /// Trace the processes the target forks and the programs they exec (`--follow`).
     pub follow: bool,
-    pub debug: bool,
 }
 
 /// Why the session ended.
@@ -126,7 +125,7 @@ pub trait Drain {
 impl Session {
     /// Starts the command (held before exec) or finds the process, and plans its functions.
     pub fn prepare(options: &TraceOptions) -> Result<Session> {
-        probes::show_libbpf_messages(options.debug);
+        probes::forward_libbpf_messages();
         // Fork (for -c) before any thread exists: the child only waits and execs.
         let Prepared {
             target,
@@ -150,9 +149,9 @@ impl Session {
                 ExitPolicy::Uretprobe
             }
         });
-        if options.debug && options.exit_probes.is_none() && exit_probes == ExitPolicy::Ret {
-            eprintln!(
-                "utrace: exits probed on their instructions (--exit-probes=ret): the process \
+        if debug_enabled() && options.exit_probes.is_none() && exit_probes == ExitPolicy::Ret {
+            log::debug!(
+                "exits probed on their instructions (--exit-probes=ret): the process \
                  maps an unwinder, and utrace did not start it"
             );
         }
@@ -175,18 +174,18 @@ impl Session {
         for id in landings.functions() {
             table.functions[id as usize].probes.entry = Execution::Emulated;
         }
-        if options.debug {
+        if debug_enabled() {
             for (index, file) in files.iter().enumerate() {
                 let count = table
                     .functions
                     .iter()
                     .filter(|f| f.module as usize == index)
                     .count();
-                eprintln!("utrace: planned {count} functions in {}", file.path);
+                log::debug!("planned {count} functions in {}", file.path);
             }
         }
         let ret_probes = exit_probes == ExitPolicy::Ret;
-        if options.debug && ret_probes {
+        if debug_enabled() && ret_probes {
             let uretprobes: Vec<(&str, &ExitProbe)> = table
                 .functions
                 .iter()
@@ -194,13 +193,13 @@ impl Session {
                 .filter(|(_, exit)| matches!(exit, ExitProbe::Uretprobe(_)))
                 .map(|(f, exit)| (f.name.as_str(), exit))
                 .collect();
-            eprintln!(
-                "utrace: {} functions keep a uretprobe (exceptions cannot unwind through them)",
+            log::debug!(
+                "{} functions keep a uretprobe (exceptions cannot unwind through them)",
                 uretprobes.len()
             );
             for (name, exit) in uretprobes {
                 if let ExitProbe::Uretprobe(why) = exit {
-                    eprintln!("utrace:   {name}: {why}");
+                    log::debug!("  {name}: {why}");
                 }
             }
         }
@@ -246,12 +245,12 @@ impl Session {
         // The recorder writes the stack while the process is stopped: only a command it started
         // may be stopped (a process it attached to has a parent that would see the stops).
         let unwind_shadow = started_here && !unwinders.is_empty();
-        if options.debug {
+        if debug_enabled() {
             say_unwinders(&unwinders, unwind_shadow);
         }
         if !unwinders.is_empty() && !started_here && self.exit_probes == ExitPolicy::Uretprobe {
-            eprintln!(
-                "utrace: warning: the process has an unwinder, and a C++ exception or Rust panic \
+            log::warn!(
+                "the process has an unwinder, and a C++ exception or Rust panic \
                  that unwinds through a traced frame kills it under --exit-probes=uretprobe"
             );
         }
@@ -290,9 +289,9 @@ impl Session {
             None => None,
         };
         loaded.set_recording(true);
-        if options.debug {
-            eprintln!(
-                "utrace: attached {} entry and return probes with uprobe_multi in {:.3} ms",
+        if debug_enabled() {
+            log::debug!(
+                "attached {} entry and return probes with uprobe_multi in {:.3} ms",
                 self.table.functions.len(),
                 attached.attach_time.as_secs_f64() * 1e3
             );
@@ -369,7 +368,7 @@ impl Session {
                     Ok(Some(more)) => attached.absorb(more),
                     Ok(None) => {}
                     Err(error) if error.is::<DrainFull>() => break Stop::DrainFailed,
-                    Err(error) => eprintln!("utrace: warning: {error:#}"),
+                    Err(error) => log::warn!("{error:#}"),
                 }
             }
             if let Some(traced) = &mut traced {
@@ -381,7 +380,7 @@ impl Session {
                     match probed {
                         Ok(more) => followed_probes.push(more),
                         Err(error) if error.is::<DrainFull>() => drain_full = true,
-                        Err(error) => eprintln!("utrace: warning: {error:#}"),
+                        Err(error) => log::warn!("{error:#}"),
                     }
                 }
                 if drain_full {
@@ -452,8 +451,8 @@ impl Session {
                 traced.resume(change.stopped_pid());
             }
         }
-        if let (true, Some(traced)) = (options.debug, &traced) {
-            eprintln!("utrace: traced {} processes", traced.count());
+        if let (true, Some(traced)) = (debug_enabled(), &traced) {
+            log::debug!("traced {} processes", traced.count());
         }
         progress.clear();
         Ok(SessionEnd {
@@ -495,9 +494,9 @@ impl Session {
         self.scope = scope;
         let added = added?;
         let attached = self.attach_modules(loaded, &added, pid)?;
-        if options.debug {
+        if debug_enabled() {
             for file in &new_files {
-                eprintln!("utrace: probed {} after dlopen", file.path);
+                log::debug!("probed {} after dlopen", file.path);
             }
         }
         Ok(Some(attached))
@@ -567,8 +566,8 @@ impl Session {
                 (pid, planned?)
             }
         };
-        if options.debug {
-            eprintln!("utrace: following pid {pid} ({change:?})");
+        if debug_enabled() {
+            log::debug!("following pid {pid} ({change:?})");
         }
         self.attach_modules(loaded, &modules, pid)
             .with_context(|| format!("cannot follow pid {pid}"))
@@ -611,19 +610,14 @@ impl Session {
     }
 
     /// Says what was lost and, under `--debug`, how long attaching and detaching took.
-    pub fn report_end(&self, end: &SessionEnd, debug: bool) {
+    pub fn report_end(&self, end: &SessionEnd) {
         if end.lost_events > 0 {
-            eprintln!(
-                "utrace: warning: {} events were lost (ring buffer full): try a larger --buffer-size",
+            log::warn!(
+                "{} events were lost (ring buffer full): try a larger --buffer-size",
                 end.lost_events
             );
         }
-        if debug {
-            eprintln!(
-                "utrace: detached in {:.3} ms",
-                end.detach_time.as_secs_f64() * 1e3
-            );
-        }
+        log::debug!("detached in {:.3} ms", end.detach_time.as_secs_f64() * 1e3);
     }
 }
 
@@ -662,7 +656,7 @@ fn plan(
         let elf = crate::elf::read_elf_functions_with(&file.open_path, options.sites)
             .with_context(|| format!("reading the symbols of {}", file.path))?;
         warn_unprobeable(&elf.unprobeable);
-        if options.debug {
+        if debug_enabled() {
             say_sites(&file.path, &elf.functions);
         }
         let mut functions = options
@@ -707,10 +701,10 @@ fn plan_landings(
         .map(|(id, f)| (id as u32, f))
         .collect();
     let say = |landed: usize, kept: &BTreeMap<&str, usize>| {
-        if options.debug {
+        if debug_enabled() {
             let kept: Vec<String> = kept.iter().map(|(why, n)| format!("{n} {why}")).collect();
-            eprintln!(
-                "utrace: PLT calls of {}: {landed} probed in the library function they call (an \
+            log::debug!(
+                "PLT calls of {}: {landed} probed in the library function they call (an \
                  emulated site), {} at their stub (single-stepped){}{}",
                 executable.path,
                 stubs.len() - landed,
@@ -891,21 +885,21 @@ fn serve_stack_writes(bytes: &[u8]) {
                 .with_context(|| format!("cannot write the stack of process {}", request.pid))
         });
     if let Err(error) = written {
-        eprintln!("utrace: warning: {error:#}: an exception may not unwind");
+        log::warn!("{error:#}: an exception may not unwind");
     }
 }
 
 /// Says whether the shadow stack for the unwinder is on and where the unwinder is (`--debug`).
 fn say_unwinders(unwinders: &[(PathBuf, Vec<usize>)], on: bool) {
     if unwinders.is_empty() {
-        eprintln!("utrace: shadow stack off: the program maps no unwinder");
+        log::debug!("shadow stack off: the program maps no unwinder");
     } else if !on {
-        eprintln!("utrace: shadow stack off: utrace did not start the process");
+        log::debug!("shadow stack off: utrace did not start the process");
         return;
     }
     for (file, offsets) in unwinders {
-        eprintln!(
-            "utrace: shadow stack on: {} unwinder entry points probed in {}",
+        log::debug!(
+            "shadow stack on: {} unwinder entry points probed in {}",
             offsets.len(),
             file.display()
         );
@@ -915,8 +909,8 @@ fn say_unwinders(unwinders: &[(PathBuf, Vec<usize>)], on: bool) {
 /// Says how many functions of a file got which kind of probe site (`--debug`).
 fn say_sites(path: &str, functions: &[FunctionSymbol]) {
     let count = |kind| functions.iter().filter(|f| f.site.kind == kind).count();
-    eprintln!(
-        "utrace: probe sites in {path}: {} at the entry, {} after endbr64, {} after an \
+    log::debug!(
+        "probe sites in {path}: {} at the entry, {} after endbr64, {} after an \
          unprobeable prefix",
         count(SiteKind::Entry),
         count(SiteKind::AfterEndbr64),
@@ -938,10 +932,15 @@ fn warn_unprobeable(unprobeable: &[crate::elf::Unprobeable]) {
     if unprobeable.len() > SHOWN {
         names.push("…");
     }
-    eprintln!(
-        "utrace: warning: {} functions cannot be probed (their first instruction has a LOCK or \
+    log::warn!(
+        "{} functions cannot be probed (their first instruction has a LOCK or \
          segment prefix and no equivalent site follows): {}",
         unprobeable.len(),
         names.join(", ")
     );
+}
+
+/// Whether `-d` asked for the debugging lines: what only they need is not worked out otherwise.
+fn debug_enabled() -> bool {
+    log::log_enabled!(log::Level::Debug)
 }

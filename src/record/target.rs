@@ -234,7 +234,7 @@ const STOP_WAIT: Duration = Duration::from_secs(1);
 fn command_libraries(program: &Path) -> Vec<TracedFile> {
     let order = load_order(program, &LdCache::system());
     for name in &order.missing {
-        eprintln!("utrace: warning: {name} (needed by the program) was not found; the loader will fail too");
+        log::warn!("{name} (needed by the program) was not found; the loader will fail too");
     }
     order
         .libraries
@@ -284,8 +284,8 @@ fn selected_libraries(
 ) -> Vec<TracedFile> {
     let all: Vec<&str> = libraries.iter().map(|l| l.path.as_str()).collect();
     for pattern in nest_libs.unmatched(&all).into_iter().filter(|_| warn) {
-        eprintln!(
-            "utrace: warning: --nest-lib {pattern} matches none of the program's libraries yet \
+        log::warn!(
+            "--nest-lib {pattern} matches none of the program's libraries yet \
              (a matching library it loads later with dlopen is traced then)"
         );
     }
@@ -308,14 +308,14 @@ fn binding_scope(
 ) -> BindingScope {
     let all: Vec<&str> = libraries.iter().map(|l| l.path.as_str()).collect();
     for (flag, pattern) in plt_libraries.unmatched(&all).into_iter().filter(|_| warn) {
-        eprintln!("utrace: warning: {flag} {pattern} matches none of the program's libraries");
+        log::warn!("{flag} {pattern} matches none of the program's libraries");
     }
     let mut scope = BindingScope::default();
     for file in std::iter::once(executable).chain(libraries) {
         match exported_functions(&file.open_path) {
             Ok(functions) => scope.push(file.path.clone(), functions),
             Err(error) if plt_libraries.is_active() => {
-                eprintln!("utrace: warning: {error}; its functions stay unresolved")
+                log::warn!("{error}; its functions stay unresolved")
             }
             Err(_) => {}
         }

@@ -1,0 +1,48 @@
+//! Where diagnostics go: library code says what happened through the `log` crate, at a level;
+//! this logger writes them to stderr as `utrace: warning: …` (warnings), `utrace: …` (what `-d`
+//! shows) and libbpf's own lines as they come (`-dd`).
+
+use log::{Level, LevelFilter, Log, Metadata, Record};
+
+/// The target libbpf's messages are logged under (see `probe`): shown only at trace level.
+pub const LIBBPF_TARGET: &str = "libbpf";
+
+struct StderrLogger;
+
+impl Log for StderrLogger {
+    fn enabled(&self, metadata: &Metadata) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &Record) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        if record.target() == LIBBPF_TARGET {
+            // libbpf's lines end with their own newline.
+            eprint!("{}", record.args());
+            return;
+        }
+        match record.level() {
+            Level::Error => eprintln!("utrace: error: {}", record.args()),
+            Level::Warn => eprintln!("utrace: warning: {}", record.args()),
+            _ => eprintln!("utrace: {}", record.args()),
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// Sends diagnostics to stderr: warnings and what a user must know always, `-d` adds utrace's
+/// debugging lines, `-dd` libbpf's.
+pub fn init(debug: u8) {
+    static LOGGER: StderrLogger = StderrLogger;
+    let level = match debug {
+        0 => LevelFilter::Info,
+        1 => LevelFilter::Debug,
+        _ => LevelFilter::Trace,
+    };
+    // Only fails if a logger is already set (a second call): the first one stays.
+    let _ = log::set_logger(&LOGGER);
+    log::set_max_level(level);
+}
