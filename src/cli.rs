@@ -3,13 +3,18 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::{bail, Result};
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
+use utrace::elf::SitePolicy;
 use utrace::filter::{FilterError, FilterSpec};
-use utrace::record::ExitPolicy;
+use utrace::plan::{LibraryPatterns, PltLibraries};
+use utrace::record::{
+    self, split_command, ChildSetup, ExitPolicy, TargetSpec, TraceOptions, UserIds,
+};
 use utrace::report::flame_graph::Weight;
 use utrace::report::summary::SortKey;
-use utrace::report::Format;
+use utrace::report::{Format, ReportOptions, ReportRequest};
 
 #[derive(Parser)]
 #[command(
@@ -228,6 +233,77 @@ pub struct FilterArgs {
     /// Show only thread TID; repeatable, or a comma list.
     #[arg(long, value_name = "TID", value_delimiter = ',')]
     pub tid_filter: Vec<u32>,
+}
+
+impl TraceArgs {
+    /// What to trace and how, as the recorder takes it.
+    pub fn options(self) -> Result<TraceOptions> {
+        let args = self;
+        let target = match (args.pid, args.command) {
+            (Some(pid), _) => TargetSpec::Pid(pid),
+            (None, Some(line)) => TargetSpec::Command(split_command(&line)?),
+            (None, None) => TargetSpec::Command(args.args),
+        };
+        let user = args.user.as_deref().map(UserIds::lookup).transpose()?;
+        Ok(TraceOptions {
+            target,
+            buffer_bytes: record::ring_buffer_size(args.buffer_size)?,
+            duration: args.duration,
+            nest_libs: LibraryPatterns::parse("--nest-lib", &args.nest_lib)?,
+            sites: if args.probe_at_entry {
+                SitePolicy::Entry
+            } else {
+                SitePolicy::Best
+            },
+            plt_libraries: PltLibraries {
+                only: LibraryPatterns::parse("--lib", &args.lib)?,
+                except: LibraryPatterns::parse("--no-lib", &args.no_lib)?,
+                name_by_library: args.libname,
+            },
+            child_setup: ChildSetup {
+                user,
+                no_randomize_addr: args.no_randomize_addr,
+            },
+            filter: args.filter.spec()?,
+            exit_probes: args.exit_probes,
+            follow: args.follow,
+        })
+    }
+}
+
+impl ReportArgs {
+    /// The report these flags ask for, each format-specific flag checked against the format.
+    pub fn request(self) -> Result<ReportRequest> {
+        let format = self.format;
+        if (self.per_thread || self.avg_self) && format != Format::Summary {
+            bail!("--per-thread and --avg-self apply to --format=summary, not {format}");
+        }
+        if self.sort != SortKey::Total && !matches!(format, Format::Summary | Format::Json) {
+            bail!("--sort applies to --format=summary and json, not {format}");
+        }
+        if (self.timestamp || self.cpuid) && format != Format::Replay {
+            bail!("--timestamp and --cpuid apply to --format=replay, not {format}");
+        }
+        if self.weight != Weight::Time && !matches!(format, Format::FlameGraph | Format::Svg) {
+            bail!("--weight applies to --format=flame-graph and svg, not {format}");
+        }
+        Ok(ReportRequest {
+            options: ReportOptions {
+                sort: self.sort,
+                per_thread: self.per_thread,
+                avg_self: self.avg_self,
+                weight: self.weight,
+                filter: self.filter.spec()?,
+                show_timestamps: self.timestamp,
+                show_cpus: self.cpuid,
+                ..ReportOptions::default()
+            },
+            input: self.input,
+            output: self.output,
+            format,
+            raw_times: self.raw_times,
+        })
+    }
 }
 
 impl FilterArgs {

@@ -20,6 +20,16 @@ pub enum InfoError {
     Read(#[source] ReportError),
 }
 
+/// `utrace info`: says what the data file at `input` holds, on standard output.
+pub fn run(input: &Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let info = DataFileInfo::read(input).with_context(|| format!("{}", input.display()))?;
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    info.write_text(&mut out)
+        .and_then(|()| out.flush())
+        .context("cannot write to standard output")
+}
+
 /// What [`DataFileInfo::read`] found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DataFileInfo {

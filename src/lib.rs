@@ -10,6 +10,7 @@ pub mod filter;
 #[cfg(test)]
 mod fuzz_cases;
 pub mod info;
+pub mod live;
 pub mod plan;
 pub mod probe_cost;
 pub mod record;

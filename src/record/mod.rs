@@ -1,9 +1,8 @@
 //! Recording: start the target, load and attach BPF, drain the ring buffer into `utrace.data`.
 
-mod calibrate;
+pub mod calibrate;
 mod call_events;
 mod follow;
-mod live;
 mod probes;
 mod proc_maps;
 mod process;
@@ -34,7 +33,6 @@ use crate::probe_cost::ProbeCosts;
 use crate::replay::Replayer;
 use crate::table::FunctionTable;
 use call_events::CallEvents;
-pub use live::{live, LiveOptions};
 pub use probes::{ring_buffer_size, ExitPolicy};
 pub use process::{split_command, ChildSetup, ExitStatus};
 pub use session::{Drain, Session, Stop, TraceOptions};
@@ -58,7 +56,7 @@ pub struct RecordOutcome {
 }
 
 impl RecordOutcome {
-    fn after(stop: Stop, session: &Session) -> Result<RecordOutcome> {
+    pub fn after(stop: Stop, session: &Session) -> Result<RecordOutcome> {
         let (exit_status, interrupted_by) = match stop {
             Stop::Ended(status) => (status, None),
             // The command runs on untraced; utrace still ends with it, as it would have.
@@ -240,7 +238,7 @@ fn metadata(command: Vec<String>, pid: u32, probe_costs: Option<ProbeCosts>) -> 
 }
 
 /// CLOCK_MONOTONIC now, the clock of the events' timestamps.
-fn monotonic_now_ns() -> u64 {
+pub fn monotonic_now_ns() -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -11,6 +11,7 @@ pub mod flame_graph;
 pub mod flat;
 pub mod json;
 pub mod progress;
+mod run;
 pub mod summary;
 pub mod svg;
 pub mod tree;
@@ -30,6 +31,7 @@ use crate::table::FunctionTable;
 
 use chrome::ChromeTrace;
 use flame_graph::{FoldedStacks, Weight};
+pub use run::{run, ReportRequest};
 use summary::{GroupedSummaries, Grouping, SortKey, Summary, TableLayout};
 use tree::{Columns, TreePrinter};
 

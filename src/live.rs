@@ -1,15 +1,16 @@
-//! `utrace live`: the call tree printed while the program runs, from the same replayer and
-//! printer that `report --format=replay` uses on a data file (or, with `--flat`, one line per
-//! event).
+//! `utrace live`: a recording session composed with the call tree printer, as uftrace's `live`
+//! is `record` then `replay`: the same replayer and printer that `report --format=replay` uses
+//! on a data file (or, with `--flat`, one line per event).
 
+use std::fs::File;
 use std::io::{self, Write};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use super::session::{Drain, Session, TraceOptions};
-use super::{monotonic_now_ns, RecordOutcome};
 use crate::event::Event;
 use crate::filter::{FilterSpec, FilteredSink};
+use crate::record::{calibrate, monotonic_now_ns, Drain, RecordOutcome, Session, TraceOptions};
 use crate::replay::{CallSink, ReplayStats, Replayer};
 use crate::report::flat::FlatPrinter;
 use crate::report::tree::{Columns, TreePrinter};
@@ -22,8 +23,8 @@ const MAX_HELD_NS: u64 = 100_000_000;
 /// What `utrace live` was asked to do.
 pub struct LiveOptions {
     pub trace: TraceOptions,
-    /// Where the tree goes (standard error unless `-o`).
-    pub out: Box<dyn Write + Send>,
+    /// Where the tree goes: standard error when `None` (`-o FILE`).
+    pub output: Option<PathBuf>,
     /// The tree's optional columns; the thread id column also comes on by itself with a
     /// second thread.
     pub columns: Columns,
@@ -74,23 +75,29 @@ impl<W: Write> LivePrinter for FlatPrinter<'_, W> {
 
 /// Traces the target and prints its calls as they happen.
 pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
+    let out: Box<dyn Write + Send> = match &options.output {
+        Some(path) => Box::new(
+            File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+        ),
+        None => Box::new(std::io::stderr()),
+    };
     let mut session = Session::prepare(&options.trace)?;
     let table = session.table.clone();
     let mut replayer = Replayer::new(table.functions.len());
     // Dropped, with its probes, after the session's probes are gone.
     let calibration = match options.raw_times {
         true => None,
-        false => Some(super::calibrate::probe_costs()?),
+        false => Some(calibrate::probe_costs()?),
     };
     if let Some(costs) = calibration.as_ref().and_then(|c| c.costs.as_ref()) {
         replayer.correct_probe_costs(&table, costs);
     }
     if options.flat {
-        let printer = FlatPrinter::new(&table, options.out).context("writing the calls")?;
+        let printer = FlatPrinter::new(&table, out).context("writing the calls")?;
         print_live(&mut session, &options.trace, &table, replayer, printer)
     } else {
-        let printer = TreePrinter::live(&table, options.columns, options.out)
-            .context("writing the call tree")?;
+        let printer =
+            TreePrinter::live(&table, options.columns, out).context("writing the call tree")?;
         print_live(&mut session, &options.trace, &table, replayer, printer)
     }
 }

@@ -1,0 +1,110 @@
+//! `utrace report`: a data file in, one report out. The binary maps its flags to a
+//! [`ReportRequest`] and calls [`run`].
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Stderr, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use super::progress::{ProgressBar, WithProgress};
+use super::{scan_threads, write_report, Format, ReportOptions, ThreadScan, TraceInfo};
+use crate::data::{DataReader, Statistics};
+
+/// What `utrace report` was asked for.
+pub struct ReportRequest {
+    /// The data file.
+    pub input: PathBuf,
+    /// Where the report goes: standard output when `None`.
+    pub output: Option<PathBuf>,
+    pub format: Format,
+    /// The format's options; the thread and process columns of the call tree are decided here,
+    /// from the file.
+    pub options: ReportOptions,
+    /// Leave the recorded probe costs in the durations.
+    pub raw_times: bool,
+}
+
+/// Writes the report `request` asks for, with a progress bar on a terminal while the file is read.
+pub fn run(request: ReportRequest) -> Result<()> {
+    let mut options = request.options;
+    // The call tree's thread column needs the threads before its first line: a first pass.
+    if request.format == Format::Replay {
+        let scan = find_threads(&request.input, &options)?;
+        options.show_thread_ids = scan.tids.len() > 1;
+        options.show_process_ids = scan.pids.len() > 1;
+    }
+    let reader = DataReader::open(&request.input)?;
+    if !request.raw_times {
+        options.probe_costs = reader.metadata().probe_costs.clone();
+    }
+    // The table is borrowed while the reader streams its events, so it is taken out first.
+    let table = reader.functions().clone();
+    // A report written to the terminal as it is read would be torn by the bar's redraws.
+    let bar_wanted = !(request.output.is_none()
+        && request.format.writes_while_reading()
+        && std::io::stdout().is_terminal());
+    let mut source = with_progress(&request.input, bar_wanted, "reading", reader);
+    let mut out: Box<dyn Write> = match &request.output {
+        Some(path) => Box::new(BufWriter::new(
+            File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+    };
+    let outcome = write_report(
+        request.format,
+        &options,
+        |source: &WithProgress<DataReader, _>| trace_info(source.source()),
+        &table,
+        &mut source,
+        &mut out,
+    )
+    .with_context(|| format!("{}", request.input.display()))?;
+    out.flush().context("cannot write the report")?;
+    if source.source().cut_short() {
+        log::warn!(
+            "{} was cut short (the recorder did not finish): {} events read up to its last complete block",
+            request.input.display(),
+            outcome.events
+        );
+    }
+    Ok(())
+}
+
+/// The threads and processes of the file at `input` that the filter shows, in a first pass.
+fn find_threads(input: &std::path::Path, options: &ReportOptions) -> Result<ThreadScan> {
+    let reader = DataReader::open(input)?;
+    let mut source = with_progress(input, true, "finding threads", reader);
+    scan_threads(&mut source, &options.filter).with_context(|| format!("{}", input.display()))
+}
+
+/// `reader` moving a progress bar as it reads, if `wanted`.
+fn with_progress(
+    input: &std::path::Path,
+    wanted: bool,
+    label: &'static str,
+    reader: DataReader,
+) -> WithProgress<DataReader, Stderr> {
+    let file_len = std::fs::metadata(input).map_or(0, |m| m.len());
+    let bar = ProgressBar::on_stderr(wanted, label, file_len);
+    WithProgress::new(reader, DataReader::bytes_read, bar)
+}
+
+/// The header of a report, from the data file (the totals once its events have been read).
+fn trace_info(reader: &DataReader) -> TraceInfo {
+    let metadata = reader.metadata();
+    // A file cut short has no statistics: what was read is all that is known.
+    let statistics = reader.statistics().cloned().unwrap_or(Statistics {
+        events: reader.events_read(),
+        ..Statistics::default()
+    });
+    TraceInfo {
+        command: metadata.command_line(),
+        pid: metadata.pid,
+        start_monotonic_ns: metadata.start_monotonic_ns,
+        duration_ns: statistics.duration_ns,
+        events: statistics.events,
+        lost_events: statistics.lost_events,
+        lost_by_thread: statistics.lost_by_thread,
+    }
+}
