@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -15,31 +14,6 @@ fn forkexec_and_calls() -> (PathBuf, PathBuf) {
         compile("forkexec.c", "forkexec", &[]),
         compile("calls.c", "calls-exec", &[]),
     )
-}
-
-/// The `<role> calls <count> <name>` lines test/forkexec.c prints for `role`.
-fn role_counts(stdout: &[u8], role: &str) -> BTreeMap<String, u64> {
-    let prefix = format!("{role} ");
-    let lines: Vec<&str> = std::str::from_utf8(stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|line| line.strip_prefix(prefix.as_str()))
-        .collect();
-    own_counts(lines.join("\n").as_bytes())
-}
-
-/// Calls per function name of each process in a JSON report of several processes.
-fn counts_by_pid(json: &serde_json::Value) -> BTreeMap<u64, BTreeMap<String, u64>> {
-    let mut processes: BTreeMap<u64, BTreeMap<String, u64>> = BTreeMap::new();
-    for f in json["functions"].as_array().expect("functions array") {
-        let pid = f["pid"].as_u64().expect("every function has a pid");
-        *processes
-            .entry(pid)
-            .or_default()
-            .entry(f["name"].as_str().unwrap().to_string())
-            .or_insert(0) += f["calls"].as_u64().unwrap();
-    }
-    processes
 }
 
 /// The target's pid and the other process's, from a JSON report of two processes.
