@@ -10,7 +10,9 @@ use anyhow::{Context, Result};
 
 use crate::event::Event;
 use crate::filter::{FilterSpec, FilteredSink};
-use crate::record::{calibrate, monotonic_now_ns, Drain, RecordOutcome, Session, TraceOptions};
+use crate::record::{
+    calibrate, monotonic_now_ns, Drain, RecordOutcome, Session, SessionMode, TraceOptions,
+};
 use crate::replay::{CallSink, ReplayStats, Replayer};
 use crate::report::flat::FlatPrinter;
 use crate::report::tree::{Columns, TreePrinter};
@@ -145,7 +147,7 @@ fn print_live<P: LivePrinter>(
         filtered: FilteredSink::new(&trace.filter, table, &mut printer),
         write_error: None,
     };
-    let end = session.run(trace, false, false, &mut drain)?;
+    let end = session.run(trace, SessionMode::Live, &mut drain)?;
     let LiveDrain {
         replayer,
         mut filtered,

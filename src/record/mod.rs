@@ -2,11 +2,13 @@
 
 pub mod calibrate;
 mod call_events;
+mod dispatch;
 mod follow;
 mod probes;
 mod proc_maps;
 mod process;
 mod progress;
+mod ring;
 mod running;
 mod session;
 mod signals;
@@ -35,7 +37,7 @@ use crate::table::FunctionTable;
 use call_events::CallEvents;
 pub use probes::{ring_buffer_size, ExitPolicy};
 pub use process::{split_command, ChildSetup, ExitStatus};
-pub use session::{Drain, Session, Stop, TraceOptions};
+pub use session::{Drain, Session, SessionMode, Stop, TraceOptions};
 pub use target::TargetSpec;
 pub use user::UserIds;
 use writer::{WriterThread, BATCH_EVENTS};
@@ -103,7 +105,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         shown: &shown,
         replayer: Replayer::new(session.table.functions.len()),
     };
-    let ran = session.run(trace, true, true, &mut drain);
+    let ran = session.run(trace, SessionMode::Record, &mut drain);
     let end = match ran {
         Ok(end) => end,
         Err(error) => {

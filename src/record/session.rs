@@ -2,7 +2,6 @@
 //! attach the probes, drain the ring buffer until the target ends or utrace is asked to stop,
 //! detach. Where the drained events go is the caller's business.
 
-use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -15,10 +14,12 @@ use super::probes::{
 };
 use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
-use super::progress::Progress;
-use super::signals::{self, SignalWatch};
-use super::stack_writes::StackWriteRequest;
-use super::target::{Prepared, ProgramFiles, SignalAction, Target, TargetSpec, TracedFile};
+
+use super::dispatch::{drain_events, Tracing, TracingEnd};
+use super::ring::{Inbox, Note};
+use super::signals;
+use super::stack_writes::{MalformedRequest, StackWriteRequest};
+use super::target::{Prepared, ProgramFiles, Target, TargetSpec, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::elf::returns::saves_its_return_address;
 use crate::elf::unwinder::UNWINDER_ENTRY_POINTS;
@@ -28,13 +29,6 @@ use crate::filter::FilterSpec;
 use crate::plan::{LibraryPatterns, PltLibraries};
 use crate::table::{Execution, ExitKind};
 use crate::table::{FunctionKind, FunctionTable};
-
-/// How long the consumer sleeps when the probes have not woken it. Bounds the delay of events
-/// at low rates; at high rates the fill-level wake-up comes first.
-const POLL_INTERVAL: Duration = Duration::from_millis(10);
-/// How often the drain is told a flush is due, so a killed recorder loses at most this much and
-/// live output is never held longer.
-const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What to trace and how: the options `record` and `live` share.
 pub struct TraceOptions {
@@ -58,6 +52,16 @@ pub struct TraceOptions {
     pub exit_probes: Option<ExitPolicy>,
     /// Trace the processes the target forks and the programs they exec (`--follow`).
     pub follow: bool,
+}
+
+/// Which command runs the session: what it shows besides the events, and what it follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionMode {
+    /// `record`: a progress line on a terminal; libraries loaded with dlopen that `--nest-lib`
+    /// matches are probed when they appear.
+    Record,
+    /// `live`: the call tree owns the terminal, so no progress line; dlopen is not followed.
+    Live,
 }
 
 /// Why the session ended.
@@ -112,7 +116,7 @@ pub struct Session {
 /// Where a session's events and newly planned functions go.
 pub trait Drain {
     /// Called after every poll of the ring buffer with the events so far and `true` when a flush
-    /// is due (every [`FLUSH_INTERVAL`]): takes what it wants from the vector (what it leaves
+    /// is due (every 100 ms): takes what it wants from the vector (what it leaves
     /// stays for the next call); false when it can take no more.
     fn take(&mut self, pending: &mut Vec<Event>, due: bool) -> bool;
 
@@ -223,20 +227,19 @@ impl Session {
     }
 
     /// Traces until the target ends, `--duration` passes or a signal says stop, handing the
-    /// events to `drain`. With `follow_dlopen` and `--nest-lib`, a library the program loads
-    /// with dlopen that `--nest-lib` matches is probed when it appears (a started command is
+    /// events to `drain`. Under [`SessionMode::Record`] with `--nest-lib`, a library the program
+    /// loads with dlopen that `--nest-lib` matches is probed when it appears (a started command is
     /// stopped at dlopen's return until then). Errors before the target starts leave nothing
     /// attached.
     pub fn run(
         &mut self,
         options: &TraceOptions,
-        show_progress: bool,
-        follow_dlopen: bool,
+        mode: SessionMode,
         drain: &mut dyn Drain,
     ) -> Result<SessionEnd> {
         let pid = self.target.pid();
         let started_here = matches!(self.target, Target::Started(_));
-        let dlopen_sites = if follow_dlopen && !options.nest_libs.is_empty() {
+        let dlopen_sites = if mode == SessionMode::Record && !options.nest_libs.is_empty() {
             dlopen_sites(&self.libraries)
         } else {
             None
@@ -278,9 +281,7 @@ impl Session {
         let all_modules: Vec<usize> = (0..self.table.modules.len()).collect();
         let mut attached = self.attach_modules(&loaded, &all_modules, pid)?;
         attached.absorb(loaded.attach_landings(&self.landings, pid)?);
-        // Per followed process, its probes: detached with the target's, all at once.
-        let mut followed_probes = Vec::new();
-        let mut traced = match options.follow {
+        let traced = match options.follow {
             true => Some(TracedProcesses::new(pid, all_modules)?),
             false => None,
         };
@@ -289,172 +290,66 @@ impl Session {
             None => None,
         };
         loaded.set_recording(true);
-        if debug_enabled() {
-            log::debug!(
-                "attached {} entry and return probes with uprobe_multi in {:.3} ms",
-                self.table.functions.len(),
-                attached.attach_time.as_secs_f64() * 1e3
-            );
-        }
+        log::debug!(
+            "attached {} entry and return probes with uprobe_multi in {:.3} ms",
+            self.table.functions.len(),
+            attached.attach_time.as_secs_f64() * 1e3
+        );
         signals::install().context("installing signal handlers")?;
 
-        let batch = RefCell::new(Vec::new());
-        let library_loaded = Cell::new(false);
-        let changes = RefCell::new(Vec::new());
-        // A process stopped for the recorder (a stack write request, a dlopen) waits to be let
-        // go on.
-        let held = Cell::new(false);
-        let served = Cell::new(0u64);
+        let inbox = Inbox::default();
         let mut ring = RingBufferBuilder::new();
         ring.add(loaded.events_map(), |bytes: &[u8]| {
-            let mut event = Event::default();
-            // A short record cannot come from our programs; skipping it beats stopping.
-            if plain::copy_from_bytes(&mut event, bytes).is_ok() {
-                if event.function == Event::LIBRARY_LOADED {
-                    library_loaded.set(true);
-                } else if let Some(change) = ProcessChange::of(&event) {
-                    changes.borrow_mut().push(change);
-                    // Kept in the trace: the replayer ends the calls the exec cut short.
-                    if event.function == Event::PROCESS_EXECED {
-                        batch.borrow_mut().push(event);
-                    }
-                } else {
-                    batch.borrow_mut().push(event);
-                }
-            }
+            inbox.take_event_record(bytes);
             0
         })?;
         ring.add(loaded.stack_writes_map(), |bytes: &[u8]| {
-            serve_stack_writes(bytes);
-            served.set(served.get() + 1);
-            held.set(true);
+            inbox.take_stack_write_record(bytes);
             0
         })?;
         let ring = ring.build()?;
 
         let started = Instant::now();
         self.target.start()?;
-        let mut events: u64 = 0;
-        let mut last_flush = Instant::now();
-        let mut progress = Progress::new(show_progress);
-        let mut watch = SignalWatch::default();
-        let drain_batch = |drain: &mut dyn Drain, due: bool, events: &mut u64| {
-            let mut pending = batch.borrow_mut();
-            let before = pending.len();
-            let taken = drain.take(&mut pending, due);
-            *events += (before - pending.len()) as u64;
-            taken
-        };
-
-        // The target's status once it has ended, while followed processes still run.
-        let mut target_end = None;
-        let stop = loop {
-            // Negative results are EINTR from our own signals; the next round handles them.
-            ring.poll_raw(POLL_INTERVAL);
-            ring.consume_raw();
-            let due = last_flush.elapsed() >= FLUSH_INTERVAL;
-            if !drain_batch(drain, due, &mut events) {
-                break Stop::DrainFailed;
-            }
-            if library_loaded.take() {
-                let first_new = self.table.modules.len();
-                let probed = self.probe_new_libraries(&loaded, options, drain);
-                // Stopped at dlopen's return (a command we started): let it go on, probed or not.
-                held.set(true);
-                if let Some(traced) = &mut traced {
-                    traced.add_modules(pid, first_new..self.table.modules.len());
-                }
-                match probed {
-                    Ok(Some(more)) => attached.absorb(more),
-                    Ok(None) => {}
-                    Err(error) if error.is::<DrainFull>() => break Stop::DrainFailed,
-                    Err(error) => log::warn!("{error:#}"),
-                }
-            }
-            if let Some(traced) = &mut traced {
-                let mut drain_full = false;
-                for change in changes.take() {
-                    let probed = self.follow_change(change, &loaded, traced, options, drain);
-                    // Stopped by the BPF side: let it go on, probed or not.
-                    traced.resume(change.stopped_pid());
-                    match probed {
-                        Ok(more) => followed_probes.push(more),
-                        Err(error) if error.is::<DrainFull>() => drain_full = true,
-                        Err(error) => log::warn!("{error:#}"),
-                    }
-                }
-                if drain_full {
-                    break Stop::DrainFailed;
-                }
-            }
-            // Only once every thread has stopped, so that no request is on its way (another
-            // thread's stop, sent but not yet taken, would be cancelled by the continue before
-            // its writes are made), and every request is served.
-            if held.get() {
-                self.target.wait_until_stopped();
-                ring.consume_raw();
-                if !library_loaded.get() && served.get() == loaded.stack_write_requests() {
-                    self.target.resume();
-                    held.set(false);
-                }
-            }
-            if due {
-                last_flush = Instant::now();
-            }
-            progress.update(events + batch.borrow().len() as u64, loaded.lost_events());
-            if target_end.is_none() {
-                target_end = self.target.ended()?;
-            }
-            if let Some(status) = target_end {
-                if traced
-                    .as_mut()
-                    .map_or(true, TracedProcesses::followed_ended)
-                {
-                    break Stop::Ended(status);
-                }
-            }
-            // Once the target has ended (followed processes still running), its status is
-            // known and there is nobody to wait for or to pass a signal to.
-            let asked = target_end.map_or(Stop::Asked, Stop::Ended);
-            if options
-                .duration
-                .is_some_and(|limit| started.elapsed() >= limit)
-            {
-                break asked;
-            }
-            if let Some(received) = watch.take() {
-                let action = match target_end {
-                    Some(_) => SignalAction::Stop,
-                    None => self.target.on_signal(received),
-                };
-                match (action, received.count) {
-                    (SignalAction::Continue, _) => {}
-                    (SignalAction::Stop, 1) => break asked,
-                    (SignalAction::Stop, _) => break Stop::Interrupted(received.signal),
-                }
-            }
-        };
+        let attach_time = attached.attach_time;
+        let mut tracing = Tracing::new(self, options, &loaded, &ring, &inbox, attached, traced);
+        let stop = tracing.until_stopped(drain, mode, started)?;
+        let TracingEnd {
+            mut events,
+            probes,
+            traced,
+            held,
+        } = tracing.end();
 
         loaded.set_serving_stack_writes(false);
         loaded.set_recording(false);
-        let attach_time = attached.attach_time;
-        followed_probes.push(attached);
-        let detach_time = AttachedProbes::detach(followed_probes);
+        let detach_time = AttachedProbes::detach(probes);
+        // What the probes wrote last. Processes that still wait for the recorder run on
+        // untraced, with the stack writes they asked for made.
         ring.consume_raw();
-        if held.get() {
-            self.target.resume();
-        }
-        drain_batch(drain, true, &mut events);
-        // Processes stopped for probes that will not come: they run on untraced.
-        for change in changes.take() {
-            if let Some(traced) = &traced {
-                traced.resume(change.stopped_pid());
+        // Full or not, nothing more comes.
+        let _ = drain_events(&inbox, drain, true, &mut events);
+        let mut held = held;
+        for note in inbox.take_notes() {
+            match note {
+                Note::StackWrite(request) => {
+                    serve_stack_writes(request);
+                    held = true;
+                }
+                Note::ProcessChanged(change) => {
+                    if let Some(traced) = &traced {
+                        traced.resume(change.stopped_pid());
+                    }
+                }
+                Note::LibraryLoaded => held = true,
             }
         }
-        if let (true, Some(traced)) = (debug_enabled(), &traced) {
+        if held {
+            self.target.resume();
+        }
+        if let Some(traced) = &traced {
             log::debug!("traced {} processes", traced.count());
         }
-        progress.clear();
         Ok(SessionEnd {
             stop,
             events,
@@ -468,12 +363,12 @@ impl Session {
 
     /// Probes the libraries mapped since the last look that `--nest-lib` matches, and hands their
     /// functions to `drain`; `None` when there is no new one.
-    fn probe_new_libraries(
+    pub(super) fn probe_new_libraries(
         &mut self,
         loaded: &LoadedProbes,
         options: &TraceOptions,
         drain: &mut dyn Drain,
-    ) -> Result<Option<AttachedProbes>> {
+    ) -> Result<Option<AttachedProbes>, GrowError> {
         let pid = self.target.pid();
         let mapped =
             executable_files(pid).with_context(|| format!("cannot read /proc/{pid}/maps"))?;
@@ -510,7 +405,7 @@ impl Session {
         options: &TraceOptions,
         scope: &BindingScope,
         drain: &mut dyn Drain,
-    ) -> Result<Vec<usize>> {
+    ) -> Result<Vec<usize>, GrowError> {
         let first_module = self.table.modules.len();
         let (mut more, more_exits) = plan(new_files, options, self.exit_probes, scope)?;
         for function in &mut more.functions {
@@ -521,7 +416,7 @@ impl Session {
         self.exits.extend(more_exits);
         self.files.extend(new_files.iter().cloned());
         if !drain.more_functions(&more) {
-            return Err(DrainFull.into());
+            return Err(GrowError::DrainFull);
         }
         Ok((first_module..self.table.modules.len()).collect())
     }
@@ -543,14 +438,14 @@ impl Session {
     /// Probes a process the BPF side stopped under `--follow`: a forked child gets the probes of
     /// its parent's modules; a process that exec'ed gets its new program's (planned now, unless
     /// another process runs it already). The caller lets it go on.
-    fn follow_change(
+    pub(super) fn follow_change(
         &mut self,
         change: ProcessChange,
         loaded: &LoadedProbes,
         traced: &mut TracedProcesses,
         options: &TraceOptions,
         drain: &mut dyn Drain,
-    ) -> Result<AttachedProbes> {
+    ) -> Result<AttachedProbes, GrowError> {
         let (pid, modules) = match change {
             ProcessChange::Forked { child, parent } => {
                 let modules = traced.modules(parent).to_vec();
@@ -569,8 +464,9 @@ impl Session {
         if debug_enabled() {
             log::debug!("following pid {pid} ({change:?})");
         }
-        self.attach_modules(loaded, &modules, pid)
-            .with_context(|| format!("cannot follow pid {pid}"))
+        Ok(self
+            .attach_modules(loaded, &modules, pid)
+            .with_context(|| format!("cannot follow pid {pid}"))?)
     }
 
     /// The modules of the program `pid` has just exec'ed: those of its files already planned,
@@ -580,7 +476,7 @@ impl Session {
         pid: u32,
         options: &TraceOptions,
         drain: &mut dyn Drain,
-    ) -> Result<Vec<usize>> {
+    ) -> Result<Vec<usize>, GrowError> {
         let executable = std::fs::read_link(format!("/proc/{pid}/exe"))
             .with_context(|| format!("cannot read /proc/{pid}/exe"))?;
         let program = ProgramFiles::of(
@@ -621,10 +517,17 @@ impl Session {
     }
 }
 
-/// The drain could take no more functions.
+/// Why probing more of the traced processes during the session (a library loaded, a process
+/// followed) failed.
 #[derive(Debug, thiserror::Error)]
-#[error("the recording stopped taking events")]
-struct DrainFull;
+pub enum GrowError {
+    /// The drain could take no more functions: the recording stops.
+    #[error("the recording stopped taking events")]
+    DrainFull,
+    /// Planning or attaching failed: that part runs on untraced.
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
 
 /// The first library in load order that has `dlopen` (libc since glibc 2.34, libdl before),
 /// and where its dlopen functions are.
@@ -876,14 +779,12 @@ fn unwinder_sites(executable: &TracedFile, libraries: &[TracedFile]) -> Vec<(Pat
 
 /// Writes what a stack write request asks for; the process stays stopped until it is served,
 /// written or not.
-fn serve_stack_writes(bytes: &[u8]) {
-    let written = StackWriteRequest::parse(bytes)
-        .map_err(anyhow::Error::from)
-        .and_then(|request| {
-            request
-                .apply()
-                .with_context(|| format!("cannot write the stack of process {}", request.pid))
-        });
+pub fn serve_stack_writes(request: Result<StackWriteRequest, MalformedRequest>) {
+    let written = request.map_err(anyhow::Error::from).and_then(|request| {
+        request
+            .apply()
+            .with_context(|| format!("cannot write the stack of process {}", request.pid))
+    });
     if let Err(error) = written {
         log::warn!("{error:#}: an exception may not unwind");
     }

@@ -1,0 +1,268 @@
+//! The session's loop: poll the ring buffers, hand the events to the drain, and dispatch each
+//! note to its handler (a library loaded, a followed process changed, a stack to write), until
+//! the target ends, `--duration` passes or a signal says stop. It decides nothing else: what to
+//! probe is the plan's business, how to attach the probe layer's.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use libbpf_rs::RingBuffer;
+
+use super::follow::{ProcessChange, TracedProcesses};
+use super::probes::{AttachedProbes, LoadedProbes};
+use super::progress::Progress;
+use super::ring::{Inbox, Note};
+use super::session::{
+    serve_stack_writes, Drain, GrowError, Session, SessionMode, Stop, TraceOptions,
+};
+use super::signals::SignalWatch;
+use super::target::SignalAction;
+
+/// How long the consumer sleeps when the probes have not woken it. Bounds the delay of events
+/// at low rates; at high rates the fill-level wake-up comes first.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// How often the drain is told a flush is due, so a killed recorder loses at most this much and
+/// live output is never held longer.
+const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A session while it traces: what it attached, whom it follows, and whether the target waits
+/// for the recorder.
+pub struct Tracing<'a, 'obj> {
+    session: &'a mut Session,
+    options: &'a TraceOptions,
+    loaded: &'a LoadedProbes<'obj>,
+    ring: &'a RingBuffer<'a>,
+    inbox: &'a Inbox,
+    /// The target's probes, with those of libraries it loaded since.
+    attached: AttachedProbes,
+    /// Per followed process, its probes: detached with the target's, all at once.
+    followed_probes: Vec<AttachedProbes>,
+    traced: Option<TracedProcesses>,
+    /// A process stopped for the recorder (a stack write request, a dlopen) waits to be let go
+    /// on.
+    held: bool,
+    /// Stack write requests served so far.
+    served: u64,
+    /// Events handed to the drain.
+    events: u64,
+    /// The target's status once it has ended, while followed processes still run.
+    target_end: Option<Option<super::process::ExitStatus>>,
+}
+
+/// What a finished [`Tracing`] leaves to tear down.
+pub struct TracingEnd {
+    pub events: u64,
+    /// Every set of probes, the target's and each followed process's.
+    pub probes: Vec<AttachedProbes>,
+    pub traced: Option<TracedProcesses>,
+    /// The target waits stopped for the recorder.
+    pub held: bool,
+}
+
+/// The drain could take no more: the recording stops.
+pub struct DrainFull;
+
+/// Hands the events gathered in `inbox` to `drain`, adding what it took to `events`.
+pub fn drain_events(
+    inbox: &Inbox,
+    drain: &mut dyn Drain,
+    due: bool,
+    events: &mut u64,
+) -> Result<(), DrainFull> {
+    let mut pending = inbox.events.borrow_mut();
+    let before = pending.len();
+    let taken = drain.take(&mut pending, due);
+    *events += (before - pending.len()) as u64;
+    taken.then_some(()).ok_or(DrainFull)
+}
+
+impl<'a, 'obj> Tracing<'a, 'obj> {
+    pub fn new(
+        session: &'a mut Session,
+        options: &'a TraceOptions,
+        loaded: &'a LoadedProbes<'obj>,
+        ring: &'a RingBuffer<'a>,
+        inbox: &'a Inbox,
+        attached: AttachedProbes,
+        traced: Option<TracedProcesses>,
+    ) -> Self {
+        Tracing {
+            session,
+            options,
+            loaded,
+            ring,
+            inbox,
+            attached,
+            followed_probes: Vec::new(),
+            traced,
+            held: false,
+            served: 0,
+            events: 0,
+            target_end: None,
+        }
+    }
+
+    /// Traces until something says stop, and says what.
+    pub fn until_stopped(
+        &mut self,
+        drain: &mut dyn Drain,
+        mode: SessionMode,
+        started: Instant,
+    ) -> Result<Stop> {
+        let mut last_flush = Instant::now();
+        let mut progress = Progress::new(mode == SessionMode::Record);
+        let mut watch = SignalWatch::default();
+        let stop = loop {
+            // Negative results are EINTR from our own signals; the next round handles them.
+            self.ring.poll_raw(POLL_INTERVAL);
+            self.ring.consume_raw();
+            let due = last_flush.elapsed() >= FLUSH_INTERVAL;
+            if due {
+                last_flush = Instant::now();
+            }
+            if self.drain_events(drain, due).is_err() || self.dispatch_notes(drain).is_err() {
+                break Stop::DrainFailed;
+            }
+            if self.held && self.let_go_when_served(drain).is_err() {
+                break Stop::DrainFailed;
+            }
+            let pending = self.inbox.events.borrow().len() as u64;
+            progress.update(self.events + pending, self.loaded.lost_events());
+            if let Some(stop) = self.stop_asked(started, &mut watch)? {
+                break stop;
+            }
+        };
+        progress.clear();
+        Ok(stop)
+    }
+
+    /// Hands the events gathered so far to the drain.
+    fn drain_events(&mut self, drain: &mut dyn Drain, due: bool) -> Result<(), DrainFull> {
+        drain_events(self.inbox, drain, due, &mut self.events)
+    }
+
+    /// Acts on every note gathered so far, in the order they came.
+    fn dispatch_notes(&mut self, drain: &mut dyn Drain) -> Result<(), DrainFull> {
+        for note in self.inbox.take_notes() {
+            match note {
+                Note::LibraryLoaded => self.library_loaded(drain)?,
+                Note::ProcessChanged(change) => self.process_changed(change, drain)?,
+                Note::StackWrite(request) => {
+                    serve_stack_writes(request);
+                    self.served += 1;
+                    self.held = true;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A dlopen returned: probes the libraries it mapped that `--nest-lib` matches. A command
+    /// utrace started waits stopped at dlopen's return: it goes on, probed or not, once every
+    /// note is served.
+    fn library_loaded(&mut self, drain: &mut dyn Drain) -> Result<(), DrainFull> {
+        let pid = self.session.target.pid();
+        let first_new = self.session.table.modules.len();
+        let probed = self
+            .session
+            .probe_new_libraries(self.loaded, self.options, drain);
+        self.held = true;
+        if let Some(traced) = &mut self.traced {
+            traced.add_modules(pid, first_new..self.session.table.modules.len());
+        }
+        match probed {
+            Ok(Some(more)) => self.attached.absorb(more),
+            Ok(None) => {}
+            Err(GrowError::DrainFull) => return Err(DrainFull),
+            Err(GrowError::Failed(error)) => log::warn!("{error:#}"),
+        }
+        Ok(())
+    }
+
+    /// A followed process forked or exec'ed and waits stopped (the BPF side stopped it): probes
+    /// it and lets it go on, probed or not.
+    fn process_changed(
+        &mut self,
+        change: ProcessChange,
+        drain: &mut dyn Drain,
+    ) -> Result<(), DrainFull> {
+        let Some(traced) = &mut self.traced else {
+            return Ok(());
+        };
+        let probed = self
+            .session
+            .follow_change(change, self.loaded, traced, self.options, drain);
+        traced.resume(change.stopped_pid());
+        match probed {
+            Ok(more) => self.followed_probes.push(more),
+            Err(GrowError::DrainFull) => return Err(DrainFull),
+            Err(GrowError::Failed(error)) => log::warn!("{error:#}"),
+        }
+        Ok(())
+    }
+
+    /// Lets a held target go on once every thread has stopped, so that no request is on its
+    /// way (another thread's stop, sent but not yet taken, would be cancelled by the continue
+    /// before its writes are made), and every request is served.
+    fn let_go_when_served(&mut self, drain: &mut dyn Drain) -> Result<(), DrainFull> {
+        self.session.target.wait_until_stopped();
+        self.ring.consume_raw();
+        self.dispatch_notes(drain)?;
+        if self.served == self.loaded.stack_write_requests() {
+            self.session.target.resume();
+            self.held = false;
+        }
+        Ok(())
+    }
+
+    /// Whether the session should stop now: the target (and every followed process) ended,
+    /// `--duration` passed, or a signal asked.
+    fn stop_asked(&mut self, started: Instant, watch: &mut SignalWatch) -> Result<Option<Stop>> {
+        if self.target_end.is_none() {
+            self.target_end = self.session.target.ended()?;
+        }
+        if let Some(status) = self.target_end {
+            let followed_ended = self
+                .traced
+                .as_mut()
+                .map_or(true, TracedProcesses::followed_ended);
+            if followed_ended {
+                return Ok(Some(Stop::Ended(status)));
+            }
+        }
+        // Once the target has ended (followed processes still running), its status is known
+        // and there is nobody to wait for or to pass a signal to.
+        let asked = self.target_end.map_or(Stop::Asked, Stop::Ended);
+        if self
+            .options
+            .duration
+            .is_some_and(|limit| started.elapsed() >= limit)
+        {
+            return Ok(Some(asked));
+        }
+        let Some(received) = watch.take() else {
+            return Ok(None);
+        };
+        let action = match self.target_end {
+            Some(_) => SignalAction::Stop,
+            None => self.session.target.on_signal(received),
+        };
+        Ok(match (action, received.count) {
+            (SignalAction::Continue, _) => None,
+            (SignalAction::Stop, 1) => Some(asked),
+            (SignalAction::Stop, _) => Some(Stop::Interrupted(received.signal)),
+        })
+    }
+
+    /// What is left to tear down.
+    pub fn end(self) -> TracingEnd {
+        let mut probes = self.followed_probes;
+        probes.push(self.attached);
+        TracingEnd {
+            events: self.events,
+            probes,
+            traced: self.traced,
+            held: self.held,
+        }
+    }
+}
