@@ -314,6 +314,8 @@ impl Session {
         let attach_time = attached.attach_time;
         let mut tracing = Tracing::new(self, options, &loaded, &ring, &inbox, attached, traced);
         let stop = tracing.until_stopped(drain, mode, started)?;
+        // The recording lasted until now; detaching is not part of it.
+        let duration = started.elapsed();
         let TracingEnd {
             mut events,
             probes,
@@ -355,7 +357,7 @@ impl Session {
             events,
             lost_events: loaded.lost_events(),
             lost_by_thread: loaded.lost_by_thread(),
-            duration: started.elapsed(),
+            duration,
             attach_time,
             detach_time,
         })
