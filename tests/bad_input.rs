@@ -601,5 +601,8 @@ fn the_patched_offsets_match_the_format() {
         [recording.table_end..recording.table_end + CHUNK_HEADER_LEN]
         .try_into()
         .unwrap();
-    assert_eq!(ChunkHeader::decode(&chunk).kind, ChunkKind::Events);
+    assert_eq!(
+        ChunkHeader::decode(&chunk, format::VERSION).unwrap().kind,
+        ChunkKind::Events
+    );
 }
