@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
+use utrace::data::OnDamage;
 use utrace::elf::SitePolicy;
 use utrace::filter::{FilterError, FilterSpec};
 use utrace::plan::{LibraryPatterns, PltLibraries};
@@ -211,7 +212,28 @@ pub struct ReportArgs {
     #[arg(long)]
     pub raw_times: bool,
     #[command(flatten)]
+    pub damage: DamageArgs,
+    #[command(flatten)]
     pub filter: FilterArgs,
+}
+
+/// What `report` and `info` do with a damaged data file.
+#[derive(Args)]
+pub struct DamageArgs {
+    /// Fail on a damaged chunk, or on a second recording in the file, instead of skipping it
+    /// with a warning (for scripts).
+    #[arg(long)]
+    pub strict: bool,
+}
+
+impl DamageArgs {
+    pub fn on_damage(&self) -> OnDamage {
+        if self.strict {
+            OnDamage::Fail
+        } else {
+            OnDamage::Skip
+        }
+    }
 }
 
 /// Which calls to show; the same flags for every subcommand that takes them.
@@ -302,6 +324,7 @@ impl ReportArgs {
             output: self.output,
             format,
             raw_times: self.raw_times,
+            on_damage: self.damage.on_damage(),
         })
     }
 }
@@ -323,6 +346,8 @@ pub struct InfoArgs {
     /// The data file to read.
     #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
     pub input: PathBuf,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 /// Parses a recording's length: a duration with its unit (`5s`, `250ms`, `2m`), since a bare

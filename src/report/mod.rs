@@ -51,6 +51,9 @@ pub struct TraceInfo {
     pub lost_events: u64,
     /// The same per thread: (thread id, events lost), by thread id.
     pub lost_by_thread: Vec<(u32, u64)>,
+    /// Chunks of the data file skipped because they were damaged; `events` leaves their events
+    /// out.
+    pub damaged_chunks: u64,
 }
 
 /// The report formats, as the CLI names them.

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 
 use super::progress::{ProgressBar, WithProgress};
 use super::{scan_threads, write_report, Format, ReportOptions, ThreadScan, TraceInfo};
-use crate::data::{DataReader, Statistics};
+use crate::data::{DataReader, OnDamage, Statistics};
 
 /// What `utrace report` was asked for.
 pub struct ReportRequest {
@@ -23,6 +23,8 @@ pub struct ReportRequest {
     pub options: ReportOptions,
     /// Leave the recorded probe costs in the durations.
     pub raw_times: bool,
+    /// Skip a damaged chunk with a warning, or fail (`--strict`).
+    pub on_damage: OnDamage,
 }
 
 /// Writes the report `request` asks for, with a progress bar on a terminal while the file is read.
@@ -30,11 +32,11 @@ pub fn run(request: ReportRequest) -> Result<()> {
     let mut options = request.options;
     // The call tree's thread column needs the threads before its first line: a first pass.
     if request.format == Format::Replay {
-        let scan = find_threads(&request.input, &options)?;
+        let scan = find_threads(&request.input, request.on_damage, &options)?;
         options.show_thread_ids = scan.tids.len() > 1;
         options.show_process_ids = scan.pids.len() > 1;
     }
-    let reader = DataReader::open(&request.input)?;
+    let reader = DataReader::open(&request.input)?.on_damage(request.on_damage);
     if !request.raw_times {
         options.probe_costs = reader.metadata().probe_costs.clone();
     }
@@ -61,6 +63,7 @@ pub fn run(request: ReportRequest) -> Result<()> {
     )
     .with_context(|| format!("{}", request.input.display()))?;
     out.flush().context("cannot write the report")?;
+    source.source().warn_about_damage();
     if source.source().cut_short() {
         log::warn!(
             "{} was cut short (the recorder did not finish): {} events read up to its last complete block",
@@ -71,9 +74,14 @@ pub fn run(request: ReportRequest) -> Result<()> {
     Ok(())
 }
 
-/// The threads and processes of the file at `input` that the filter shows, in a first pass.
-fn find_threads(input: &std::path::Path, options: &ReportOptions) -> Result<ThreadScan> {
-    let reader = DataReader::open(input)?;
+/// The threads and processes of the file at `input` that the filter shows, in a first pass
+/// (which leaves the warnings about damage to the second).
+fn find_threads(
+    input: &std::path::Path,
+    on_damage: OnDamage,
+    options: &ReportOptions,
+) -> Result<ThreadScan> {
+    let reader = DataReader::open(input)?.on_damage(on_damage);
     let mut source = with_progress(input, true, "finding threads", reader);
     scan_threads(&mut source, &options.filter).with_context(|| format!("{}", input.display()))
 }
@@ -98,13 +106,21 @@ fn trace_info(reader: &DataReader) -> TraceInfo {
         events: reader.events_read(),
         ..Statistics::default()
     });
+    // The statistics count the events of damaged chunks, which no report shows.
+    let damaged_chunks = reader.damaged_chunks().len() as u64;
+    let events = if damaged_chunks > 0 {
+        reader.events_read()
+    } else {
+        statistics.events
+    };
     TraceInfo {
         command: metadata.command_line(),
         pid: metadata.pid,
         start_monotonic_ns: metadata.start_monotonic_ns,
         duration_ns: statistics.duration_ns,
-        events: statistics.events,
+        events,
         lost_events: statistics.lost_events,
         lost_by_thread: statistics.lost_by_thread,
+        damaged_chunks,
     }
 }

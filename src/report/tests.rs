@@ -69,6 +69,7 @@ fn sort_info() -> TraceInfo {
         events: 27,
         lost_events: 3,
         lost_by_thread: vec![(101, 2), (102, 1)],
+        damaged_chunks: 0,
     }
 }
 
@@ -182,6 +183,36 @@ fn report_json_matches_golden() {
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(value["functions"][1]["name"], "cmp");
     assert_eq!(value["functions"].as_array().unwrap().len(), 6);
+}
+
+/// A data file that had damaged chunks says so in the JSON and Chrome reports (and only then:
+/// the golden files have no such field).
+#[test]
+fn reports_of_a_damaged_file_count_its_damaged_chunks() {
+    let info = TraceInfo {
+        damaged_chunks: 2,
+        ..sort_info()
+    };
+    let events = sort_events();
+    let run = |format| {
+        let mut out = Vec::new();
+        let mut source = IterBlocks::new(events.chunks(5));
+        write_report(
+            format,
+            &ReportOptions::default(),
+            |_| info.clone(),
+            &sort_table(),
+            &mut source,
+            &mut out,
+        )
+        .unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let json: serde_json::Value = serde_json::from_str(&run(Format::Json)).unwrap();
+    assert_eq!(json["damaged_chunks"], 2);
+    let chrome: serde_json::Value = serde_json::from_str(&run(Format::Chrome)).unwrap();
+    assert_eq!(chrome["metadata"]["damaged_chunks"], 2);
+    assert!(!golden("sort.json").contains("damaged"));
 }
 
 #[test]
