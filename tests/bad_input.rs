@@ -596,6 +596,70 @@ fn a_cut_after_the_function_table_reports_what_is_left_with_a_warning() {
     assert_eq!(json["events"], recording.events as u64);
 }
 
+/// A report that fails leaves no file behind (nor a temporary one), and an older report of the
+/// same name as it was; one that succeeds is there whole.
+#[test]
+fn a_failed_report_leaves_no_file() {
+    let dir = TempDir::new().unwrap();
+    let recording = small_recording(dir.path());
+    let data = write(dir.path(), "small.data", &recording.bytes);
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let files = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+
+    // Nothing to draw: no call is shown.
+    let idle = out.join("idle.svg");
+    let output = utrace()
+        .args(["report", "--format=svg", "-f", "nothing*", "-i"])
+        .arg(&data)
+        .arg("-o")
+        .arg(&idle)
+        .output()
+        .unwrap();
+    assert_clear_failure(&output, &["nothing to draw"]);
+    assert_eq!(files(), Vec::<String>::new());
+
+    // A damaged file under --strict, over an older report: that one stays.
+    let mut flipped = recording.bytes.clone();
+    flipped[recording.block_ends[0] + CHUNK_HEADER_LEN + 3] ^= 0x40;
+    let flipped = write(dir.path(), "flipped.data", &flipped);
+    let report = out.join("report.txt");
+    std::fs::write(&report, "an older report\n").unwrap();
+    let output = utrace()
+        .args(["report", "--strict", "-i"])
+        .arg(&flipped)
+        .arg("-o")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert_clear_failure(&output, &["flipped.data", "checksum mismatch"]);
+    assert_eq!(files(), ["report.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(&report).unwrap(),
+        "an older report\n"
+    );
+
+    // A report that succeeds replaces it.
+    let output = utrace()
+        .arg("report")
+        .arg("-i")
+        .arg(&data)
+        .arg("-o")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert_success(&output);
+    assert_eq!(files(), ["report.txt"]);
+    assert!(std::fs::read_to_string(&report).unwrap().contains("work"));
+}
+
 /// The layout this file patches is the one the format module documents.
 #[test]
 fn the_patched_offsets_match_the_format() {

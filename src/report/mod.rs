@@ -10,6 +10,7 @@ pub mod chrome;
 pub mod flame_graph;
 pub mod flat;
 pub mod json;
+mod output;
 pub mod progress;
 mod run;
 pub mod summary;

@@ -1,12 +1,12 @@
 //! `utrace report`: a data file in, one report out. The binary maps its flags to a
 //! [`ReportRequest`] and calls [`run`].
 
-use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Stderr, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
+use super::output::PendingFile;
 use super::progress::{ProgressBar, WithProgress};
 use super::{scan_threads, write_report, Format, ReportOptions, ThreadScan, TraceInfo};
 use crate::data::{DataReader, OnDamage, Statistics};
@@ -47,11 +47,18 @@ pub fn run(request: ReportRequest) -> Result<()> {
         && request.format.writes_while_reading()
         && std::io::stdout().is_terminal());
     let mut source = with_progress(&request.input, bar_wanted, "reading", reader);
-    let mut out: Box<dyn Write> = match &request.output {
-        Some(path) => Box::new(BufWriter::new(
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
-        )),
-        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+    // A report file is put in place once whole: a report that fails leaves none.
+    let mut file = match &request.output {
+        Some(path) => Some(
+            PendingFile::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut stdout = BufWriter::new(std::io::stdout().lock());
+    let out: &mut dyn Write = match &mut file {
+        Some(file) => file,
+        None => &mut stdout,
     };
     let outcome = write_report(
         request.format,
@@ -59,10 +66,14 @@ pub fn run(request: ReportRequest) -> Result<()> {
         |source: &WithProgress<DataReader, _>| trace_info(source.source()),
         &table,
         &mut source,
-        &mut out,
+        out,
     )
     .with_context(|| format!("{}", request.input.display()))?;
-    out.flush().context("cannot write the report")?;
+    match file {
+        Some(file) => file.commit(),
+        None => stdout.flush(),
+    }
+    .context("cannot write the report")?;
     source.source().warn_about_damage();
     if source.source().cut_short() {
         log::warn!(
