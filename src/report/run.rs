@@ -2,14 +2,18 @@
 //! [`ReportRequest`] and calls [`run`].
 
 use std::io::{BufWriter, IsTerminal, Stderr, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use super::no_calls::NoCalls;
 use super::output::PendingFile;
 use super::progress::{ProgressBar, WithProgress};
-use super::{scan_threads, write_report, Format, ReportOptions, ThreadScan, TraceInfo};
+use super::{
+    scan_threads, write_report, Format, ReportOptions, ReportOutcome, ThreadScan, TraceInfo,
+};
 use crate::data::{DataReader, OnDamage, Statistics};
+use crate::filter::FilterSpec;
 
 /// What `utrace report` was asked for.
 pub struct ReportRequest {
@@ -74,24 +78,46 @@ pub fn run(request: ReportRequest) -> Result<()> {
         None => stdout.flush(),
     }
     .context("cannot write the report")?;
-    source.source().warn_about_damage();
-    if source.source().cut_short() {
+    warn_after_report(&request.input, source.source(), &options.filter, &outcome);
+    Ok(())
+}
+
+/// The warnings a report ends with: the damage skipped, why no call was shown if none was, and
+/// that the file was cut short.
+fn warn_after_report(
+    input: &Path,
+    reader: &DataReader,
+    filter: &FilterSpec,
+    outcome: &ReportOutcome,
+) {
+    reader.warn_about_damage();
+    let events = reader.events_read();
+    if outcome.calls == 0 {
+        let no_calls = NoCalls {
+            file: input,
+            events,
+            damaged_chunks: reader.damaged_chunks().len(),
+            cut_short: reader.cut_short(),
+            lost_events: reader.statistics().map_or(0, |s| s.lost_events),
+            table: reader.functions(),
+            filter,
+            replay: &outcome.replay,
+        };
+        log::warn!("no calls were recorded: {no_calls}");
+    }
+    // Cut short before its first events, the reason above says it.
+    if reader.cut_short() && !(outcome.calls == 0 && events == 0) {
         log::warn!(
-            "{} was cut short (the recorder did not finish): {} events read up to its last complete block",
-            request.input.display(),
-            outcome.events
+            "{} was cut short (the recorder did not finish): {events} events read up to its last \
+             complete block",
+            input.display(),
         );
     }
-    Ok(())
 }
 
 /// The threads and processes of the file at `input` that the filter shows, in a first pass
 /// (which leaves the warnings about damage to the second).
-fn find_threads(
-    input: &std::path::Path,
-    on_damage: OnDamage,
-    options: &ReportOptions,
-) -> Result<ThreadScan> {
+fn find_threads(input: &Path, on_damage: OnDamage, options: &ReportOptions) -> Result<ThreadScan> {
     let reader = DataReader::open(input)?.on_damage(on_damage);
     let mut source = with_progress(input, true, "finding threads", reader);
     scan_threads(&mut source, &options.filter).with_context(|| format!("{}", input.display()))
@@ -99,7 +125,7 @@ fn find_threads(
 
 /// `reader` moving a progress bar as it reads, if `wanted`.
 fn with_progress(
-    input: &std::path::Path,
+    input: &Path,
     wanted: bool,
     label: &'static str,
     reader: DataReader,

@@ -257,9 +257,14 @@ fn report_of_an_empty_trace() {
         (result, String::from_utf8(out).unwrap())
     };
 
+    // No bare header: the command says why there is no call instead.
     let (result, text) = run(Format::Summary);
     assert_eq!(result.unwrap(), ReportOutcome::default());
-    assert_eq!(text.lines().count(), 2, "only the header: {text}");
+    assert_eq!(text, "");
+
+    let (result, text) = run(Format::Replay);
+    assert_eq!(result.unwrap().calls, 0);
+    assert_eq!(text, "");
 
     let (result, text) = run(Format::FlameGraph);
     result.unwrap();
@@ -274,6 +279,19 @@ fn report_of_an_empty_trace() {
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(value["functions"], serde_json::json!([]));
     assert_eq!(value["pid"], 4242);
+}
+
+/// The calls counted are those the filters let through to the report.
+#[test]
+fn report_outcome_counts_the_calls_shown() {
+    let (_, outcome) = sort_report(Format::Summary);
+    assert!(outcome.calls > 0);
+    let hidden = ReportOptions {
+        filter: FilterSpec::parse(&["nothing".into()], &[], None, None, &[]).unwrap(),
+        ..ReportOptions::default()
+    };
+    let (text, outcome) = sort_report_with(Format::Replay, &hidden);
+    assert_eq!((outcome.calls, text.as_str()), (0, ""));
 }
 
 /// A source that fails part way, like a reader meeting a damaged chunk.

@@ -1,6 +1,6 @@
-//! Damaged data files, end to end: a damaged chunk costs its own events and nothing else, with
-//! one warning that says where and how many; `--strict` fails instead; two files joined are read
-//! up to the second, with a warning.
+//! Data files that are damaged, joined or empty, end to end: a damaged chunk costs its own events
+//! and nothing else, with one warning that says where and how many; `--strict` fails instead; two
+//! files joined are read up to the second, with a warning; a report with no call says why.
 
 mod common;
 
@@ -23,9 +23,14 @@ const CHUNKS: usize = 5;
 /// and closes in the last; chunk k holds one call of `chunk{k}` and [`WORK_PER_CHUNK`] calls of
 /// `work`. Returns the file and where each events chunk starts and ends.
 fn chunked_recording(dir: &Path) -> (PathBuf, Vec<(usize, usize)>) {
+    written_recording(dir, CHUNKS)
+}
+
+/// [`chunked_recording`] of `chunks` chunks (none: a recording without events).
+fn written_recording(dir: &Path, count: usize) -> (PathBuf, Vec<(usize, usize)>) {
     let path = dir.join("chunks.data");
     let mut names = vec!["main".to_string(), "work".to_string()];
-    names.extend((0..CHUNKS).map(|k| format!("chunk{k}")));
+    names.extend((0..count).map(|k| format!("chunk{k}")));
     let table = FunctionTable {
         modules: vec!["/bin/prog".into()],
         functions: names
@@ -58,7 +63,7 @@ fn chunked_recording(dir: &Path) -> (PathBuf, Vec<(usize, usize)>) {
         t += 10;
         t
     };
-    for k in 0..CHUNKS {
+    for k in 0..count {
         let mut events = Vec::new();
         if k == 0 {
             events.push(Event::entry(tick(), 7, 0));
@@ -70,7 +75,7 @@ fn chunked_recording(dir: &Path) -> (PathBuf, Vec<(usize, usize)>) {
             events.push(Event::entry(tick(), 7, 1));
             events.push(Event::exit(tick(), 7, 1));
         }
-        if k == CHUNKS - 1 {
+        if k == count - 1 {
             events.push(Event::exit(tick(), 7, 0));
         }
         let start = writer.bytes_written() as usize;
@@ -315,4 +320,82 @@ fn a_recording_with_a_flipped_byte_reports_every_other_chunk() {
 
     let output = report_output(&damaged, &["--strict", "--format=json"]);
     assert_clear_failure(&output, &["flipped.data", "checksum mismatch"]);
+}
+
+/// `utrace report` of `data` with `args`, which must succeed: its standard output, and its
+/// standard error's lines.
+fn report_and_warnings(data: &Path, args: &[&str]) -> (String, Vec<String>) {
+    let output = report_output(data, args);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{args:?}: {stderr}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    (stdout, stderr.lines().map(str::to_owned).collect())
+}
+
+/// A report that shows no call says why, in one warning, instead of printing a bare header; the
+/// exit code stays 0.
+#[test]
+fn a_report_without_calls_says_why() {
+    let dir = TempDir::new().unwrap();
+    let (empty, _) = written_recording(dir.path(), 0);
+    let (stdout, warnings) = report_and_warnings(&empty, &[]);
+    assert_eq!(stdout, "");
+    assert_eq!(
+        warnings,
+        [format!(
+            "utrace: warning: no calls were recorded: {} holds no events: its traced functions \
+             (main, work) never ran: the program exited before its first traced call, or the \
+             record-time filter kept only functions it did not call",
+            empty.display()
+        )]
+    );
+    // The call tree has no header either; JSON stays JSON.
+    let (stdout, warnings) = report_and_warnings(&empty, &["--format=replay"]);
+    assert_eq!((stdout.as_str(), warnings.len()), ("", 1));
+    let (stdout, warnings) = report_and_warnings(&empty, &["--format=json"]);
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (json["functions"].clone(), warnings.len()),
+        (serde_json::json!([]), 1)
+    );
+
+    // A filter at report time that matches nothing.
+    let (path, _) = chunked_recording(dir.path());
+    let (stdout, warnings) = report_and_warnings(&path, &["-f", "nothing*,nor*"]);
+    assert_eq!(stdout, "");
+    assert_eq!(
+        warnings,
+        [format!(
+            "utrace: warning: no calls were recorded: the report's -f 'nothing*,nor*' matches \
+             none of the {} functions traced in {}",
+            2 + CHUNKS,
+            path.display()
+        )]
+    );
+    let (stdout, warnings) = report_and_warnings(&path, &["--tid-filter", "8"]);
+    assert_eq!(stdout, "");
+    assert!(warnings[0].contains("the report's filters (--tid-filter 8) hide every call"));
+}
+
+/// A real program that exits before its first traced call.
+#[test]
+fn a_recording_of_no_call_says_why() {
+    if !bpf_available("a_recording_of_no_call_says_why") {
+        return;
+    }
+    let program = compile("loop.c", "loop", &[]);
+    // For 0 seconds, loop calls tick no time at all.
+    let recording = record(&program, &["0"], &["-f", "tick"]);
+    assert_success(&recording.output);
+    let (stdout, warnings) = report_and_warnings(&recording.data(), &[]);
+    assert_eq!(stdout, "");
+    assert_eq!(
+        warnings,
+        [format!(
+            "utrace: warning: no calls were recorded: {} holds no events: its one traced \
+             function, tick, never ran: the program exited before its first traced call, or the \
+             record-time filter kept only functions it did not call",
+            recording.data().display()
+        )]
+    );
 }
