@@ -40,18 +40,28 @@ pub fn parse() -> Cli {
         {
             error.exit();
         }
-        // clap's message is its first paragraph; usage and the --help hint follow a blank line.
-        let rendered = error.render().to_string();
-        let message = rendered
-            .lines()
-            .map(str::trim)
-            .take_while(|line| !line.is_empty())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let message = message.strip_prefix("error: ").unwrap_or(&message);
-        eprintln!("utrace: error: {message} (see --help)");
+        eprintln!("utrace: error: {}", one_line(&error.render().to_string()));
         std::process::exit(2)
     })
+}
+
+/// clap's rendered error in one line: its first paragraph (usage and the --help hint follow a
+/// blank line), with the tip that names a similar flag or subcommand (`--folow`: a similar
+/// argument exists: '--follow') and not the others.
+fn one_line(rendered: &str) -> String {
+    let mut paragraphs = rendered.split("\n\n");
+    let first = paragraphs.next().unwrap_or_default();
+    let message = first.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
+    let similar: Vec<&str> = paragraphs
+        .flat_map(str::lines)
+        .filter_map(|line| line.trim().strip_prefix("tip: "))
+        .filter(|tip| tip.contains("similar"))
+        .collect();
+    match similar.as_slice() {
+        [] => format!("{message} (see --help)"),
+        tips => format!("{message}; {} (see --help)", tips.join("; ")),
+    }
 }
 
 #[derive(Subcommand)]
@@ -393,6 +403,32 @@ mod tests {
         assert_eq!(parse_size("1GiB"), Ok(1 << 30));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("0").is_err());
+    }
+
+    #[test]
+    fn usage_errors_are_one_line_with_the_similar_flag() {
+        let message = |args: &[&str]| {
+            let error = Cli::try_parse_from(args).err().unwrap();
+            one_line(&error.render().to_string())
+        };
+        assert_eq!(
+            message(&["utrace", "record", "--folow", "--", "/bin/true"]),
+            "unexpected argument '--folow' found; a similar argument exists: '--follow' \
+             (see --help)"
+        );
+        assert_eq!(
+            message(&["utrace", "report", "--formt=json"]),
+            "unexpected argument '--formt' found; a similar argument exists: '--format' \
+             (see --help)"
+        );
+        assert_eq!(
+            message(&["utrace", "reprot"]),
+            "unrecognized subcommand 'reprot'; a similar subcommand exists: 'report' (see --help)"
+        );
+        assert_eq!(
+            message(&["utrace", "report", "--zzzzzz"]),
+            "unexpected argument '--zzzzzz' found (see --help)"
+        );
     }
 
     #[test]

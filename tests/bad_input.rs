@@ -286,6 +286,24 @@ fn program_cases(dir: &Path) -> Vec<Case> {
             &["--frobnicate", "--help"],
         ),
         Case::new(
+            "misspelled flag",
+            &[&"record", &"--folow", &"--", &"/bin/true"],
+            &[
+                "unexpected argument '--folow' found; a similar argument exists: '--follow'",
+                "--help",
+            ],
+        ),
+        Case::new(
+            "misspelled report flag",
+            &[&"report", &"--formt=json"],
+            &["'--formt'", "a similar argument exists: '--format'"],
+        ),
+        Case::new(
+            "misspelled subcommand",
+            &[&"reprot"],
+            &["'reprot'", "a similar subcommand exists: 'report'"],
+        ),
+        Case::new(
             "bad library glob",
             &[&"record", &"--nest-lib", &"libc[", &"/bin/true"],
             &["--nest-lib", "libc[", "without a closing"],
@@ -594,6 +612,54 @@ fn a_cut_after_the_function_table_reports_what_is_left_with_a_warning() {
     assert!(output.status.success() && output.stderr.is_empty());
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(json["events"], recording.events as u64);
+}
+
+/// Every way `report` and `info` can fail on their data file names it once: never
+/// `nf.data: nf.data: no such file`.
+#[test]
+fn errors_name_the_data_file_once() {
+    let dir = TempDir::new().unwrap();
+    let recording = small_recording(dir.path());
+    std::fs::create_dir(dir.path().join("folder.data")).unwrap();
+    let mut metadata = recording.bytes.clone();
+    metadata[FILE_HEADER_LEN + CHUNK_HEADER_LEN + 2] ^= 1;
+    let mut table = recording.bytes.clone();
+    table[recording.table_end - 2] ^= 1;
+    let mut events = recording.bytes.clone();
+    events[recording.block_ends[1] - 2] ^= 1;
+    let files = [
+        ("missing.data", None),
+        ("folder.data", None),
+        ("text.data", Some(b"not a trace\n".to_vec())),
+        (
+            "header.data",
+            Some(recording.bytes[..FILE_HEADER_LEN - 3].to_vec()),
+        ),
+        ("metadata.data", Some(metadata)),
+        ("table.data", Some(table)),
+        ("events.data", Some(events)),
+    ];
+    let mut problems = Vec::new();
+    for (name, bytes) in files {
+        let path = match bytes {
+            Some(bytes) => write(dir.path(), name, &bytes),
+            None => dir.path().join(name),
+        };
+        for command in ["report", "info"] {
+            let output = utrace()
+                .args([command, "--strict", "-i"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            if let Some(problem) = unclear_failure(&output, &[name]) {
+                problems.push(format!("{command} {name}: {problem}"));
+            } else if stderr.matches(name).count() != 1 {
+                problems.push(format!("{command} {name}: named more than once: {stderr}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// A report that fails leaves no file behind (nor a temporary one), and an older report of the

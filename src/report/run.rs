@@ -10,7 +10,8 @@ use super::no_calls::NoCalls;
 use super::output::PendingFile;
 use super::progress::{ProgressBar, WithProgress};
 use super::{
-    scan_threads, write_report, Format, ReportOptions, ReportOutcome, ThreadScan, TraceInfo,
+    scan_threads, write_report, Format, ReportError, ReportOptions, ReportOutcome, ThreadScan,
+    TraceInfo,
 };
 use crate::data::{DataReader, OnDamage, Statistics};
 use crate::filter::FilterSpec;
@@ -72,12 +73,12 @@ pub fn run(request: ReportRequest) -> Result<()> {
         &mut source,
         out,
     )
-    .with_context(|| format!("{}", request.input.display()))?;
+    .map_err(|error| name_the_file(error, &request.input, request.output.as_deref()))?;
     match file {
         Some(file) => file.commit(),
         None => stdout.flush(),
     }
-    .context("cannot write the report")?;
+    .map_err(|error| name_the_file(error.into(), &request.input, request.output.as_deref()))?;
     warn_after_report(&request.input, source.source(), &options.filter, &outcome);
     Ok(())
 }
@@ -120,7 +121,22 @@ fn warn_after_report(
 fn find_threads(input: &Path, on_damage: OnDamage, options: &ReportOptions) -> Result<ThreadScan> {
     let reader = DataReader::open(input)?.on_damage(on_damage);
     let mut source = with_progress(input, true, "finding threads", reader);
-    scan_threads(&mut source, &options.filter).with_context(|| format!("{}", input.display()))
+    scan_threads(&mut source, &options.filter).map_err(|error| name_the_file(error, input, None))
+}
+
+/// `error` with the name of the file it is about, once: the reader's errors name the data file
+/// already; a write error is about the report file (nothing to add on standard output); the
+/// others are about the data file.
+fn name_the_file(error: ReportError, input: &Path, output: Option<&Path>) -> anyhow::Error {
+    let file = match (&error, output) {
+        (ReportError::Read(_), _) | (ReportError::Write(_), None) => None,
+        (ReportError::Write(_), Some(output)) => Some(output),
+        (ReportError::NothingToDraw, _) => Some(input),
+    };
+    match file {
+        Some(file) => anyhow::Error::new(error).context(file.display().to_string()),
+        None => error.into(),
+    }
 }
 
 /// `reader` moving a progress bar as it reads, if `wanted`.
