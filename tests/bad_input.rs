@@ -9,9 +9,8 @@ use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
 use utrace::data::format::{self, ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
-use utrace::data::{DataWriter, Metadata, Statistics};
+use utrace::data::{DataWriter, Statistics};
 use utrace::event::Event;
-use utrace::table::{FunctionKind, FunctionTable, TracedFunction};
 
 use common::*;
 
@@ -46,31 +45,8 @@ struct Recording {
 
 fn small_recording(dir: &Path) -> Recording {
     let path = dir.join("small.data");
-    let metadata = Metadata {
-        command: vec!["./prog".into(), "arg".into()],
-        pid: 4242,
-        start_monotonic_ns: 1_000,
-        start_realtime_ns: 1_700_000_000_000_000_000,
-        hostname: "host".into(),
-        kernel: "6.8.0".into(),
-        utrace_version: "0.1.0".into(),
-        probe_costs: None,
-    };
-    let table = FunctionTable {
-        modules: vec!["/bin/prog".into()],
-        functions: ["main", "work", "leaf"]
-            .iter()
-            .enumerate()
-            .map(|(i, name)| TracedFunction {
-                name: name.to_string(),
-                module: 0,
-                offset: 0x1000 + 0x10 * i as u64,
-                size: 16,
-                kind: FunctionKind::Function,
-                probes: Default::default(),
-            })
-            .collect(),
-    };
+    let metadata = written_metadata(&["./prog", "arg"]);
+    let table = written_table(&["main", "work", "leaf"]);
     let mut writer = DataWriter::create(&path, &metadata, &table).unwrap();
     let table_end = writer.bytes_written() as usize;
     // main calls work three times, in three blocks; each work calls leaf.

@@ -9,9 +9,8 @@ use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
 use utrace::data::format::CHUNK_HEADER_LEN;
-use utrace::data::{DataReader, DataWriter, Metadata, Statistics};
+use utrace::data::{DataReader, DataWriter, Statistics};
 use utrace::event::Event;
-use utrace::table::{FunctionKind, FunctionTable, TracedFunction};
 
 use common::*;
 
@@ -29,33 +28,11 @@ fn chunked_recording(dir: &Path) -> (PathBuf, Vec<(usize, usize)>) {
 /// [`chunked_recording`] of `chunks` chunks (none: a recording without events).
 fn written_recording(dir: &Path, count: usize) -> (PathBuf, Vec<(usize, usize)>) {
     let path = dir.join("chunks.data");
-    let mut names = vec!["main".to_string(), "work".to_string()];
-    names.extend((0..count).map(|k| format!("chunk{k}")));
-    let table = FunctionTable {
-        modules: vec!["/bin/prog".into()],
-        functions: names
-            .iter()
-            .enumerate()
-            .map(|(i, name)| TracedFunction {
-                name: name.clone(),
-                module: 0,
-                offset: 0x1000 + 0x10 * i as u64,
-                size: 16,
-                kind: FunctionKind::Function,
-                probes: Default::default(),
-            })
-            .collect(),
-    };
-    let metadata = Metadata {
-        command: vec!["./prog".into()],
-        pid: 4242,
-        start_monotonic_ns: 1_000,
-        start_realtime_ns: 1_700_000_000_000_000_000,
-        hostname: "host".into(),
-        kernel: "6.8.0".into(),
-        utrace_version: "0.1.0".into(),
-        probe_costs: None,
-    };
+    let markers: Vec<String> = (0..count).map(|k| format!("chunk{k}")).collect();
+    let mut names = vec!["main", "work"];
+    names.extend(markers.iter().map(String::as_str));
+    let table = written_table(&names);
+    let metadata = written_metadata(&["./prog"]);
     let mut writer = DataWriter::create(&path, &metadata, &table).unwrap();
     let mut chunks = Vec::new();
     let mut t = 10_000;
