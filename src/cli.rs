@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
+use utrace::data::OnDamage;
 use utrace::elf::SitePolicy;
 use utrace::filter::{FilterError, FilterSpec};
 use utrace::plan::{LibraryPatterns, PltLibraries};
@@ -39,18 +40,28 @@ pub fn parse() -> Cli {
         {
             error.exit();
         }
-        // clap's message is its first paragraph; usage and the --help hint follow a blank line.
-        let rendered = error.render().to_string();
-        let message = rendered
-            .lines()
-            .map(str::trim)
-            .take_while(|line| !line.is_empty())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let message = message.strip_prefix("error: ").unwrap_or(&message);
-        eprintln!("utrace: error: {message} (see --help)");
+        eprintln!("utrace: error: {}", one_line(&error.render().to_string()));
         std::process::exit(2)
     })
+}
+
+/// clap's rendered error in one line: its first paragraph (usage and the --help hint follow a
+/// blank line), with the tip that names a similar flag or subcommand (`--folow`: a similar
+/// argument exists: '--follow') and not the others.
+fn one_line(rendered: &str) -> String {
+    let mut paragraphs = rendered.split("\n\n");
+    let first = paragraphs.next().unwrap_or_default();
+    let message = first.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
+    let similar: Vec<&str> = paragraphs
+        .flat_map(str::lines)
+        .filter_map(|line| line.trim().strip_prefix("tip: "))
+        .filter(|tip| tip.contains("similar"))
+        .collect();
+    match similar.as_slice() {
+        [] => format!("{message} (see --help)"),
+        tips => format!("{message}; {} (see --help)", tips.join("; ")),
+    }
 }
 
 #[derive(Subcommand)]
@@ -211,7 +222,28 @@ pub struct ReportArgs {
     #[arg(long)]
     pub raw_times: bool,
     #[command(flatten)]
+    pub damage: DamageArgs,
+    #[command(flatten)]
     pub filter: FilterArgs,
+}
+
+/// What `report` and `info` do with a damaged data file.
+#[derive(Args)]
+pub struct DamageArgs {
+    /// Fail on a damaged chunk, or on a second recording in the file, instead of skipping it
+    /// with a warning (for scripts).
+    #[arg(long)]
+    pub strict: bool,
+}
+
+impl DamageArgs {
+    pub fn on_damage(&self) -> OnDamage {
+        if self.strict {
+            OnDamage::Fail
+        } else {
+            OnDamage::Skip
+        }
+    }
 }
 
 /// Which calls to show; the same flags for every subcommand that takes them.
@@ -302,6 +334,7 @@ impl ReportArgs {
             output: self.output,
             format,
             raw_times: self.raw_times,
+            on_damage: self.damage.on_damage(),
         })
     }
 }
@@ -323,6 +356,8 @@ pub struct InfoArgs {
     /// The data file to read.
     #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
     pub input: PathBuf,
+    #[command(flatten)]
+    pub damage: DamageArgs,
 }
 
 /// Parses a recording's length: a duration with its unit (`5s`, `250ms`, `2m`), since a bare
@@ -368,6 +403,32 @@ mod tests {
         assert_eq!(parse_size("1GiB"), Ok(1 << 30));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("0").is_err());
+    }
+
+    #[test]
+    fn usage_errors_are_one_line_with_the_similar_flag() {
+        let message = |args: &[&str]| {
+            let error = Cli::try_parse_from(args).err().unwrap();
+            one_line(&error.render().to_string())
+        };
+        assert_eq!(
+            message(&["utrace", "record", "--folow", "--", "/bin/true"]),
+            "unexpected argument '--folow' found; a similar argument exists: '--follow' \
+             (see --help)"
+        );
+        assert_eq!(
+            message(&["utrace", "report", "--formt=json"]),
+            "unexpected argument '--formt' found; a similar argument exists: '--format' \
+             (see --help)"
+        );
+        assert_eq!(
+            message(&["utrace", "reprot"]),
+            "unrecognized subcommand 'reprot'; a similar subcommand exists: 'report' (see --help)"
+        );
+        assert_eq!(
+            message(&["utrace", "report", "--zzzzzz"]),
+            "unexpected argument '--zzzzzz' found (see --help)"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use thiserror::Error;
 
-use crate::data::{DataError, DataReader, Metadata, Statistics};
+use crate::data::{DamagedChunk, DataError, DataReader, Metadata, OnDamage, Statistics};
 use crate::filter::FilterSpec;
 use crate::report::summary::HumanDuration;
 use crate::report::{scan_threads, ReportError, ThreadScan};
@@ -16,14 +16,17 @@ use crate::table::FunctionTable;
 pub enum InfoError {
     #[error(transparent)]
     Open(#[from] DataError),
-    #[error("cannot read the recorded events")]
-    Read(#[source] ReportError),
+    /// Says itself that the events could not be read.
+    #[error(transparent)]
+    Read(ReportError),
 }
 
-/// `utrace info`: says what the data file at `input` holds, on standard output.
-pub fn run(input: &Path) -> anyhow::Result<()> {
+/// `utrace info`: says what the data file at `input` holds, on standard output, with a warning
+/// for each damaged chunk (or an error, `on_damage` says).
+pub fn run(input: &Path, on_damage: OnDamage) -> anyhow::Result<()> {
     use anyhow::Context;
-    let info = DataFileInfo::read(input).with_context(|| format!("{}", input.display()))?;
+    // Every error names the file already.
+    let info = DataFileInfo::read(input, on_damage)?;
     let mut out = io::BufWriter::new(io::stdout().lock());
     info.write_text(&mut out)
         .and_then(|()| out.flush())
@@ -39,19 +42,39 @@ pub struct DataFileInfo {
     pub statistics: Option<Statistics>,
     pub scan: ThreadScan,
     pub cut_short: bool,
+    /// The chunks skipped because they were damaged.
+    pub damaged_chunks: Vec<DamagedChunk>,
+    /// The events lost with them, when known.
+    pub events_lost_to_damage: Option<u64>,
+    /// Where a second recording starts in the file (two files joined), not read.
+    pub second_recording: Option<u64>,
 }
 
 impl DataFileInfo {
-    pub fn read(path: &Path) -> Result<DataFileInfo, InfoError> {
-        let mut reader = DataReader::open(path)?;
+    /// Reads the file at `path` through, logging a warning for each damaged chunk skipped.
+    pub fn read(path: &Path, on_damage: OnDamage) -> Result<DataFileInfo, InfoError> {
+        let mut reader = DataReader::open(path)?.on_damage(on_damage);
         let scan = scan_threads(&mut reader, &FilterSpec::default()).map_err(InfoError::Read)?;
+        reader.warn_about_damage();
         Ok(DataFileInfo {
             metadata: reader.metadata().clone(),
             functions: reader.functions().clone(),
             statistics: reader.statistics().cloned(),
             scan,
             cut_short: reader.cut_short(),
+            damaged_chunks: reader.damaged_chunks().to_vec(),
+            events_lost_to_damage: reader.events_lost_to_damage(),
+            second_recording: reader.second_recording(),
         })
+    }
+
+    /// Why the statistics are missing: the file was cut short, or its end is damaged.
+    fn unknown_because(&self) -> &'static str {
+        if self.cut_short {
+            "cut short"
+        } else {
+            "its end is damaged"
+        }
     }
 
     pub fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
@@ -64,7 +87,7 @@ impl DataFileInfo {
         writeln!(out, "started:     {}", utc_text(m.start_realtime_ns))?;
         match &self.statistics {
             Some(s) => writeln!(out, "duration:    {}", HumanDuration(s.duration_ns))?,
-            None => writeln!(out, "duration:    unknown (cut short)")?,
+            None => writeln!(out, "duration:    unknown ({})", self.unknown_because())?,
         }
         let modules = &self.functions.modules;
         writeln!(
@@ -107,7 +130,17 @@ impl DataFileInfo {
                     writeln!(out, "  thread {tid}: {lost}")?;
                 }
             }
-            None => writeln!(out, "lost events: unknown (cut short)")?,
+            None => writeln!(out, "lost events: unknown ({})", self.unknown_because())?,
+        }
+        if !self.damaged_chunks.is_empty() {
+            let lost = match self.events_lost_to_damage {
+                Some(1) => "1 event lost".to_string(),
+                Some(events) => format!("{events} events lost"),
+                None => "an unknown number of events lost".to_string(),
+            };
+            let chunks = self.damaged_chunks.len();
+            let noun = if chunks == 1 { "chunk" } else { "chunks" };
+            writeln!(out, "damaged:     {chunks} {noun} skipped, {lost}")?;
         }
         let tids: Vec<String> = self.scan.tids.iter().map(u32::to_string).collect();
         writeln!(out, "threads:     {} ({})", tids.len(), tids.join(", "))?;
@@ -116,11 +149,19 @@ impl DataFileInfo {
             let pids: Vec<String> = self.scan.pids.iter().map(u32::to_string).collect();
             writeln!(out, "processes:   {} ({})", pids.len(), pids.join(", "))?;
         }
+        if let Some(offset) = self.second_recording {
+            writeln!(
+                out,
+                "joined:      a second recording starts at byte {offset} (not read)"
+            )?;
+        }
         if self.cut_short {
             writeln!(
                 out,
                 "complete:    no: cut short (the recorder did not finish); events up to its last complete block"
             )
+        } else if self.statistics.is_none() {
+            writeln!(out, "complete:    unknown: its end is damaged")
         } else {
             writeln!(out, "complete:    yes")
         }
@@ -232,7 +273,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("utrace.data");
         write_file(&path, true);
-        let info = DataFileInfo::read(&path).unwrap();
+        let info = DataFileInfo::read(&path, OnDamage::Skip).unwrap();
         let mut out = Vec::new();
         info.write_text(&mut out).unwrap();
         assert_eq!(
@@ -262,7 +303,7 @@ complete:    yes
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("utrace.data");
         write_file(&path, false);
-        let info = DataFileInfo::read(&path).unwrap();
+        let info = DataFileInfo::read(&path, OnDamage::Skip).unwrap();
         assert!(info.cut_short);
         assert_eq!(info.scan.events, 4);
         let mut out = Vec::new();

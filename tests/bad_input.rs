@@ -9,9 +9,8 @@ use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
 use utrace::data::format::{self, ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
-use utrace::data::{DataWriter, Metadata, Statistics};
+use utrace::data::{DataWriter, Statistics};
 use utrace::event::Event;
-use utrace::table::{FunctionKind, FunctionTable, TracedFunction};
 
 use common::*;
 
@@ -46,31 +45,8 @@ struct Recording {
 
 fn small_recording(dir: &Path) -> Recording {
     let path = dir.join("small.data");
-    let metadata = Metadata {
-        command: vec!["./prog".into(), "arg".into()],
-        pid: 4242,
-        start_monotonic_ns: 1_000,
-        start_realtime_ns: 1_700_000_000_000_000_000,
-        hostname: "host".into(),
-        kernel: "6.8.0".into(),
-        utrace_version: "0.1.0".into(),
-        probe_costs: None,
-    };
-    let table = FunctionTable {
-        modules: vec!["/bin/prog".into()],
-        functions: ["main", "work", "leaf"]
-            .iter()
-            .enumerate()
-            .map(|(i, name)| TracedFunction {
-                name: name.to_string(),
-                module: 0,
-                offset: 0x1000 + 0x10 * i as u64,
-                size: 16,
-                kind: FunctionKind::Function,
-                probes: Default::default(),
-            })
-            .collect(),
-    };
+    let metadata = written_metadata(&["./prog", "arg"]);
+    let table = written_table(&["main", "work", "leaf"]);
     let mut writer = DataWriter::create(&path, &metadata, &table).unwrap();
     let table_end = writer.bytes_written() as usize;
     // main calls work three times, in three blocks; each work calls leaf.
@@ -286,6 +262,24 @@ fn program_cases(dir: &Path) -> Vec<Case> {
             &["--frobnicate", "--help"],
         ),
         Case::new(
+            "misspelled flag",
+            &[&"record", &"--folow", &"--", &"/bin/true"],
+            &[
+                "unexpected argument '--folow' found; a similar argument exists: '--follow'",
+                "--help",
+            ],
+        ),
+        Case::new(
+            "misspelled report flag",
+            &[&"report", &"--formt=json"],
+            &["'--formt'", "a similar argument exists: '--format'"],
+        ),
+        Case::new(
+            "misspelled subcommand",
+            &[&"reprot"],
+            &["'reprot'", "a similar subcommand exists: 'report'"],
+        ),
+        Case::new(
             "bad library glob",
             &[&"record", &"--nest-lib", &"libc[", &"/bin/true"],
             &["--nest-lib", "libc[", "without a closing"],
@@ -318,6 +312,12 @@ fn report_cases(dir: &Path) -> Vec<Case> {
     let recording = small_recording(dir);
     let report = |name: &str, bytes: &[u8]| -> Vec<OsString> {
         vec!["report".into(), "-i".into(), write(dir, name, bytes).into()]
+    };
+    // Damage after the function table fails only under --strict (see tests/damage.rs).
+    let strict = |name: &str, bytes: &[u8]| -> Vec<OsString> {
+        let mut args = report(name, bytes);
+        args.push("--strict".into());
+        args
     };
     let case = |name, args: Vec<OsString>, expected: &[&str]| Case {
         name,
@@ -380,8 +380,8 @@ fn report_cases(dir: &Path) -> Vec<Case> {
             ],
         ),
         case(
-            "events chunk claims 4 GiB",
-            report(
+            "events chunk claims 4 GiB, --strict",
+            strict(
                 "hostile-events.data",
                 &with_chunk_length(&recording.bytes, first_events, u32::MAX),
             ),
@@ -393,8 +393,8 @@ fn report_cases(dir: &Path) -> Vec<Case> {
             &["hostile-table.data", "function table does not decode"],
         ),
         case(
-            "events chunk claims a million events",
-            report("hostile-count.data", &hostile_events(&recording)),
+            "events chunk claims a million events, --strict",
+            strict("hostile-count.data", &hostile_events(&recording)),
             &[
                 "hostile-count.data",
                 "the events do not decode",
@@ -402,8 +402,8 @@ fn report_cases(dir: &Path) -> Vec<Case> {
             ],
         ),
         case(
-            "flipped bit in an events chunk",
-            report("flipped.data", &flipped),
+            "flipped bit in an events chunk, --strict",
+            strict("flipped.data", &flipped),
             &["flipped.data", "checksum mismatch"],
         ),
         Case::new(
@@ -590,6 +590,118 @@ fn a_cut_after_the_function_table_reports_what_is_left_with_a_warning() {
     assert_eq!(json["events"], recording.events as u64);
 }
 
+/// Every way `report` and `info` can fail on their data file names it once: never
+/// `nf.data: nf.data: no such file`.
+#[test]
+fn errors_name_the_data_file_once() {
+    let dir = TempDir::new().unwrap();
+    let recording = small_recording(dir.path());
+    std::fs::create_dir(dir.path().join("folder.data")).unwrap();
+    let mut metadata = recording.bytes.clone();
+    metadata[FILE_HEADER_LEN + CHUNK_HEADER_LEN + 2] ^= 1;
+    let mut table = recording.bytes.clone();
+    table[recording.table_end - 2] ^= 1;
+    let mut events = recording.bytes.clone();
+    events[recording.block_ends[1] - 2] ^= 1;
+    let files = [
+        ("missing.data", None),
+        ("folder.data", None),
+        ("text.data", Some(b"not a trace\n".to_vec())),
+        (
+            "header.data",
+            Some(recording.bytes[..FILE_HEADER_LEN - 3].to_vec()),
+        ),
+        ("metadata.data", Some(metadata)),
+        ("table.data", Some(table)),
+        ("events.data", Some(events)),
+    ];
+    let mut problems = Vec::new();
+    for (name, bytes) in files {
+        let path = match bytes {
+            Some(bytes) => write(dir.path(), name, &bytes),
+            None => dir.path().join(name),
+        };
+        for command in ["report", "info"] {
+            let output = utrace()
+                .args([command, "--strict", "-i"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            if let Some(problem) = unclear_failure(&output, &[name]) {
+                problems.push(format!("{command} {name}: {problem}"));
+            } else if stderr.matches(name).count() != 1 {
+                problems.push(format!("{command} {name}: named more than once: {stderr}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A report that fails leaves no file behind (nor a temporary one), and an older report of the
+/// same name as it was; one that succeeds is there whole.
+#[test]
+fn a_failed_report_leaves_no_file() {
+    let dir = TempDir::new().unwrap();
+    let recording = small_recording(dir.path());
+    let data = write(dir.path(), "small.data", &recording.bytes);
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let files = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+
+    // Nothing to draw: no call is shown.
+    let idle = out.join("idle.svg");
+    let output = utrace()
+        .args(["report", "--format=svg", "-f", "nothing*", "-i"])
+        .arg(&data)
+        .arg("-o")
+        .arg(&idle)
+        .output()
+        .unwrap();
+    assert_clear_failure(&output, &["nothing to draw"]);
+    assert_eq!(files(), Vec::<String>::new());
+
+    // A damaged file under --strict, over an older report: that one stays.
+    let mut flipped = recording.bytes.clone();
+    flipped[recording.block_ends[0] + CHUNK_HEADER_LEN + 3] ^= 0x40;
+    let flipped = write(dir.path(), "flipped.data", &flipped);
+    let report = out.join("report.txt");
+    std::fs::write(&report, "an older report\n").unwrap();
+    let output = utrace()
+        .args(["report", "--strict", "-i"])
+        .arg(&flipped)
+        .arg("-o")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert_clear_failure(&output, &["flipped.data", "checksum mismatch"]);
+    assert_eq!(files(), ["report.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(&report).unwrap(),
+        "an older report\n"
+    );
+
+    // A report that succeeds replaces it.
+    let output = utrace()
+        .arg("report")
+        .arg("-i")
+        .arg(&data)
+        .arg("-o")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert_success(&output);
+    assert_eq!(files(), ["report.txt"]);
+    assert!(std::fs::read_to_string(&report).unwrap().contains("work"));
+}
+
 /// The layout this file patches is the one the format module documents.
 #[test]
 fn the_patched_offsets_match_the_format() {
@@ -601,5 +713,8 @@ fn the_patched_offsets_match_the_format() {
         [recording.table_end..recording.table_end + CHUNK_HEADER_LEN]
         .try_into()
         .unwrap();
-    assert_eq!(ChunkHeader::decode(&chunk).kind, ChunkKind::Events);
+    assert_eq!(
+        ChunkHeader::decode(&chunk, format::VERSION).unwrap().kind,
+        ChunkKind::Events
+    );
 }

@@ -4,7 +4,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::format::MAX_CHUNK_LEN;
+use super::format::{MAX_CHUNK_LEN, OLDEST_VERSION, VERSION};
 
 #[derive(thiserror::Error, Debug)]
 pub enum DataError {
@@ -20,16 +20,15 @@ pub enum DataError {
     #[error("{}: not a utrace.data file: give a file written by `utrace record`", path.display())]
     NotUtrace { path: PathBuf },
 
+    #[error("{}: is a directory: name a data file with -i", path.display())]
+    Directory { path: PathBuf },
+
     #[error(
-        "{}: format version {found}, this utrace reads {supported}: report it with the utrace \
-         that recorded it",
+        "{}: format version {found}, this utrace reads versions {OLDEST_VERSION} to {VERSION}: \
+         report it with the utrace that recorded it",
         path.display()
     )]
-    Version {
-        path: PathBuf,
-        found: u32,
-        supported: u32,
-    },
+    Version { path: PathBuf, found: u32 },
 
     #[error("{} ends before its function table: nothing was recorded; record again", path.display())]
     NoFunctionTable { path: PathBuf },
@@ -43,6 +42,12 @@ pub enum DataError {
         offset: u64,
         reason: String,
     },
+
+    #[error(
+        "{}: a second recording starts at byte {offset} (two files joined?)",
+        path.display()
+    )]
+    SecondRecording { path: PathBuf, offset: u64 },
 
     #[error(
         "{}: the {what} takes {len} bytes, more than the {} a chunk may hold",

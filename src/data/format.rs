@@ -3,11 +3,20 @@
 //!
 //! ```text
 //! file header, 16 bytes:  magic [u8; 8] = "UTRACE\0D" | version: u32 | reserved: u32 (0)
-//! then chunks, each:      kind: u32 | length: u32 | checksum: u32 | reserved: u32 (0) | payload
+//! then chunks, each:      kind: u32 | length: u32 | checksum: u32 | tally: u32 | payload
+//! tally:                  bits 0-16   the events in an events chunk, 0 in the others
+//!                         bits 17-31  the header's check: the low 15 bits of the CRC-32 of the
+//!                                     header's first 12 bytes followed by bits 0-16 of the tally
+//!                                     (a little-endian u32)
 //! ```
 //!
 //! Every integer is little-endian. `length` counts the payload bytes; `checksum` is the CRC-32
 //! (IEEE, as `crc32fast` computes it) of the payload. Chunks follow each other with no padding.
+//! The header's check lets a reader tell a damaged header from a damaged payload: it skips a
+//! chunk whose payload is damaged by its length, and says how many events it lost; past a
+//! damaged header it finds the next chunk by scanning for a header that checks and a payload
+//! that matches its checksum. Version 4 files, which this code reads too, have 0 in place of the
+//! tally: their headers cannot be checked and do not say how many events a chunk holds.
 //!
 //! | kind | chunk          | payload                                                          |
 //! |------|----------------|------------------------------------------------------------------|
@@ -44,10 +53,13 @@ pub use events::{EventDecoder, EventEncoder, MAX_EVENTS_LEN};
 
 /// The first 8 bytes of every `utrace.data` file.
 pub const MAGIC: [u8; 8] = *b"UTRACE\0D";
-/// The format version this code writes and reads (3: events stored as changes from the event
-/// before; the metadata holds the probe costs measured at start, and each function its probe
-/// class; 4: the statistics end with the events lost per thread).
-pub const VERSION: u32 = 4;
+/// The format version this code writes (3: events stored as changes from the event before; the
+/// metadata holds the probe costs measured at start, and each function its probe class; 4: the
+/// statistics end with the events lost per thread; 5: each chunk header checks itself, and an
+/// events chunk's says how many events it holds).
+pub const VERSION: u32 = 5;
+/// The oldest version this code reads: version 4 differs only in the chunk headers' last word.
+pub const OLDEST_VERSION: u32 = 4;
 /// Size of the file header: magic, version, reserved.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Size of a chunk header: kind, length, checksum, reserved.
@@ -57,6 +69,10 @@ pub const CHUNK_HEADER_LEN: usize = 16;
 pub const MAX_CHUNK_LEN: u32 = 64 << 20;
 /// The most events one chunk may hold.
 pub const EVENTS_PER_CHUNK: usize = 64 * 1024;
+
+/// The tally bits that count events: enough for [`EVENTS_PER_CHUNK`].
+const TALLY_EVENTS: u32 = (1 << 17) - 1;
+const TALLY_CHECK_SHIFT: u32 = 17;
 
 /// What a chunk holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,16 +132,27 @@ pub fn file_header() -> [u8; FILE_HEADER_LEN] {
 
 /// The format version a file header declares, or `None` when the magic is not ours.
 pub fn file_header_version(bytes: &[u8; FILE_HEADER_LEN]) -> Option<u32> {
-    if bytes[..8] != MAGIC {
+    if !starts_a_file(bytes) {
         return None;
     }
     Some(le_u32(bytes, 8))
+}
+
+/// Whether `bytes` begin with a file header's magic: where a chunk should be, a second recording
+/// (two files joined with `cat`).
+pub fn starts_a_file(bytes: &[u8]) -> bool {
+    bytes.starts_with(&MAGIC)
 }
 
 /// Whether `bytes`, shorter than a file header, could be the start of one.
 pub fn is_magic_prefix(bytes: &[u8]) -> bool {
     let n = bytes.len().min(MAGIC.len());
     bytes[..n] == MAGIC[..n]
+}
+
+/// Whether this code reads files of `version`.
+pub fn reads_version(version: u32) -> bool {
+    (OLDEST_VERSION..=VERSION).contains(&version)
 }
 
 /// The header in front of each chunk's payload.
@@ -136,34 +163,86 @@ pub struct ChunkHeader {
     pub length: u32,
     /// [`checksum`] of the payload.
     pub checksum: u32,
+    /// The events of an events chunk, 0 for the other kinds; `None` in a version 4 header, which
+    /// does not say.
+    pub events: Option<u32>,
 }
 
 impl ChunkHeader {
-    /// The header for `payload`. Callers check the length against [`MAX_CHUNK_LEN`] first.
+    /// The header for `payload`, of any kind but events. Callers check the length against
+    /// [`MAX_CHUNK_LEN`] first.
     pub fn for_payload(kind: ChunkKind, payload: &[u8]) -> ChunkHeader {
         ChunkHeader {
             kind,
             length: u32::try_from(payload.len()).unwrap_or(u32::MAX),
             checksum: checksum(payload),
+            events: Some(0),
         }
     }
 
+    /// The header for an events `payload` of `events` events (at most [`EVENTS_PER_CHUNK`]).
+    pub fn for_events(payload: &[u8], events: usize) -> ChunkHeader {
+        debug_assert!(events <= EVENTS_PER_CHUNK);
+        ChunkHeader {
+            events: Some(events as u32),
+            ..ChunkHeader::for_payload(ChunkKind::Events, payload)
+        }
+    }
+
+    /// The header as this version writes it (a `None` event count is written as 0).
     pub fn encode(&self) -> [u8; CHUNK_HEADER_LEN] {
         let mut bytes = [0u8; CHUNK_HEADER_LEN];
         bytes[0..4].copy_from_slice(&self.kind.code().to_le_bytes());
         bytes[4..8].copy_from_slice(&self.length.to_le_bytes());
         bytes[8..12].copy_from_slice(&self.checksum.to_le_bytes());
+        let events = self.events.unwrap_or(0) & TALLY_EVENTS;
+        let tally = events | header_check(&bytes, events) << TALLY_CHECK_SHIFT;
+        bytes[12..16].copy_from_slice(&tally.to_le_bytes());
         bytes
     }
 
-    /// Reads a header; the reserved field is ignored.
-    pub fn decode(bytes: &[u8; CHUNK_HEADER_LEN]) -> ChunkHeader {
-        ChunkHeader {
+    /// Reads a header of a file of `version`; `None` when the header does not check (version 5
+    /// on), which means it is damaged.
+    pub fn decode(bytes: &[u8; CHUNK_HEADER_LEN], version: u32) -> Option<ChunkHeader> {
+        let tally = le_u32(bytes, 12);
+        let events = if version >= 5 {
+            let events = tally & TALLY_EVENTS;
+            if tally >> TALLY_CHECK_SHIFT != header_check(bytes, events) {
+                return None;
+            }
+            Some(events)
+        } else {
+            None
+        };
+        Some(ChunkHeader {
             kind: ChunkKind::from_code(le_u32(bytes, 0)),
             length: le_u32(bytes, 4),
             checksum: le_u32(bytes, 8),
+            events,
+        })
+    }
+
+    /// Whether the header can be trusted on its own: its check passed. A version 4 header cannot
+    /// be checked; only its payload's checksum can vouch for it.
+    pub fn is_checked(&self) -> bool {
+        self.events.is_some()
+    }
+
+    /// The longest payload a chunk of this kind may have.
+    pub fn max_length(&self) -> usize {
+        match self.kind {
+            ChunkKind::Events => MAX_EVENTS_LEN,
+            _ => MAX_CHUNK_LEN as usize,
         }
     }
+}
+
+/// The 15-bit check of a chunk header: over its first 12 bytes and its event count.
+fn header_check(bytes: &[u8; CHUNK_HEADER_LEN], events: u32) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&bytes[..12]);
+    hasher.update(&events.to_le_bytes());
+    hasher.finalize() & (u32::MAX >> TALLY_CHECK_SHIFT)
 }
 
 /// The checksum stored in a chunk header.
@@ -216,14 +295,32 @@ mod tests {
             kind: ChunkKind::Events,
             length: 0x0102_0304,
             checksum: 0xa0b0_c0d0,
+            events: Some(0x1_0000),
         };
         let bytes = header.encode();
         assert_eq!(
-            bytes,
-            [3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0, 0]
+            bytes[..12],
+            [3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0]
         );
-        assert_eq!(ChunkHeader::decode(&bytes), header);
-        let unknown = ChunkHeader::decode(&[99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 7, 7, 7]);
-        assert_eq!(unknown.kind, ChunkKind::Unknown(99));
+        let tally = u32::from_le_bytes(bytes[12..].try_into().unwrap());
+        assert_eq!(tally & TALLY_EVENTS, 0x1_0000);
+        assert_eq!(tally >> TALLY_CHECK_SHIFT, header_check(&bytes, 0x1_0000));
+        assert_eq!(ChunkHeader::decode(&bytes, VERSION), Some(header));
+        // Version 4: the last word is not read, and nothing is checked.
+        let old = ChunkHeader::decode(&[99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 7, 7, 7], 4);
+        assert_eq!(
+            old.map(|h| (h.kind, h.events)),
+            Some((ChunkKind::Unknown(99), None))
+        );
+    }
+
+    #[test]
+    fn every_flipped_header_bit_fails_the_check() {
+        let header = ChunkHeader::for_events(b"some events", 3).encode();
+        for bit in 0..CHUNK_HEADER_LEN * 8 {
+            let mut damaged = header;
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(ChunkHeader::decode(&damaged, VERSION), None, "bit {bit}");
+        }
     }
 }

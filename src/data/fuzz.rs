@@ -43,18 +43,26 @@ pub(crate) fn recording(functions: usize, blocks: &[Vec<Event>], statistics: boo
             .collect(),
     };
     let mut bytes = format::file_header().to_vec();
-    let mut chunk = |kind, payload: &[u8]| {
-        bytes.extend(ChunkHeader::for_payload(kind, payload).encode());
+    let mut chunk = |kind, payload: &[u8], events: usize| {
+        let header = match kind {
+            ChunkKind::Events => ChunkHeader::for_events(payload, events),
+            _ => ChunkHeader::for_payload(kind, payload),
+        };
+        bytes.extend(header.encode());
         bytes.extend_from_slice(payload);
     };
-    chunk(ChunkKind::Metadata, &format::encode(&metadata).unwrap());
-    chunk(ChunkKind::FunctionTable, &format::encode(&table).unwrap());
+    chunk(ChunkKind::Metadata, &format::encode(&metadata).unwrap(), 0);
+    chunk(
+        ChunkKind::FunctionTable,
+        &format::encode(&table).unwrap(),
+        0,
+    );
     let mut encoder = EventEncoder::default();
     let mut payload = Vec::new();
     let events: usize = blocks.iter().map(Vec::len).sum();
     for block in blocks {
         encoder.encode(block, &mut payload);
-        chunk(ChunkKind::Events, &payload);
+        chunk(ChunkKind::Events, &payload, block.len());
     }
     if statistics {
         let statistics = Statistics {
@@ -63,7 +71,11 @@ pub(crate) fn recording(functions: usize, blocks: &[Vec<Event>], statistics: boo
             duration_ns: 1,
             lost_by_thread: Vec::new(),
         };
-        chunk(ChunkKind::Statistics, &format::encode(&statistics).unwrap());
+        chunk(
+            ChunkKind::Statistics,
+            &format::encode(&statistics).unwrap(),
+            0,
+        );
     }
     bytes
 }

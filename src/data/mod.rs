@@ -2,8 +2,10 @@
 //!
 //! A recording is one file: a header, then self-describing chunks (metadata, the function table,
 //! blocks of events, statistics). Each chunk is complete on its own, so a file cut short by a
-//! crash reads up to its last whole chunk. The byte layout lives in [`format`] alone.
+//! crash reads up to its last whole chunk, and a damaged chunk costs only its own events. The
+//! byte layout lives in [`format`] alone.
 
+mod chunks;
 mod error;
 pub mod format;
 mod reader;
@@ -18,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::probe_cost::ProbeCosts;
 
+pub use chunks::{DamagedChunk, OnDamage};
 pub use error::DataError;
 pub use reader::DataReader;
 pub use writer::DataWriter;

@@ -3,17 +3,18 @@
 //! to the largest chunk.
 //!
 //! Hostile or damaged files give a [`DataError`], never a panic, and nothing is allocated on a
-//! header's word beyond [`MAX_CHUNK_LEN`](format::MAX_CHUNK_LEN).
+//! header's word beyond [`MAX_CHUNK_LEN`](format::MAX_CHUNK_LEN). A damaged chunk after the
+//! function table is skipped and noted (see [`chunks`](super::chunks)), unless the reader is told
+//! to fail on it ([`OnDamage::Fail`]).
 
 use std::fs::File;
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::io::{self, BufReader, Read, Seek};
+use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
-use super::format::{
-    self, ChunkHeader, ChunkKind, EventDecoder, CHUNK_HEADER_LEN, FILE_HEADER_LEN, MAX_CHUNK_LEN,
-};
+use super::chunks::{read_full, Chunks, DamagedChunk, Fault, OnDamage, Payloads, Step};
+use super::format::{self, ChunkHeader, ChunkKind, EventDecoder, FILE_HEADER_LEN};
 use super::{DataError, Metadata, Statistics};
 use crate::event::Event;
 use crate::table::FunctionTable;
@@ -25,7 +26,7 @@ const BUFFER_CAPACITY: usize = 256 * 1024;
 enum State {
     /// Between chunks, after the function table.
     Events,
-    /// The statistics chunk has been read: the recording ended cleanly.
+    /// The recording ended cleanly: its statistics chunk has been read (or was damaged).
     Finished,
     /// The file ended in the middle of a chunk or before a statistics chunk.
     CutShort,
@@ -33,33 +34,21 @@ enum State {
     Failed,
 }
 
-/// What came after the last whole chunk.
-enum Next {
-    Chunk(ChunkHeader),
-    /// The file ends here, at a chunk boundary.
-    End,
-    /// The file ends inside a chunk header.
-    Cut,
-}
-
 /// Reads one recording: the metadata and function table at [`open`](Self::open), then the event
 /// blocks one at a time with [`next_events`](Self::next_events).
 pub struct DataReader<R = File> {
-    path: PathBuf,
-    input: BufReader<R>,
-    /// Byte offset of the next chunk header.
-    offset: u64,
+    chunks: Chunks<R>,
     metadata: Metadata,
     functions: FunctionTable,
     statistics: Option<Statistics>,
     state: State,
-    /// The payload of the chunk being read, reused from chunk to chunk.
-    payload: Vec<u8>,
     decoder: EventDecoder,
     /// The current events block; its length is the largest block read so far.
     events: Vec<Event>,
     /// Events handed out so far: the count of a file cut short before its statistics.
     events_read: u64,
+    /// Where a second recording starts, when the file holds one after this one.
+    second_recording: Option<u64>,
 }
 
 impl DataReader<File> {
@@ -71,6 +60,11 @@ impl DataReader<File> {
             },
             _ => DataError::io(path, error),
         })?;
+        if file.metadata().is_ok_and(|m| m.is_dir()) {
+            return Err(DataError::Directory {
+                path: path.to_path_buf(),
+            });
+        }
         DataReader::from_reader(path, file)
     }
 }
@@ -80,71 +74,35 @@ impl<R: Read + Seek> DataReader<R> {
     /// names it in errors.
     pub fn from_reader(path: &Path, input: R) -> Result<DataReader<R>, DataError> {
         let mut input = BufReader::with_capacity(BUFFER_CAPACITY, input);
-
-        let mut header = [0u8; FILE_HEADER_LEN];
-        let got = read_full(&mut input, &mut header).map_err(|error| DataError::io(path, error))?;
-        if got == 0 {
-            return Err(DataError::Empty {
-                path: path.to_path_buf(),
-            });
-        }
-        if got < header.len() {
-            return Err(if format::is_magic_prefix(&header[..got]) {
-                DataError::NoFunctionTable {
-                    path: path.to_path_buf(),
-                }
-            } else {
-                DataError::NotUtrace {
-                    path: path.to_path_buf(),
-                }
-            });
-        }
-        match format::file_header_version(&header) {
-            None => {
-                return Err(DataError::NotUtrace {
-                    path: path.to_path_buf(),
-                })
-            }
-            Some(format::VERSION) => {}
-            Some(found) => {
-                return Err(DataError::Version {
-                    path: path.to_path_buf(),
-                    found,
-                    supported: format::VERSION,
-                })
-            }
-        }
-
-        let mut opening = Opening {
-            path,
-            input: &mut input,
-            offset: FILE_HEADER_LEN as u64,
-            payload: Vec::new(),
-        };
-        let metadata = opening.read_table_chunk(ChunkKind::Metadata)?;
-        let mut functions = opening.read_table_chunk(ChunkKind::FunctionTable)?;
-        let offset = opening.offset;
-        gather_more_functions(path, &mut input, offset, &mut functions);
-        input
-            .seek(SeekFrom::Start(offset))
-            .map_err(|error| DataError::io(path, error))?;
+        let version = read_file_header(path, &mut input)?;
+        let mut chunks = Chunks::new(path, input, version, FILE_HEADER_LEN as u64);
+        let metadata = read_table_chunk(&mut chunks, ChunkKind::Metadata)?;
+        let mut functions = read_table_chunk(&mut chunks, ChunkKind::FunctionTable)?;
+        let events_start = chunks.offset();
+        gather_more_functions(&mut chunks, &mut functions);
+        chunks.rewind(events_start)?;
+        chunks.set_on_damage(OnDamage::Skip);
         Ok(DataReader {
-            path: path.to_path_buf(),
-            input,
-            offset,
+            chunks,
             metadata,
             functions,
             statistics: None,
             state: State::Events,
-            payload: Vec::new(),
             decoder: EventDecoder::default(),
             events: Vec::new(),
             events_read: 0,
+            second_recording: None,
         })
     }
 
+    /// What to do with a damaged chunk after the function table: skip it (the default) or fail.
+    pub fn on_damage(mut self, on_damage: OnDamage) -> Self {
+        self.chunks.set_on_damage(on_damage);
+        self
+    }
+
     pub fn path(&self) -> &Path {
-        &self.path
+        self.chunks.path()
     }
 
     pub fn metadata(&self) -> &Metadata {
@@ -178,7 +136,7 @@ impl<R: Read + Seek> DataReader<R> {
 
     /// Bytes of the file read so far, up to the end of the last chunk read.
     pub fn bytes_read(&self) -> u64 {
-        self.offset
+        self.chunks.offset()
     }
 
     /// Events returned by [`next_events`](Self::next_events) so far.
@@ -198,265 +156,237 @@ impl<R: Read + Seek> DataReader<R> {
         self.state == State::CutShort
     }
 
+    /// The damaged chunks skipped so far, in file order.
+    pub fn damaged_chunks(&self) -> &[DamagedChunk] {
+        self.chunks.damaged()
+    }
+
+    /// The events lost with the damaged chunks, once the events have all been read: `None`
+    /// when that is not known (a damaged header hid a chunk's count, and the statistics that
+    /// would tell are not there).
+    pub fn events_lost_to_damage(&self) -> Option<u64> {
+        let damaged = self.damaged_chunks();
+        if damaged.is_empty() {
+            return Some(0);
+        }
+        match &self.statistics {
+            Some(statistics) => Some(statistics.events.saturating_sub(self.events_read)),
+            None => damaged.iter().map(DamagedChunk::events_lost).sum(),
+        }
+    }
+
+    /// Where a second recording starts in the file (two files joined with `cat`), once the
+    /// events have been read up to it. It is not read.
+    pub fn second_recording(&self) -> Option<u64> {
+        self.second_recording
+    }
+
+    /// Logs a warning for each damaged chunk skipped and for a second recording, once the
+    /// events have been read.
+    pub fn warn_about_damage(&self) {
+        let path = self.path().display();
+        for chunk in self.damaged_chunks() {
+            log::warn!("{path}: {chunk}");
+        }
+        if let Some(offset) = self.second_recording {
+            log::warn!(
+                "{path}: a second recording starts at byte {offset} (two files joined?): only the \
+                 first is read; `tail -c +{} {path}` gives the second",
+                offset + 1
+            );
+        }
+    }
+
     /// Reads chunks up to the next events block, which it leaves in `self.events[..len]`;
     /// `None` when there are no more.
     fn read_events_block(&mut self) -> Result<Option<usize>, DataError> {
         loop {
-            let offset = self.offset;
-            let header = match read_chunk_header(&self.path, &mut self.input, offset)? {
-                Next::Chunk(header) => header,
-                Next::End | Next::Cut => {
-                    self.state = State::CutShort;
+            let (header, offset) = match self.chunks.next(Payloads::All)? {
+                Step::Chunk { header, offset } => (header, offset),
+                Step::End | Step::Cut => {
+                    self.state = self.state_at_end();
+                    return Ok(None);
+                }
+                Step::SecondRecording(offset) => {
+                    self.found_second_recording(offset)?;
+                    self.state = self.state_at_end();
                     return Ok(None);
                 }
             };
-            let length = header.length as usize;
             match header.kind {
                 ChunkKind::Events => {
-                    if length > format::MAX_EVENTS_LEN {
-                        return Err(DataError::corrupt(
-                            &self.path,
-                            offset,
-                            format!(
-                                "an events chunk of {length} bytes, more than the {} its \
-                                 events can take",
-                                format::MAX_EVENTS_LEN
-                            ),
-                        ));
-                    }
-                    if !read_payload(&self.path, &mut self.input, length, &mut self.payload)? {
-                        self.state = State::CutShort;
-                        return Ok(None);
-                    }
-                    check_sum(&self.path, offset, &header, &self.payload)?;
-                    let count = self
-                        .decoder
-                        .decode(&self.payload, &mut self.events)
-                        .map_err(|reason| {
-                            DataError::corrupt(
-                                &self.path,
-                                offset,
-                                format!("the events do not decode: {reason}"),
-                            )
-                        })?;
-                    self.offset = next_offset(offset, &header);
-                    if count > 0 {
-                        return Ok(Some(count));
+                    let decoded = self.decoder.decode(&self.chunks.payload, &mut self.events);
+                    match (decoded, header.events) {
+                        (Ok(count), Some(said)) if count != said as usize => {
+                            let fault = format!("{count} events where its header says {said}");
+                            self.chunks.reject(offset, header, Fault::Corrupt(fault))?;
+                        }
+                        (Ok(0), _) => {}
+                        (Ok(count), _) => return Ok(Some(count)),
+                        (Err(reason), _) => {
+                            let fault = format!("the events do not decode: {reason}");
+                            self.chunks.reject(offset, header, Fault::Corrupt(fault))?;
+                        }
                     }
                 }
                 ChunkKind::Statistics => {
-                    if !read_payload(&self.path, &mut self.input, length, &mut self.payload)? {
-                        self.state = State::CutShort;
-                        return Ok(None);
+                    match format::decode(&self.chunks.payload) {
+                        Ok(statistics) => self.statistics = Some(statistics),
+                        Err(error) => {
+                            let fault = Fault::Corrupt(decode_reason(&header, &error));
+                            self.chunks.reject(offset, header, fault)?;
+                        }
                     }
-                    check_sum(&self.path, offset, &header, &self.payload)?;
-                    self.statistics = Some(decode(&self.path, offset, &header, &self.payload)?);
-                    self.offset = next_offset(offset, &header);
-                    // Statistics come last; whatever follows is not read.
+                    // Statistics come last; a file header after them starts a second recording,
+                    // and nothing else that follows is read.
                     self.state = State::Finished;
+                    if self.chunks.at_file_header()? {
+                        self.found_second_recording(self.chunks.offset())?;
+                    }
                     return Ok(None);
                 }
                 ChunkKind::Metadata | ChunkKind::FunctionTable => {
-                    return Err(DataError::corrupt(
-                        &self.path,
-                        offset,
-                        format!("a second {} chunk", header.kind.name()),
-                    ));
+                    // Another recording, whose file header is damaged: not this one's events.
+                    if self.chunks.on_damage() == OnDamage::Fail {
+                        let reason = format!("a second {} chunk", header.kind.name());
+                        return Err(DataError::corrupt(self.path(), offset, reason));
+                    }
+                    self.found_second_recording(offset)?;
+                    self.state = self.state_at_end();
+                    return Ok(None);
                 }
                 // Gathered when the file was opened.
-                ChunkKind::MoreFunctions | ChunkKind::Unknown(_) => {
-                    if !skip(&self.path, &mut self.input, length)? {
-                        self.state = State::CutShort;
-                        return Ok(None);
-                    }
-                    self.offset = next_offset(offset, &header);
-                }
+                ChunkKind::MoreFunctions | ChunkKind::Unknown(_) => {}
             }
         }
     }
+
+    /// How the recording ended, when the file ends (or a second recording starts) without its
+    /// statistics: cut short, unless a damaged chunk may have been its statistics (one that says
+    /// so, or one whose kind is unknown with nothing whole after it).
+    fn state_at_end(&self) -> State {
+        let statistics_damaged = self.damaged_chunks().iter().any(|chunk| match chunk.kind {
+            Some(kind) => kind == ChunkKind::Statistics,
+            None => chunk.resumed_at.is_none(),
+        });
+        if statistics_damaged {
+            State::Finished
+        } else {
+            State::CutShort
+        }
+    }
+
+    fn found_second_recording(&mut self, offset: u64) -> Result<(), DataError> {
+        if self.chunks.on_damage() == OnDamage::Fail {
+            return Err(DataError::SecondRecording {
+                path: self.path().to_path_buf(),
+                offset,
+            });
+        }
+        self.second_recording = Some(offset);
+        Ok(())
+    }
 }
 
-/// Adds the functions of every "more functions" chunk from `offset` on to `functions`, seeking
-/// over the rest, so reports know every function before the first event. Best effort: it stops
-/// at the first chunk it cannot read, and reading the events then reports what is wrong.
-fn gather_more_functions<R: Read + Seek>(
-    path: &Path,
-    input: &mut BufReader<R>,
-    mut offset: u64,
-    functions: &mut FunctionTable,
-) {
-    let mut payload = Vec::new();
-    while let Ok(Next::Chunk(header)) = read_chunk_header(path, input, offset) {
-        let length = header.length as usize;
-        if header.kind == ChunkKind::MoreFunctions {
-            let more = read_payload(path, input, length, &mut payload)
-                .ok()
-                .filter(|&whole| whole)
-                .and_then(|_| check_sum(path, offset, &header, &payload).ok())
-                .and_then(|()| decode::<FunctionTable>(path, offset, &header, &payload).ok());
-            match more {
-                Some(more) => functions.extend(more),
-                None => return,
+/// Reads the file header; the format version it declares, which this code reads.
+fn read_file_header<R: Read>(path: &Path, input: &mut R) -> Result<u32, DataError> {
+    let mut header = [0u8; FILE_HEADER_LEN];
+    let got = read_full(input, &mut header).map_err(|error| DataError::io(path, error))?;
+    if got == 0 {
+        return Err(DataError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    if got < header.len() {
+        return Err(if format::is_magic_prefix(&header[..got]) {
+            DataError::NoFunctionTable {
+                path: path.to_path_buf(),
             }
-        } else if input
-            .seek(SeekFrom::Current(i64::from(header.length)))
-            .is_err()
-        {
+        } else {
+            DataError::NotUtrace {
+                path: path.to_path_buf(),
+            }
+        });
+    }
+    match format::file_header_version(&header) {
+        None => Err(DataError::NotUtrace {
+            path: path.to_path_buf(),
+        }),
+        Some(version) if format::reads_version(version) => Ok(version),
+        Some(found) => Err(DataError::Version {
+            path: path.to_path_buf(),
+            found,
+        }),
+    }
+}
+
+/// Reads the next known chunk, which must be of `kind`, skipping unknown ones. Any damage is an
+/// error: nothing can be reported without these chunks.
+fn read_table_chunk<R: Read + Seek, T: DeserializeOwned>(
+    chunks: &mut Chunks<R>,
+    kind: ChunkKind,
+) -> Result<T, DataError> {
+    let no_table = DataError::NoFunctionTable {
+        path: chunks.path().to_path_buf(),
+    };
+    loop {
+        let (header, offset) = match chunks.next(Payloads::All)? {
+            Step::Chunk { header, offset } => (header, offset),
+            Step::End | Step::Cut | Step::SecondRecording(_) => return Err(no_table),
+        };
+        if let ChunkKind::Unknown(_) = header.kind {
+            continue;
+        }
+        if header.kind != kind {
+            return Err(DataError::corrupt(
+                chunks.path(),
+                offset,
+                format!(
+                    "a {} chunk where the {} should be",
+                    header.kind.name(),
+                    kind.name()
+                ),
+            ));
+        }
+        return format::decode(&chunks.payload).map_err(|error| {
+            DataError::corrupt(chunks.path(), offset, decode_reason(&header, &error))
+        });
+    }
+}
+
+/// Adds the functions of every "more functions" chunk after the function table to `functions`,
+/// reading no other payload, so reports know every function before the first event. Best
+/// effort: it stops where a damaged chunk might have been one (later chunks number their
+/// functions on from it), and reading the events then says what is wrong.
+fn gather_more_functions<R: Read + Seek>(chunks: &mut Chunks<R>, functions: &mut FunctionTable) {
+    chunks.set_on_damage(OnDamage::Skip);
+    loop {
+        let damaged_before = chunks.damaged().len();
+        let step = chunks.next(Payloads::Only(ChunkKind::MoreFunctions));
+        let lost_one = chunks.damaged()[damaged_before..]
+            .iter()
+            .any(|chunk| matches!(chunk.kind, None | Some(ChunkKind::MoreFunctions)));
+        if lost_one {
             return;
         }
-        offset = next_offset(offset, &header);
-    }
-}
-
-/// Reads the chunks up to the function table, which must all be there.
-struct Opening<'a, R> {
-    path: &'a Path,
-    input: &'a mut BufReader<R>,
-    offset: u64,
-    payload: Vec<u8>,
-}
-
-impl<R: Read> Opening<'_, R> {
-    /// Reads the next known chunk, which must be of `kind`, skipping unknown ones.
-    fn read_table_chunk<T: DeserializeOwned>(&mut self, kind: ChunkKind) -> Result<T, DataError> {
-        let no_table = || DataError::NoFunctionTable {
-            path: self.path.to_path_buf(),
-        };
-        loop {
-            let offset = self.offset;
-            let header = match read_chunk_header(self.path, self.input, offset)? {
-                Next::Chunk(header) => header,
-                Next::End | Next::Cut => return Err(no_table()),
-            };
-            let length = header.length as usize;
-            if let ChunkKind::Unknown(_) = header.kind {
-                if !skip(self.path, self.input, length)? {
-                    return Err(no_table());
-                }
-                self.offset = next_offset(offset, &header);
-                continue;
-            }
-            if header.kind != kind {
-                return Err(DataError::corrupt(
-                    self.path,
-                    offset,
-                    format!(
-                        "a {} chunk where the {} should be",
-                        header.kind.name(),
-                        kind.name()
-                    ),
-                ));
-            }
-            if !read_payload(self.path, self.input, length, &mut self.payload)? {
-                return Err(no_table());
-            }
-            check_sum(self.path, offset, &header, &self.payload)?;
-            let value = decode(self.path, offset, &header, &self.payload)?;
-            self.offset = next_offset(offset, &header);
-            return Ok(value);
+        match step {
+            Ok(Step::Chunk { header, .. }) => match header.kind {
+                ChunkKind::MoreFunctions => match format::decode(&chunks.payload) {
+                    Ok(more) => functions.extend(more),
+                    Err(_) => return,
+                },
+                // Another recording's, with its file header damaged.
+                ChunkKind::Metadata | ChunkKind::FunctionTable => return,
+                _ => {}
+            },
+            _ => return,
         }
     }
 }
 
-/// Reads the chunk header at `offset` and checks its length against the cap.
-fn read_chunk_header(path: &Path, input: &mut impl Read, offset: u64) -> Result<Next, DataError> {
-    let mut bytes = [0u8; CHUNK_HEADER_LEN];
-    let got = read_full(input, &mut bytes).map_err(|error| DataError::io(path, error))?;
-    if got == 0 {
-        return Ok(Next::End);
-    }
-    if got < bytes.len() {
-        return Ok(Next::Cut);
-    }
-    let header = ChunkHeader::decode(&bytes);
-    if header.length > MAX_CHUNK_LEN {
-        return Err(DataError::corrupt(
-            path,
-            offset,
-            format!(
-                "{} chunk of {} bytes, more than the {MAX_CHUNK_LEN} a chunk may hold",
-                header.kind.name(),
-                header.length
-            ),
-        ));
-    }
-    Ok(Next::Chunk(header))
-}
-
-/// Offset of the chunk after the one at `offset`; the length was checked against the cap, so
-/// this cannot overflow for any file that exists, and saturates for those that cannot.
-fn next_offset(offset: u64, header: &ChunkHeader) -> u64 {
-    offset
-        .saturating_add(CHUNK_HEADER_LEN as u64)
-        .saturating_add(u64::from(header.length))
-}
-
-/// Reads a `length`-byte payload into `payload`, which grows with the bytes actually read rather
-/// than with what the header claims. `false` when the file ends first.
-fn read_payload(
-    path: &Path,
-    input: &mut impl Read,
-    length: usize,
-    payload: &mut Vec<u8>,
-) -> Result<bool, DataError> {
-    payload.clear();
-    input
-        .take(length as u64)
-        .read_to_end(payload)
-        .map_err(|error| DataError::io(path, error))?;
-    Ok(payload.len() == length)
-}
-
-/// Skips a `length`-byte payload; `false` when the file ends first.
-fn skip(path: &Path, input: &mut impl Read, length: usize) -> Result<bool, DataError> {
-    let skipped = io::copy(&mut input.take(length as u64), &mut io::sink())
-        .map_err(|error| DataError::io(path, error))?;
-    Ok(skipped == length as u64)
-}
-
-fn check_sum(
-    path: &Path,
-    offset: u64,
-    header: &ChunkHeader,
-    payload: &[u8],
-) -> Result<(), DataError> {
-    if format::checksum(payload) == header.checksum {
-        Ok(())
-    } else {
-        Err(DataError::Checksum {
-            path: path.to_path_buf(),
-            offset,
-        })
-    }
-}
-
-fn decode<T: DeserializeOwned>(
-    path: &Path,
-    offset: u64,
-    header: &ChunkHeader,
-    payload: &[u8],
-) -> Result<T, DataError> {
-    format::decode(payload).map_err(|error| {
-        DataError::corrupt(
-            path,
-            offset,
-            format!("the {} does not decode: {error}", header.kind.name()),
-        )
-    })
-}
-
-/// Reads until `buf` is full or the input ends; returns the bytes read.
-fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match input.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(filled)
+/// Why a metadata, function table or statistics payload that matched its checksum is refused.
+fn decode_reason(header: &ChunkHeader, error: &bincode::error::DecodeError) -> String {
+    format!("the {} does not decode: {error}", header.kind.name())
 }
 
 impl<R: Read + Seek> crate::event::EventSource for DataReader<R> {

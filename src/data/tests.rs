@@ -84,6 +84,8 @@ struct Recording {
     blocks: Vec<Vec<Event>>,
     statistics: Option<Statistics>,
     cut_short: bool,
+    damaged: Vec<DamagedChunk>,
+    second_recording: Option<u64>,
 }
 
 fn read_all(path: &Path) -> Result<Recording, DataError> {
@@ -100,13 +102,16 @@ fn read_all(path: &Path) -> Result<Recording, DataError> {
         blocks,
         statistics: reader.statistics().cloned(),
         cut_short: reader.cut_short(),
+        damaged: reader.damaged_chunks().to_vec(),
+        second_recording: reader.second_recording(),
     })
 }
 
-/// Like [`read_all`], but gives the events read before an error too.
+/// Like [`read_all`] failing on damage (`--strict`), but gives the events read before an error
+/// too.
 fn read_until_error(path: &Path) -> (Vec<Event>, Result<(), DataError>) {
     let mut reader = match DataReader::open(path) {
-        Ok(reader) => reader,
+        Ok(reader) => reader.on_damage(OnDamage::Fail),
         Err(error) => return (Vec::new(), Err(error)),
     };
     let mut events = Vec::new();
@@ -370,8 +375,8 @@ fn wrong_version() {
     assert_eq!(
         error.to_string(),
         format!(
-            "{}: format version 7, this utrace reads {}: report it with the utrace that \
-             recorded it",
+            "{}: format version 7, this utrace reads versions 4 to {}: report it with the \
+             utrace that recorded it",
             path.display(),
             format::VERSION
         )
@@ -420,14 +425,83 @@ fn damaged_bytes_never_panic_nor_invent_events() {
             bytes[at] ^= 1 << rng.below(8);
         }
         let path = write_file(&dir, "damaged.data", &bytes);
-        let (events, _) = read_until_error(&path);
+        let skipping = read_all(&path).map_or(Vec::new(), |read| read.blocks.concat());
+        let (failing, _) = read_until_error(&path);
         // The checksums see to it that only written events come out. (A flipped bit in a length
         // or kind field can lose events, never make some up.)
-        assert!(events.len() <= written.len(), "seed {seed}");
-        for event in &events {
-            assert!(written.contains(event), "seed {seed}: {event:?}");
+        for events in [skipping, failing] {
+            assert!(events.len() <= written.len(), "seed {seed}");
+            for event in &events {
+                assert!(written.contains(event), "seed {seed}: {event:?}");
+            }
         }
     }
+}
+
+/// One flipped bit anywhere after the function table loses exactly the chunk it lands in: the
+/// events of every other chunk come out, and the damage is noted once, with the events lost
+/// when the flip spared the header that says how many.
+#[test]
+fn one_flipped_bit_loses_only_its_chunk() {
+    let dir = TempDir::new().unwrap();
+    let small = small_recording(&dir);
+    let mut starts = vec![small.table_end];
+    starts.extend_from_slice(&small.block_ends);
+    for at in small.table_end..small.bytes.len() {
+        for bit in 0..8 {
+            let mut bytes = small.bytes.clone();
+            bytes[at] ^= 1 << bit;
+            let path = write_file(&dir, "flipped.data", &bytes);
+            let read = read_all(&path).unwrap();
+            let case = format!("bit {bit} of byte {at}");
+            assert_eq!(read.damaged.len(), 1, "{case}: {:?}", read.damaged);
+            let damaged = &read.damaged[0];
+            let chunk = starts.iter().rposition(|&start| start <= at).unwrap();
+            assert_eq!(damaged.offset, starts[chunk] as u64, "{case}");
+            let in_header = at < starts[chunk] + CHUNK_HEADER_LEN;
+            assert!(!read.cut_short, "{case}: {read:?}");
+            if chunk == small.blocks.len() {
+                // The statistics: every event, no totals.
+                assert_eq!(read.blocks, small.blocks, "{case}");
+                assert_eq!(read.statistics, None, "{case}");
+                assert_eq!(damaged.resumed_at, None, "{case}");
+                continue;
+            }
+            let mut expected = small.blocks.clone();
+            let lost = expected.remove(chunk);
+            assert_eq!(read.blocks, expected, "{case}");
+            assert_eq!(damaged.resumed_at, Some(starts[chunk + 1] as u64), "{case}");
+            let count = (!in_header).then_some(lost.len() as u64);
+            assert_eq!(damaged.events, count, "{case}");
+            assert!(read.statistics.is_some(), "{case}");
+        }
+    }
+}
+
+#[test]
+fn damage_warnings_say_where_and_what_was_lost() {
+    let chunk = |kind, events, resumed_at| DamagedChunk {
+        offset: 100,
+        resumed_at,
+        kind,
+        events,
+        reason: "checksum mismatch".into(),
+    };
+    assert_eq!(
+        chunk(Some(ChunkKind::Events), Some(5), Some(200)).to_string(),
+        "damaged events chunk at byte 100 skipped (checksum mismatch; read on at byte 200): \
+         5 events lost"
+    );
+    assert_eq!(
+        chunk(None, None, None).to_string(),
+        "damaged chunk at byte 100 skipped (checksum mismatch; nothing whole after it): an \
+         unknown number of events lost"
+    );
+    assert_eq!(
+        chunk(Some(ChunkKind::Statistics), Some(0), None).to_string(),
+        "damaged statistics chunk at byte 100 skipped (checksum mismatch; nothing whole after \
+         it): the recording's totals are lost"
+    );
 }
 
 #[test]
@@ -466,6 +540,16 @@ fn absurd_chunk_length() {
             "{error}"
         );
         assert!(error.to_string().contains("more than the"), "{error}");
+        // Skipping damage, the chunk after it is found by scanning.
+        let read = read_all(&path).unwrap();
+        assert_eq!(
+            read.blocks,
+            [small.blocks[0].clone(), small.blocks[2].clone()]
+        );
+        assert_eq!(read.damaged.len(), 1);
+        assert_eq!(read.damaged[0].resumed_at, Some(small.block_ends[1] as u64));
+        assert!(read.damaged[0].reason.contains("more than the"));
+        assert_eq!(read.damaged[0].events, None);
     }
 }
 
@@ -495,7 +579,27 @@ fn events_that_do_not_decode() {
                 path.display()
             )
         );
+        // Skipping damage: every block but the bad one, which is noted.
+        let read = read_all(&path).unwrap();
+        assert_eq!(read.blocks, small.blocks);
+        assert_eq!(read.damaged.len(), 1);
+        assert_eq!(read.damaged[0].offset, at as u64);
+        assert_eq!(
+            read.damaged[0].reason,
+            format!("the events do not decode: {reason}")
+        );
     }
+
+    // A payload that decodes to more events than its header says.
+    let mut bytes = small.bytes[..at].to_vec();
+    let payload = encoded(&events(9, 4));
+    bytes.extend(ChunkHeader::for_events(&payload, 3).encode());
+    bytes.extend_from_slice(&payload);
+    bytes.extend_from_slice(&small.bytes[at..]);
+    let path = write_file(&dir, "miscounted.data", &bytes);
+    let read = read_all(&path).unwrap();
+    assert_eq!(read.blocks, small.blocks);
+    assert_eq!(read.damaged[0].reason, "4 events where its header says 3");
 }
 
 #[test]
@@ -518,6 +622,25 @@ fn flipped_payload_byte() {
             path.display()
         )
     );
+    // Skipping damage: the blocks around it, and what was lost.
+    let mut reader = DataReader::open(&path).unwrap();
+    let mut read = Vec::new();
+    while let Some(block) = reader.next_events().unwrap() {
+        read.push(block.to_vec());
+    }
+    assert_eq!(read, [small.blocks[0].clone(), small.blocks[2].clone()]);
+    assert_eq!(
+        reader.damaged_chunks(),
+        [DamagedChunk {
+            offset: at as u64,
+            resumed_at: Some(small.block_ends[1] as u64),
+            kind: Some(ChunkKind::Events),
+            events: Some(5),
+            reason: "checksum mismatch".into(),
+        }]
+    );
+    assert_eq!(reader.events_lost_to_damage(), Some(5));
+    assert!(reader.statistics().is_some() && !reader.cut_short());
 
     // In the metadata.
     let mut bytes = small.bytes.clone();
@@ -536,6 +659,98 @@ fn flipped_payload_byte() {
     let (events, result) = read_until_error(&path);
     assert_eq!(events, small.blocks.concat());
     assert!(matches!(result, Err(DataError::Checksum { .. })));
+    // Skipping damage: the recording ended, its totals are lost.
+    let read = read_all(&path).unwrap();
+    assert_eq!(read.blocks, small.blocks);
+    assert_eq!(read.statistics, None);
+    assert!(!read.cut_short);
+    assert_eq!(read.damaged[0].kind, Some(ChunkKind::Statistics));
+}
+
+#[test]
+fn joined_files_are_read_up_to_the_second_recording() {
+    let dir = TempDir::new().unwrap();
+    let small = small_recording(&dir);
+    let joined = [&small.bytes[..], &small.bytes[..]].concat();
+    let path = write_file(&dir, "joined.data", &joined);
+    let read = read_all(&path).unwrap();
+    assert_eq!(read.blocks, small.blocks);
+    assert!(read.statistics.is_some() && !read.cut_short);
+    assert!(read.damaged.is_empty());
+    assert_eq!(read.second_recording, Some(small.bytes.len() as u64));
+    let (events, result) = read_until_error(&path);
+    assert_eq!(events, small.blocks.concat());
+    assert_eq!(
+        result.err().unwrap().to_string(),
+        format!(
+            "{}: a second recording starts at byte {} (two files joined?)",
+            path.display(),
+            small.bytes.len()
+        )
+    );
+
+    // The first one cut short, after its first block.
+    let first = &small.bytes[..small.block_ends[0] + 7];
+    let joined = [first, &small.bytes[..]].concat();
+    let path = write_file(&dir, "joined.data", &joined);
+    let read = read_all(&path).unwrap();
+    assert_eq!(read.blocks, small.blocks[..1]);
+    assert!(read.cut_short);
+    assert_eq!(read.second_recording, Some(first.len() as u64));
+    // The second file's header damaged too: its metadata chunk still ends the first.
+    let first = &small.bytes[..small.block_ends[0]];
+    let mut joined = [first, &small.bytes[..]].concat();
+    joined[first.len()] ^= 1;
+    let path = write_file(&dir, "joined.data", &joined);
+    let read = read_all(&path).unwrap();
+    assert_eq!(read.blocks, small.blocks[..1]);
+    assert_eq!(
+        read.second_recording,
+        Some((first.len() + FILE_HEADER_LEN) as u64)
+    );
+}
+
+#[test]
+fn version_4_files_are_read_and_their_damage_skipped() {
+    let dir = TempDir::new().unwrap();
+    let small = small_recording(&dir);
+    // Version 4: the same, with 0 where the chunk headers now have their tally.
+    let mut bytes = small.bytes.clone();
+    bytes[8..12].copy_from_slice(&4u32.to_le_bytes());
+    let mut at = FILE_HEADER_LEN;
+    while at < bytes.len() {
+        let length = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        bytes[at + 12..at + 16].fill(0);
+        at += CHUNK_HEADER_LEN + length;
+    }
+    let path = write_file(&dir, "v4.data", &bytes);
+    let read = read_all(&path).unwrap();
+    assert_eq!(read.blocks, small.blocks);
+    assert!(read.damaged.is_empty() && !read.cut_short);
+
+    // A damaged payload: a whole chunk where its header says it ends vouches for its length.
+    let second = small.block_ends[0];
+    let mut damaged = bytes.clone();
+    damaged[second + CHUNK_HEADER_LEN + 2] ^= 4;
+    let path = write_file(&dir, "v4.data", &damaged);
+    let read = read_all(&path).unwrap();
+    assert_eq!(
+        read.blocks,
+        [small.blocks[0].clone(), small.blocks[2].clone()]
+    );
+    assert_eq!(read.damaged[0].kind, Some(ChunkKind::Events));
+    assert_eq!(read.damaged[0].events, None);
+    // A damaged length: found by scanning.
+    let mut damaged = bytes.clone();
+    damaged[second + 4] ^= 8;
+    let path = write_file(&dir, "v4.data", &damaged);
+    let read = read_all(&path).unwrap();
+    assert_eq!(
+        read.blocks,
+        [small.blocks[0].clone(), small.blocks[2].clone()]
+    );
+    assert_eq!(read.damaged[0].resumed_at, Some(small.block_ends[1] as u64));
+    assert_eq!(read.damaged[0].kind, None);
 }
 
 #[test]
@@ -584,13 +799,18 @@ fn chunks_out_of_order() {
         Err(DataError::Corrupt { .. })
     ));
 
-    // A second metadata chunk among the events.
+    // A second metadata chunk among the events: another recording, whose file header is
+    // damaged. What follows is not this recording's.
     let mut bytes = small.bytes[..small.block_ends[0]].to_vec();
     bytes.extend_from_slice(&chunk(ChunkKind::Metadata, &metadata_payload));
+    bytes.extend_from_slice(&small.bytes[small.block_ends[0]..]);
     let path = write_file(&dir, "order.data", &bytes);
     let (events, result) = read_until_error(&path);
     assert_eq!(events, small.blocks[0]);
     assert!(matches!(result, Err(DataError::Corrupt { .. })));
+    let read = read_all(&path).unwrap();
+    assert_eq!(read.blocks, small.blocks[..1]);
+    assert_eq!(read.second_recording, Some(small.block_ends[0] as u64));
 }
 
 #[test]

@@ -51,8 +51,16 @@ impl DataWriter {
             let header = format::file_header();
             out.write_all(&header)?;
             let mut written = header.len() as u64;
-            written += write_chunk(out, ChunkKind::Metadata, &metadata)?;
-            written += write_chunk(out, ChunkKind::FunctionTable, &functions)?;
+            written += write_chunk(
+                out,
+                ChunkHeader::for_payload(ChunkKind::Metadata, &metadata),
+                &metadata,
+            )?;
+            written += write_chunk(
+                out,
+                ChunkHeader::for_payload(ChunkKind::FunctionTable, &functions),
+                &functions,
+            )?;
             Ok(written)
         })?;
         Ok(writer)
@@ -71,7 +79,8 @@ impl DataWriter {
             let mut written = 0;
             for block in events.chunks(EVENTS_PER_CHUNK) {
                 encoder.encode(block, &mut payload);
-                written += write_chunk(out, ChunkKind::Events, &payload)?;
+                let header = ChunkHeader::for_events(&payload, block.len());
+                written += write_chunk(out, header, &payload)?;
             }
             Ok(written)
         });
@@ -86,13 +95,15 @@ impl DataWriter {
     /// chunk): `more` holds only the new modules and functions, numbered on from those before.
     pub fn write_more_functions(&mut self, more: &FunctionTable) -> Result<(), DataError> {
         let payload = encode(&self.path, "function table", more)?;
-        self.write(|out| write_chunk(out, ChunkKind::MoreFunctions, &payload))
+        let header = ChunkHeader::for_payload(ChunkKind::MoreFunctions, &payload);
+        self.write(|out| write_chunk(out, header, &payload))
     }
 
     /// Appends the statistics chunk, which marks the recording as complete, and flushes.
     pub fn finish(mut self, statistics: &Statistics) -> Result<(), DataError> {
         let payload = encode(&self.path, "statistics", statistics)?;
-        self.write(|out| write_chunk(out, ChunkKind::Statistics, &payload))
+        let header = ChunkHeader::for_payload(ChunkKind::Statistics, &payload);
+        self.write(|out| write_chunk(out, header, &payload))
     }
 
     /// Closes and removes the file, for a recording that never started: a file without events
@@ -158,9 +169,9 @@ fn encode<T: Serialize>(path: &Path, what: &'static str, value: &T) -> Result<Ve
 }
 
 /// Writes one chunk, whose payload is at most [`MAX_CHUNK_LEN`] bytes; returns the bytes written.
-fn write_chunk(out: &mut impl Write, kind: ChunkKind, payload: &[u8]) -> io::Result<u64> {
+fn write_chunk(out: &mut impl Write, header: ChunkHeader, payload: &[u8]) -> io::Result<u64> {
     debug_assert!(payload.len() <= MAX_CHUNK_LEN as usize);
-    let header = ChunkHeader::for_payload(kind, payload).encode();
+    let header = header.encode();
     out.write_all(&header)?;
     out.write_all(payload)?;
     Ok((header.len() + payload.len()) as u64)

@@ -78,9 +78,14 @@ impl<W: Write> ChromeTrace<W> {
         if let Some(error) = self.error.take() {
             return Err(error);
         }
+        // Only a damaged data file has the field.
+        let damaged = match info.damaged_chunks {
+            0 => String::new(),
+            chunks => format!(",\"damaged_chunks\":{chunks}"),
+        };
         writeln!(
             self.out,
-            "\n],\n\"displayTimeUnit\":\"ns\",\n\"metadata\":{{\"command\":{},\"pid\":{},\"duration_ns\":{},\"events\":{},\"lost_events\":{},\"unfinished_calls\":{},\"unknown_time_calls\":{},\"unmatched_exits\":{}}}}}",
+            "\n],\n\"displayTimeUnit\":\"ns\",\n\"metadata\":{{\"command\":{},\"pid\":{},\"duration_ns\":{},\"events\":{},\"lost_events\":{}{damaged},\"unfinished_calls\":{},\"unknown_time_calls\":{},\"unmatched_exits\":{}}}}}",
             json_string(&info.command),
             info.pid,
             info.duration_ns,

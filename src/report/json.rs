@@ -2,10 +2,12 @@
 //!
 //! ```json
 //! {"command": "...", "pid": N, "duration_ns": N, "events": N, "lost_events": N,
+//!  "damaged_chunks": N,
 //!  "functions": [{"name": "fib", "module": "sort", "calls": N, "unknown_time_calls": N,
 //!                 "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N}]}
 //! ```
-//! The header comes from [`TraceInfo`]; `functions` are in the summary's order (`--sort`) with the same
+//! The header comes from [`TraceInfo`] (`damaged_chunks` only when the data file had any: then
+//! `events` counts those read, not those recorded); `functions` are in the summary's order (`--sort`) with the same
 //! figures (see [`super::summary`]); `module` is the file name of the function's module.
 //! When the trace holds more than one process (`--follow`), each function has one entry per
 //! process that called it, with a `"pid"`, by pid then in the summary's order.
@@ -26,6 +28,8 @@ struct JsonReport<'a> {
     duration_ns: u64,
     events: u64,
     lost_events: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    damaged_chunks: u64,
     functions: Vec<JsonFunction<'a>>,
 }
 
@@ -83,8 +87,13 @@ pub fn write_json(
         duration_ns: info.duration_ns,
         events: info.events,
         lost_events: info.lost_events,
+        damaged_chunks: info.damaged_chunks,
         functions,
     };
     serde_json::to_writer_pretty(&mut *out, &report)?;
     writeln!(out)
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }

@@ -10,6 +10,8 @@ pub mod chrome;
 pub mod flame_graph;
 pub mod flat;
 pub mod json;
+mod no_calls;
+mod output;
 pub mod progress;
 mod run;
 pub mod summary;
@@ -22,12 +24,13 @@ use std::str::FromStr;
 
 use thiserror::Error;
 
+use crate::event::Event;
 use crate::event::EventSource;
 use crate::fast_hash::FastHashMap;
 use crate::filter::{FilterSpec, FilteredSink};
 use crate::probe_cost::ProbeCosts;
-use crate::replay::{CallSink, ReplayStats, Replayer};
-use crate::table::FunctionTable;
+use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats, Replayer};
+use crate::table::{FunctionId, FunctionTable};
 
 use chrome::ChromeTrace;
 use flame_graph::{FoldedStacks, Weight};
@@ -51,6 +54,9 @@ pub struct TraceInfo {
     pub lost_events: u64,
     /// The same per thread: (thread id, events lost), by thread id.
     pub lost_by_thread: Vec<(u32, u64)>,
+    /// Chunks of the data file skipped because they were damaged; `events` leaves their events
+    /// out.
+    pub damaged_chunks: u64,
 }
 
 /// The report formats, as the CLI names them.
@@ -142,6 +148,9 @@ pub struct ReportOutcome {
     /// Events read from the source (including ignored ones).
     pub events: u64,
     pub replay: ReplayStats,
+    /// Calls that reached the report, past the filters. With none, the summary and the call
+    /// tree write nothing at all rather than a bare header.
+    pub calls: u64,
 }
 
 /// How a report is made, beyond its format. [`ReportOptions::default`] is the plain report.
@@ -200,12 +209,37 @@ where
     }
     let end_ns = replayer.stats().last_timestamp_ns;
     let replay = replayer.finish(end_ns, sink);
-    Ok(ReportOutcome { events, replay })
+    Ok(ReportOutcome {
+        events,
+        replay,
+        calls: 0,
+    })
+}
+
+/// Counts the calls on their way to a report.
+struct Counted<'s, S> {
+    inner: &'s mut S,
+    calls: u64,
+}
+
+impl<S: CallSink> CallSink for Counted<'_, S> {
+    fn call_finished(&mut self, call: &FinishedCall, stack: &[FunctionId]) {
+        self.calls += 1;
+        self.inner.call_finished(call, stack);
+    }
+
+    fn call_entered(&mut self, entry: &CallEntry, stack: &[FunctionId]) {
+        self.inner.call_entered(entry, stack);
+    }
+
+    fn process_execed(&mut self, note: &Event) {
+        self.inner.process_execed(note);
+    }
 }
 
 /// [`replay_source`] through `filter`, with the probe costs taken out when `probe_costs` has
-/// them: the filtering layer is only put in when it hides something, so unfiltered reports pay
-/// nothing for it.
+/// them, counting the calls that get through: the filtering layer is only put in when it hides
+/// something, so unfiltered reports pay nothing for it.
 pub fn replay_filtered<E, S>(
     source: &mut E,
     table: &FunctionTable,
@@ -221,15 +255,23 @@ where
     if let Some(costs) = probe_costs {
         replayer.correct_probe_costs(table, costs);
     }
-    if filter.shows_everything() {
-        replay_source(source, replayer, sink)
+    let mut counted = Counted {
+        inner: sink,
+        calls: 0,
+    };
+    let outcome = if filter.shows_everything() {
+        replay_source(source, replayer, &mut counted)
     } else {
         replay_source(
             source,
             replayer,
-            &mut FilteredSink::new(filter, table, sink),
+            &mut FilteredSink::new(filter, table, &mut counted),
         )
-    }
+    }?;
+    Ok(ReportOutcome {
+        calls: counted.calls,
+        ..outcome
+    })
 }
 
 /// What one pass over the events found: their number and the threads they ran on.
@@ -275,7 +317,8 @@ where
     Ok(ThreadScan { events, tids, pids })
 }
 
-/// Replays `source` against `table` and writes the report in `format` to `out`. `info` is asked
+/// Replays `source` against `table` and writes the report in `format` to `out`; when no call
+/// gets through, the summary and the call tree write nothing (the caller says why). `info` is asked
 /// for what the data file says: Chrome traces ask before the events are read (and use only the
 /// metadata then: command, pid, start), and every format that shows totals asks again after,
 /// because a data file keeps its totals at the end.
@@ -298,13 +341,17 @@ where
             let mut summaries = GroupedSummaries::new(Grouping::Thread, function_count);
             let outcome = replay_filtered(source, table, filter, costs, &mut summaries)?;
             let lost = info(source).lost_by_thread;
-            summaries.write_text(table, &outcome.replay, &lost, options.table_layout(), out)?;
+            if outcome.calls > 0 {
+                summaries.write_text(table, &outcome.replay, &lost, options.table_layout(), out)?;
+            }
             Ok(outcome)
         }
         Format::Summary => {
             let mut summary = Summary::new(function_count);
             let outcome = replay_filtered(source, table, filter, costs, &mut summary)?;
-            summary.write_text(table, &outcome.replay, options.table_layout(), out)?;
+            if outcome.calls > 0 {
+                summary.write_text(table, &outcome.replay, options.table_layout(), out)?;
+            }
             Ok(outcome)
         }
         Format::Json => {

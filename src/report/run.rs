@@ -1,15 +1,20 @@
 //! `utrace report`: a data file in, one report out. The binary maps its flags to a
 //! [`ReportRequest`] and calls [`run`].
 
-use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Stderr, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use super::no_calls::NoCalls;
+use super::output::PendingFile;
 use super::progress::{ProgressBar, WithProgress};
-use super::{scan_threads, write_report, Format, ReportOptions, ThreadScan, TraceInfo};
-use crate::data::{DataReader, Statistics};
+use super::{
+    scan_threads, write_report, Format, ReportError, ReportOptions, ReportOutcome, ThreadScan,
+    TraceInfo,
+};
+use crate::data::{DataReader, OnDamage, Statistics};
+use crate::filter::FilterSpec;
 
 /// What `utrace report` was asked for.
 pub struct ReportRequest {
@@ -23,6 +28,8 @@ pub struct ReportRequest {
     pub options: ReportOptions,
     /// Leave the recorded probe costs in the durations.
     pub raw_times: bool,
+    /// Skip a damaged chunk with a warning, or fail (`--strict`).
+    pub on_damage: OnDamage,
 }
 
 /// Writes the report `request` asks for, with a progress bar on a terminal while the file is read.
@@ -30,11 +37,11 @@ pub fn run(request: ReportRequest) -> Result<()> {
     let mut options = request.options;
     // The call tree's thread column needs the threads before its first line: a first pass.
     if request.format == Format::Replay {
-        let scan = find_threads(&request.input, &options)?;
+        let scan = find_threads(&request.input, request.on_damage, &options)?;
         options.show_thread_ids = scan.tids.len() > 1;
         options.show_process_ids = scan.pids.len() > 1;
     }
-    let reader = DataReader::open(&request.input)?;
+    let reader = DataReader::open(&request.input)?.on_damage(request.on_damage);
     if !request.raw_times {
         options.probe_costs = reader.metadata().probe_costs.clone();
     }
@@ -45,11 +52,18 @@ pub fn run(request: ReportRequest) -> Result<()> {
         && request.format.writes_while_reading()
         && std::io::stdout().is_terminal());
     let mut source = with_progress(&request.input, bar_wanted, "reading", reader);
-    let mut out: Box<dyn Write> = match &request.output {
-        Some(path) => Box::new(BufWriter::new(
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
-        )),
-        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+    // A report file is put in place once whole: a report that fails leaves none.
+    let mut file = match &request.output {
+        Some(path) => Some(
+            PendingFile::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut stdout = BufWriter::new(std::io::stdout().lock());
+    let out: &mut dyn Write = match &mut file {
+        Some(file) => file,
+        None => &mut stdout,
     };
     let outcome = write_report(
         request.format,
@@ -57,30 +71,77 @@ pub fn run(request: ReportRequest) -> Result<()> {
         |source: &WithProgress<DataReader, _>| trace_info(source.source()),
         &table,
         &mut source,
-        &mut out,
+        out,
     )
-    .with_context(|| format!("{}", request.input.display()))?;
-    out.flush().context("cannot write the report")?;
-    if source.source().cut_short() {
-        log::warn!(
-            "{} was cut short (the recorder did not finish): {} events read up to its last complete block",
-            request.input.display(),
-            outcome.events
-        );
+    .map_err(|error| name_the_file(error, &request.input, request.output.as_deref()))?;
+    match file {
+        Some(file) => file.commit(),
+        None => stdout.flush(),
     }
+    .map_err(|error| name_the_file(error.into(), &request.input, request.output.as_deref()))?;
+    warn_after_report(&request.input, source.source(), &options.filter, &outcome);
     Ok(())
 }
 
-/// The threads and processes of the file at `input` that the filter shows, in a first pass.
-fn find_threads(input: &std::path::Path, options: &ReportOptions) -> Result<ThreadScan> {
-    let reader = DataReader::open(input)?;
+/// The warnings a report ends with: the damage skipped, why no call was shown if none was, and
+/// that the file was cut short.
+fn warn_after_report(
+    input: &Path,
+    reader: &DataReader,
+    filter: &FilterSpec,
+    outcome: &ReportOutcome,
+) {
+    reader.warn_about_damage();
+    let events = reader.events_read();
+    if outcome.calls == 0 {
+        let no_calls = NoCalls {
+            file: input,
+            events,
+            damaged_chunks: reader.damaged_chunks().len(),
+            cut_short: reader.cut_short(),
+            lost_events: reader.statistics().map_or(0, |s| s.lost_events),
+            table: reader.functions(),
+            filter,
+            replay: &outcome.replay,
+        };
+        log::warn!("no calls were recorded: {no_calls}");
+    }
+    // Cut short before its first events, the reason above says it.
+    if reader.cut_short() && !(outcome.calls == 0 && events == 0) {
+        log::warn!(
+            "{} was cut short (the recorder did not finish): {events} events read up to its last \
+             complete block",
+            input.display(),
+        );
+    }
+}
+
+/// The threads and processes of the file at `input` that the filter shows, in a first pass
+/// (which leaves the warnings about damage to the second).
+fn find_threads(input: &Path, on_damage: OnDamage, options: &ReportOptions) -> Result<ThreadScan> {
+    let reader = DataReader::open(input)?.on_damage(on_damage);
     let mut source = with_progress(input, true, "finding threads", reader);
-    scan_threads(&mut source, &options.filter).with_context(|| format!("{}", input.display()))
+    scan_threads(&mut source, &options.filter).map_err(|error| name_the_file(error, input, None))
+}
+
+/// `error` with the name of the file it is about, once: the reader's errors name the data file
+/// already; a write error is about the report file (nothing to add on standard output); the
+/// others are about the data file.
+fn name_the_file(error: ReportError, input: &Path, output: Option<&Path>) -> anyhow::Error {
+    let file = match (&error, output) {
+        (ReportError::Read(_), _) | (ReportError::Write(_), None) => None,
+        (ReportError::Write(_), Some(output)) => Some(output),
+        (ReportError::NothingToDraw, _) => Some(input),
+    };
+    match file {
+        Some(file) => anyhow::Error::new(error).context(file.display().to_string()),
+        None => error.into(),
+    }
 }
 
 /// `reader` moving a progress bar as it reads, if `wanted`.
 fn with_progress(
-    input: &std::path::Path,
+    input: &Path,
     wanted: bool,
     label: &'static str,
     reader: DataReader,
@@ -98,13 +159,21 @@ fn trace_info(reader: &DataReader) -> TraceInfo {
         events: reader.events_read(),
         ..Statistics::default()
     });
+    // The statistics count the events of damaged chunks, which no report shows.
+    let damaged_chunks = reader.damaged_chunks().len() as u64;
+    let events = if damaged_chunks > 0 {
+        reader.events_read()
+    } else {
+        statistics.events
+    };
     TraceInfo {
         command: metadata.command_line(),
         pid: metadata.pid,
         start_monotonic_ns: metadata.start_monotonic_ns,
         duration_ns: statistics.duration_ns,
-        events: statistics.events,
+        events,
         lost_events: statistics.lost_events,
         lost_by_thread: statistics.lost_by_thread,
+        damaged_chunks,
     }
 }

@@ -69,6 +69,7 @@ fn sort_info() -> TraceInfo {
         events: 27,
         lost_events: 3,
         lost_by_thread: vec![(101, 2), (102, 1)],
+        damaged_chunks: 0,
     }
 }
 
@@ -184,6 +185,36 @@ fn report_json_matches_golden() {
     assert_eq!(value["functions"].as_array().unwrap().len(), 6);
 }
 
+/// A data file that had damaged chunks says so in the JSON and Chrome reports (and only then:
+/// the golden files have no such field).
+#[test]
+fn reports_of_a_damaged_file_count_its_damaged_chunks() {
+    let info = TraceInfo {
+        damaged_chunks: 2,
+        ..sort_info()
+    };
+    let events = sort_events();
+    let run = |format| {
+        let mut out = Vec::new();
+        let mut source = IterBlocks::new(events.chunks(5));
+        write_report(
+            format,
+            &ReportOptions::default(),
+            |_| info.clone(),
+            &sort_table(),
+            &mut source,
+            &mut out,
+        )
+        .unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let json: serde_json::Value = serde_json::from_str(&run(Format::Json)).unwrap();
+    assert_eq!(json["damaged_chunks"], 2);
+    let chrome: serde_json::Value = serde_json::from_str(&run(Format::Chrome)).unwrap();
+    assert_eq!(chrome["metadata"]["damaged_chunks"], 2);
+    assert!(!golden("sort.json").contains("damaged"));
+}
+
 #[test]
 fn report_svg_is_a_flame_graph_of_the_trace() {
     let (svg, _) = sort_report(Format::Svg);
@@ -226,9 +257,14 @@ fn report_of_an_empty_trace() {
         (result, String::from_utf8(out).unwrap())
     };
 
+    // No bare header: the command says why there is no call instead.
     let (result, text) = run(Format::Summary);
     assert_eq!(result.unwrap(), ReportOutcome::default());
-    assert_eq!(text.lines().count(), 2, "only the header: {text}");
+    assert_eq!(text, "");
+
+    let (result, text) = run(Format::Replay);
+    assert_eq!(result.unwrap().calls, 0);
+    assert_eq!(text, "");
 
     let (result, text) = run(Format::FlameGraph);
     result.unwrap();
@@ -243,6 +279,19 @@ fn report_of_an_empty_trace() {
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(value["functions"], serde_json::json!([]));
     assert_eq!(value["pid"], 4242);
+}
+
+/// The calls counted are those the filters let through to the report.
+#[test]
+fn report_outcome_counts_the_calls_shown() {
+    let (_, outcome) = sort_report(Format::Summary);
+    assert!(outcome.calls > 0);
+    let hidden = ReportOptions {
+        filter: FilterSpec::parse(&["nothing".into()], &[], None, None, &[]).unwrap(),
+        ..ReportOptions::default()
+    };
+    let (text, outcome) = sort_report_with(Format::Replay, &hidden);
+    assert_eq!((outcome.calls, text.as_str()), (0, ""));
 }
 
 /// A source that fails part way, like a reader meeting a damaged chunk.

@@ -46,6 +46,8 @@ pub struct TreePrinter<'t, W: Write> {
     /// The process of the first thread seen.
     first_pid: Option<u32>,
     out: W,
+    /// The header line is written before the first call's line: a tree of no call has none.
+    header_due: bool,
     /// Per thread, the entry whose line is held back.
     pending: Vec<(u32, Option<CallEntry>)>,
     /// Thread id → index into `pending`.
@@ -88,10 +90,10 @@ impl Ending {
 }
 
 impl<'t, W: Write> TreePrinter<'t, W> {
-    /// A printer that writes to `out`, starting with the header line. `show_tids` adds the
-    /// thread id column: set it when the trace (as filtered) has more than one thread.
-    pub fn new(table: &'t FunctionTable, columns: Columns, mut out: W) -> io::Result<Self> {
-        write_header(&mut out, columns)?;
+    /// A printer that writes to `out`, the header line before the first call's (nothing at all
+    /// when no call comes). `columns.thread_ids` adds the thread id column: set it when the trace
+    /// (as filtered) has more than one thread.
+    pub fn new(table: &'t FunctionTable, columns: Columns, out: W) -> io::Result<Self> {
         let parens = table
             .functions
             .iter()
@@ -104,6 +106,7 @@ impl<'t, W: Write> TreePrinter<'t, W> {
             columns_when_needed: false,
             first_pid: None,
             out,
+            header_due: true,
             pending: Vec::new(),
             index: FastHashMap::default(),
             error: None,
@@ -113,9 +116,12 @@ impl<'t, W: Write> TreePrinter<'t, W> {
     /// A printer for a stream whose threads are not known in advance (live mode): the thread id
     /// column comes on, under a new header line, when a second thread first calls, and the
     /// process id column when a second process does.
+    /// The header comes first, at once, to show that tracing has started.
     pub fn live(table: &'t FunctionTable, columns: Columns, out: W) -> io::Result<Self> {
         let mut printer = TreePrinter::new(table, columns, out)?;
         printer.columns_when_needed = true;
+        write_header(&mut printer.out, columns)?;
+        printer.header_due = false;
         Ok(printer)
     }
 
@@ -155,7 +161,8 @@ impl<'t, W: Write> TreePrinter<'t, W> {
             return Err(error);
         }
         debug_assert!(self.pending.iter().all(|(_, entry)| entry.is_none()));
-        if let Some(note) = replay_note(replay) {
+        // A tree of no call has no note either: the command says why there is none.
+        if let Some(note) = replay_note(replay).filter(|_| !self.header_due) {
             writeln!(self.out, "\n# note: {note}")?;
         }
         Ok(self.out)
@@ -189,6 +196,13 @@ impl<'t, W: Write> TreePrinter<'t, W> {
     fn line(&mut self, place: Place, function: FunctionId, line: Line) {
         if self.error.is_some() {
             return;
+        }
+        if self.header_due {
+            self.header_due = false;
+            if let Err(error) = write_header(&mut self.out, self.columns) {
+                self.error = Some(error);
+                return;
+            }
         }
         let name = self.table.name_of(function);
         let parens = self.parens.get(function as usize).copied().unwrap_or("()");

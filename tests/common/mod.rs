@@ -482,3 +482,37 @@ impl Running {
         rest
     }
 }
+
+/// What a recording written by a test with utrace's own writer says of itself: `command` run as
+/// pid 4242.
+pub fn written_metadata(command: &[&str]) -> utrace::data::Metadata {
+    utrace::data::Metadata {
+        command: command.iter().map(|word| word.to_string()).collect(),
+        pid: 4242,
+        start_monotonic_ns: 1_000,
+        start_realtime_ns: 1_700_000_000_000_000_000,
+        hostname: "host".into(),
+        kernel: "6.8.0".into(),
+        utrace_version: "0.1.0".into(),
+        probe_costs: None,
+    }
+}
+
+/// The function table of such a recording: `names`, in that order (their ids), in `/bin/prog`.
+pub fn written_table(names: &[&str]) -> utrace::table::FunctionTable {
+    utrace::table::FunctionTable {
+        modules: vec!["/bin/prog".into()],
+        functions: names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| utrace::table::TracedFunction {
+                name: name.to_string(),
+                module: 0,
+                offset: 0x1000 + 0x10 * i as u64,
+                size: 16,
+                kind: utrace::table::FunctionKind::Function,
+                probes: Default::default(),
+            })
+            .collect(),
+    }
+}
