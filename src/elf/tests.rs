@@ -598,11 +598,11 @@ fn unwinder_entry_points_are_found_in_libgcc_s_only() {
         .filter_map(|s| expected_offset(&loads, s.address))
         .collect();
     assert_eq!(expected.len(), unwinder::UNWINDER_ENTRY_POINTS.len());
-    let found = unwinder::unwinder_entry_offsets(&libgcc_s).unwrap();
+    let found = ElfFile::open(&libgcc_s).unwrap().unwinder_entry_offsets();
     assert_eq!(found.into_iter().collect::<BTreeSet<u64>>(), expected);
     let libc = library("libc.so.6");
     assert_eq!(
-        unwinder::unwinder_entry_offsets(&libc).unwrap(),
+        ElfFile::open(&libc).unwrap().unwinder_entry_offsets(),
         Vec::<u64>::new()
     );
 }

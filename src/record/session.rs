@@ -22,7 +22,7 @@ use super::target::{Prepared, ProgramFiles, SignalAction, Target, TargetSpec, Tr
 use crate::elf::binding::BindingScope;
 use crate::elf::returns::saves_its_return_address;
 use crate::elf::unwinder::UNWINDER_ENTRY_POINTS;
-use crate::elf::{ExitProbe, FunctionSymbol, NoExitSites, SiteKind, SitePolicy};
+use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, NoExitSites, SiteKind, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
 use crate::plan::{LibraryPatterns, PltLibraries};
@@ -653,7 +653,8 @@ fn plan(
     let mut table = FunctionTable::default();
     let mut exits = Vec::new();
     for file in files {
-        let elf = crate::elf::read_elf_functions_with(&file.open_path, options.sites)
+        let elf = ElfFile::open(&file.open_path)
+            .and_then(|elf| elf.functions(options.sites))
             .with_context(|| format!("reading the symbols of {}", file.path))?;
         warn_unprobeable(&elf.unprobeable);
         if debug_enabled() {
@@ -733,7 +734,7 @@ fn plan_landings(
     if preloads_libraries(target) {
         return everything_kept("as libraries are preloaded, which utrace does not bind");
     }
-    let Ok(uses) = plt_calls::stub_uses(&executable.open_path) else {
+    let Ok(uses) = ElfFile::open(&executable.open_path).map(|elf| elf.stub_uses()) else {
         return everything_kept("as the executable cannot be read");
     };
     if !uses.pie {
@@ -775,9 +776,11 @@ fn plan_landings(
                 .iter()
                 .find(|l| l.path == path)
                 .ok_or("bound to the program itself")?;
-            let read = entries
-                .entry(path)
-                .or_insert_with(|| plt_calls::library_entries(&library.open_path).ok());
+            let read = entries.entry(path).or_insert_with(|| {
+                ElfFile::open(&library.open_path)
+                    .map(|elf| elf.library_entries())
+                    .ok()
+            });
             match read.as_ref().map(|read| read.landing(raw)) {
                 Some(Landing::At(offset)) => {
                     landings.add(id, u64::from(stub), &library.open_path, offset);
@@ -827,7 +830,8 @@ fn exit_probes_of(
     kind: ExitPolicy,
 ) -> Result<Vec<ExitProbe>> {
     let read = |functions: &[FunctionSymbol]| {
-        crate::elf::read_exit_probes(&file.open_path, functions)
+        ElfFile::open(&file.open_path)
+            .map(|elf| elf.exit_probes(functions))
             .with_context(|| format!("finding the exits of the functions of {}", file.path))
     };
     let saves =
@@ -867,7 +871,9 @@ fn unwinder_sites(executable: &TracedFile, libraries: &[TracedFile]) -> Vec<(Pat
     std::iter::once(executable)
         .chain(libraries)
         .filter_map(|file| {
-            let offsets = crate::elf::unwinder::unwinder_entry_offsets(&file.open_path).ok()?;
+            let offsets = ElfFile::open(&file.open_path)
+                .ok()?
+                .unwinder_entry_offsets();
             let offsets: Vec<usize> = offsets.into_iter().map(|o| o as usize).collect();
             (!offsets.is_empty()).then(|| (file.open_path.clone(), offsets))
         })

@@ -10,9 +10,10 @@ use super::proc_maps::executable_files;
 use super::process::{resolve_program, ChildSetup, ExitStatus, HeldChild};
 use super::running::RunningProcess;
 use super::signals::Received;
-use crate::elf::binding::{exported_functions, BindingScope};
+use crate::elf::binding::BindingScope;
 use crate::elf::ldcache::LdCache;
 use crate::elf::loader::{load_order, mapped_load_order};
+use crate::elf::ElfFile;
 use crate::plan::{LibraryPatterns, PltLibraries};
 
 /// What the user pointed utrace at.
@@ -312,7 +313,7 @@ fn binding_scope(
     }
     let mut scope = BindingScope::default();
     for file in std::iter::once(executable).chain(libraries) {
-        match exported_functions(&file.open_path) {
+        match ElfFile::open(&file.open_path).map(|elf| elf.exported_functions()) {
             Ok(functions) => scope.push(file.path.clone(), functions),
             Err(error) if plt_libraries.is_active() => {
                 log::warn!("{error}; its functions stay unresolved")
