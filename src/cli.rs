@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use utrace::filter::{FilterError, FilterSpec};
-use utrace::record::ExitPolicy;
+use utrace::plan::ExitPolicy;
 use utrace::report::flame_graph::Weight;
 use utrace::report::summary::SortKey;
 use utrace::report::Format;

@@ -7,7 +7,7 @@ use crate::filter::{parse_globs, FilterError, Glob};
 use crate::table::{file_name, FunctionKind};
 
 /// Globs on library file names (`--nest-lib`): repeatable, each a comma-separated list.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct LibraryPatterns {
     globs: Vec<Glob>,
 }
@@ -42,7 +42,7 @@ impl LibraryPatterns {
 /// Which PLT stubs are traced, and how they are named, by the library each calls into
 /// (`--lib`, `--no-lib`, `--libname`). A stub calls into the library the dynamic loader binds
 /// its symbol to (see [`crate::elf::binding`]).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct PltLibraries {
     /// `--lib`: only the stubs into these libraries; unresolved stubs go too.
     pub only: LibraryPatterns,

@@ -75,7 +75,7 @@ impl<W: Write> LivePrinter for FlatPrinter<'_, W> {
 /// Traces the target and prints its calls as they happen.
 pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
     let mut session = Session::prepare(&options.trace)?;
-    let table = session.table.clone();
+    let table = session.table().clone();
     let mut replayer = Replayer::new(table.functions.len());
     // Dropped, with its probes, after the session's probes are gone.
     let calibration = match options.raw_times {
