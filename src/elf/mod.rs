@@ -39,7 +39,7 @@ pub mod unwinder;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::io;
 use std::path::{Path, PathBuf};

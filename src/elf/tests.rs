@@ -21,7 +21,7 @@ const IFUNC_C: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/elf/testdata/ifu
 
 /// Runs a tool and returns its standard output; fails the test with a clear message when the
 /// tool is missing or fails.
-pub(super) fn run(program: &str, args: &[&str]) -> String {
+pub(crate) fn run(program: &str, args: &[&str]) -> String {
     let output = Command::new(program)
         .args(args)
         .output()
@@ -41,7 +41,7 @@ pub(super) fn run(program: &str, args: &[&str]) -> String {
 }
 
 /// Compiles `source` with `compiler` and `flags` into `dir/name`.
-pub(super) fn compile(
+pub(crate) fn compile(
     dir: &TempDir,
     compiler: &str,
     source: &str,

@@ -9,6 +9,7 @@ use crate::elf::{ElfFile, ExitProbe};
 use crate::table::{Execution, FunctionTable};
 
 /// Plans what is traced: the program at first, then what its processes load.
+#[derive(Debug)]
 pub struct Planner {
     options: PlanOptions,
     /// What the traced program's PLT calls bind to, for libraries it loads later.
