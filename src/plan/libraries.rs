@@ -112,19 +112,7 @@ impl PltLibraries {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn symbol(name: &str, offset: u64) -> FunctionSymbol {
-        FunctionSymbol {
-            name: name.into(),
-            address: offset + 0x1000,
-            offset,
-            size: 8,
-            kind: FunctionKind::Function,
-            site: crate::elf::ProbeSite::ENTRY,
-            execution: crate::table::Execution::Emulated,
-            plt_symbol: None,
-        }
-    }
+    use crate::plan::tests::symbol;
 
     #[test]
     fn library_globs_match_file_names() {

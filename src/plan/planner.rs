@@ -205,12 +205,7 @@ fn say_planned(plan: &ProbePlan) {
         return;
     }
     for (index, file) in plan.files.iter().enumerate() {
-        let count = plan
-            .table
-            .functions
-            .iter()
-            .filter(|f| f.module as usize == index)
-            .count();
+        let count = plan.table.functions_in_module(index);
         log::debug!("planned {count} functions in {}", file.path);
     }
     if plan.exit_policy != ExitPolicy::Ret {

@@ -36,6 +36,11 @@ fn exit_of<'a>(plan: &'a ProbePlan, name: &str) -> &'a ExitProbe {
     &plan.exits[function(plan, name).0 as usize]
 }
 
+fn stub_count(plan: &ProbePlan) -> usize {
+    let stubs = plan.table.functions.iter();
+    stubs.filter(|f| f.kind == FunctionKind::Plt).count()
+}
+
 fn names(table: &FunctionTable) -> Vec<&str> {
     table.functions.iter().map(|f| f.name.as_str()).collect()
 }
@@ -188,12 +193,7 @@ fn plt_calls_land_in_libc_unless_a_reason_keeps_them_at_their_stub() {
     assert_eq!(landings.kept(StubKept::OwnIfunc), 1);
     assert_eq!(landings.kept(StubKept::SavesReturnAddress), 1);
     assert_eq!(landings.kept(StubKept::NotOnlyCalled), 1);
-    let stubs = plan
-        .table
-        .functions
-        .iter()
-        .filter(|f| f.kind == FunctionKind::Plt)
-        .count();
+    let stubs = stub_count(plan);
     let kept: usize = ALL_KEPT.iter().map(|&why| landings.kept(why)).sum();
     assert_eq!(landings.len() + kept, stubs);
 }
@@ -265,12 +265,7 @@ fn every_stub_keeps_its_probe_when_the_options_or_the_program_say_so() {
     for (program, options, why) in cases {
         let planner = plan_of(program, options).unwrap();
         let plan = planner.plan();
-        let stubs = plan
-            .table
-            .functions
-            .iter()
-            .filter(|f| f.kind == FunctionKind::Plt)
-            .count();
+        let stubs = stub_count(plan);
         assert!(plan.landings.is_empty(), "{why:?}");
         assert_eq!(plan.landings.kept(why), stubs, "{why:?}");
         assert_eq!(plan.executable_code_vaddr, 0, "{why:?}");
@@ -428,7 +423,8 @@ fn a_dlopened_library_is_planned_once_when_nest_lib_selects_it() {
     assert_eq!(plain.plan().dlopen_sites, None);
 }
 
-fn symbol(name: &str, offset: u64) -> FunctionSymbol {
+/// A function symbol at file offset `offset`, probed at its entry.
+pub(super) fn symbol(name: &str, offset: u64) -> FunctionSymbol {
     FunctionSymbol {
         name: name.into(),
         address: offset + 0x1000,
