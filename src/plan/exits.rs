@@ -60,6 +60,33 @@ impl ExitPolicy {
     }
 }
 
+impl ExitPolicy {
+    /// The policy for a program a traced process execs under `--follow`: as `chosen` by the
+    /// user, else the plan's `default`, except when the program maps an unwinder (`unwinders`
+    /// not empty). The shadow stack follows only the target's threads, and watches only the
+    /// unwinder of the program utrace started (see src/bpf/shadow.bpf.h): elsewhere a uretprobe
+    /// in a frame an exception unwinds through kills the process. Probes on instructions never
+    /// touch the stack.
+    pub(super) fn for_execed_program(
+        chosen: Option<ExitPolicy>,
+        default: ExitPolicy,
+        unwinders: &[WatchSites],
+        program: &str,
+    ) -> ExitPolicy {
+        match chosen {
+            Some(policy) => policy,
+            None if !unwinders.is_empty() && default == ExitPolicy::Uretprobe => {
+                log::debug!(
+                    "exits of {program} probed on their instructions (--exit-probes=ret): it \
+                     maps an unwinder, and the shadow stack follows only the target"
+                );
+                ExitPolicy::Ret
+            }
+            None => default,
+        }
+    }
+}
+
 /// Where the exits of `functions` of `elf` are probed: on their instructions where they can be
 /// under [`ExitPolicy::Ret`], with uretprobes otherwise. A function that saves its return address
 /// (setjmp) is never given a uretprobe, which would break the `longjmp` back to it: its exits are

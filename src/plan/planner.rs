@@ -160,7 +160,8 @@ impl Planner {
     }
 
     /// The modules of `program` planned already, and its traced files not planned yet, planned
-    /// with its own binding of PLT calls.
+    /// with its own binding of PLT calls, and their exits on instructions when it maps an
+    /// unwinder (see [`ExitPolicy::for_execed_program`]).
     fn plan_program(
         &self,
         program: Program,
@@ -170,6 +171,12 @@ impl Planner {
             &self.options.nest_libs,
             &self.options.plt_libraries,
             UnmatchedPatterns::Ignore,
+        );
+        let exits = ExitPolicy::for_execed_program(
+            self.options.exits,
+            self.plan.exit_policy,
+            &watches::unwinder_sites(&files.opened),
+            &files.executable().file.path,
         );
         let mut known = Vec::new();
         let mut planned = Vec::new();
@@ -183,7 +190,6 @@ impl Planner {
             let Ok(elf) = &files.opened[index].elf else {
                 return Err(files.into_read_error(index));
             };
-            let exits = self.plan.exit_policy;
             planned.push(module::plan(file, elf, &self.options, exits, &files.scope)?);
         }
         Ok((known, planned))

@@ -383,6 +383,45 @@ fn a_followed_exec_is_planned_on_from_the_table() {
 }
 
 #[test]
+fn a_followed_exec_of_a_program_with_an_unwinder_probes_exits_on_instructions() {
+    let dir = TempDir::new().unwrap();
+    let launcher = planned_program(&dir, "planned", &[]);
+    let cpp = compile(&dir, "c++", FIXTURE_CPP, "fixture-cpp", &[]);
+    let options = PlanOptions {
+        follow: true,
+        ..PlanOptions::default()
+    };
+    let mut planner = plan_of(&launcher, options.clone()).unwrap();
+    assert_eq!(planner.plan().exit_policy, ExitPolicy::Uretprobe);
+    let exec = || Loaded::Program(Program::about_to_start(&cpp));
+    let added = planner.extend(exec()).unwrap();
+    let first = planner.plan().table.functions.len() - added.table.functions.len();
+    let exits = &planner.plan().exits[first..];
+    // The shadow stack follows only the target: a uretprobe would kill an exception.
+    assert!(exits.iter().any(|exit| matches!(exit, ExitProbe::Sites(_))));
+    assert!(!exits.contains(&ExitProbe::Uretprobe(NoExitSites::UretprobesAsked)));
+    let kinds = added.table.functions.iter().map(|f| f.probes.exit);
+    assert!(kinds.clone().any(|kind| kind == ExitKind::Instruction));
+    // The launcher keeps its uretprobes.
+    assert_eq!(planner.plan().exit_policy, ExitPolicy::Uretprobe);
+    assert_eq!(
+        exit_of(planner.plan(), "caller"),
+        &ExitProbe::Uretprobe(NoExitSites::UretprobesAsked)
+    );
+
+    // As chosen, when the user chose.
+    let chosen = PlanOptions {
+        exits: Some(ExitPolicy::Uretprobe),
+        ..options
+    };
+    let mut planner = plan_of(&launcher, chosen).unwrap();
+    let added = planner.extend(exec()).unwrap();
+    let first = planner.plan().table.functions.len() - added.table.functions.len();
+    let asked = ExitProbe::Uretprobe(NoExitSites::UretprobesAsked);
+    assert!(planner.plan().exits[first..].contains(&asked));
+}
+
+#[test]
 fn a_dlopened_library_is_planned_once_when_nest_lib_selects_it() {
     let dir = TempDir::new().unwrap();
     let program = planned_program(&dir, "planned", &[]);
