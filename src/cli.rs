@@ -9,10 +9,8 @@ use clap::{Args, Parser, Subcommand};
 use utrace::data::OnDamage;
 use utrace::elf::SitePolicy;
 use utrace::filter::{FilterError, FilterSpec};
-use utrace::plan::{LibraryPatterns, PltLibraries};
-use utrace::record::{
-    self, split_command, ChildSetup, ExitPolicy, TargetSpec, TraceOptions, UserIds,
-};
+use utrace::plan::{ExitPolicy, LibraryPatterns, PltLibraries};
+use utrace::record::{self, split_command, ChildSetup, TargetSpec, TraceOptions, UserIds};
 use utrace::report::flame_graph::Weight;
 use utrace::report::summary::SortKey;
 use utrace::report::{Format, ReportOptions, ReportRequest};

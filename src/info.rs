@@ -102,12 +102,7 @@ impl DataFileInfo {
             }
         )?;
         for (index, module) in modules.iter().enumerate() {
-            let count = self
-                .functions
-                .functions
-                .iter()
-                .filter(|f| f.module as usize == index)
-                .count();
+            let count = self.functions.functions_in_module(index);
             writeln!(out, "  {module} ({count})")?;
         }
         match &m.probe_costs {

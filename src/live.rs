@@ -84,7 +84,7 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
         None => Box::new(std::io::stderr()),
     };
     let mut session = Session::prepare(&options.trace)?;
-    let table = session.table.clone();
+    let table = session.table().clone();
     let mut replayer = Replayer::new(table.functions.len());
     // Dropped, with its probes, after the session's probes are gone.
     let calibration = match options.raw_times {

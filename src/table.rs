@@ -59,6 +59,12 @@ impl FunctionTable {
         self.functions.extend(more.functions);
     }
 
+    /// How many functions module `index` has.
+    pub fn functions_in_module(&self, index: usize) -> usize {
+        let functions = self.functions.iter();
+        functions.filter(|f| f.module as usize == index).count()
+    }
+
     /// The name reports show for a function id: `?` for an id the table does not have (a
     /// damaged file).
     pub fn name_of(&self, id: FunctionId) -> &str {

@@ -117,6 +117,26 @@ fn follow_traces_a_forked_child_running_the_same_program() {
     assert_eq!(processes[&child].get("main"), None);
 }
 
+/// A C++ program a followed child execs: its exceptions unwind through traced frames, though the
+/// shadow stack follows only the target (src/bpf/shadow.bpf.h).
+#[test]
+fn follow_keeps_the_exceptions_of_an_execed_program_alive() {
+    if !bpf_available("follow_keeps_the_exceptions_of_an_execed_program_alive") {
+        return;
+    }
+    let forkexec = compile("forkexec.c", "forkexec", &[]);
+    let exceptions = compile("exceptions.cpp", "exceptions-execed", &[]);
+    let recording = record_unchanged(&forkexec, &[exceptions.to_str().unwrap()], &["--follow"]);
+    let stdout = &recording.output.stdout;
+    let json = recording.json();
+    let (target, child) = target_and_child(&json);
+    let processes = counts_by_pid(&json);
+    assert_counts_match(&role_counts(stdout, "parent"), &processes[&target]);
+    let mut child_counts = role_counts(stdout, "child");
+    child_counts.extend(own_counts(stdout));
+    assert_counts_match(&child_counts, &processes[&child]);
+}
+
 #[test]
 fn without_follow_only_the_target_is_traced() {
     if !bpf_available("without_follow_only_the_target_is_traced") {

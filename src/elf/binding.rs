@@ -7,31 +7,26 @@
 //! first object defining the name is the one the loader picks.
 
 use std::collections::HashSet;
-use std::path::Path;
 
-use goblin::elf::section_header::SHN_UNDEF;
-use goblin::elf::sym::{STB_GLOBAL, STB_GNU_UNIQUE, STB_WEAK, STT_FUNC, STT_GNU_IFUNC};
+use goblin::elf::sym::{STB_GLOBAL, STB_GNU_UNIQUE, STB_WEAK};
 
-use super::{parse, read_file, ElfError};
+use super::ElfFile;
 
-/// The functions an ELF file exports, as its `.dynsym` spells them (mangled): defined `FUNC` or
-/// `GNU_IFUNC` symbols with `GLOBAL` or `WEAK` binding (or `GNU_UNIQUE`, which the loader
-/// treats as global).
-pub fn exported_functions(path: &Path) -> Result<HashSet<String>, ElfError> {
-    let bytes = read_file(path)?;
-    let elf = parse(path, &bytes)?;
-    Ok(elf
-        .dynsyms
-        .iter()
-        .filter(|sym| {
-            matches!(sym.st_type(), STT_FUNC | STT_GNU_IFUNC)
-                && matches!(sym.st_bind(), STB_GLOBAL | STB_WEAK | STB_GNU_UNIQUE)
-                && sym.st_shndx != SHN_UNDEF as usize
-        })
-        .filter_map(|sym| elf.dynstrtab.get_at(sym.st_name))
-        .filter(|name| !name.is_empty())
-        .map(str::to_owned)
-        .collect())
+impl ElfFile {
+    /// The functions the file exports, as its `.dynsym` spells them (mangled): defined `FUNC`
+    /// or `GNU_IFUNC` symbols with `GLOBAL` or `WEAK` binding (or `GNU_UNIQUE`, which the loader
+    /// treats as global).
+    pub fn exported_functions(&self) -> HashSet<String> {
+        self.symbols
+            .iter()
+            .filter(|symbol| {
+                symbol.dynamic
+                    && symbol.defined
+                    && matches!(symbol.binding, STB_GLOBAL | STB_WEAK | STB_GNU_UNIQUE)
+            })
+            .map(|symbol| symbol.name.clone())
+            .collect()
+    }
 }
 
 /// The objects the loader searches for a symbol, in its order.
@@ -74,7 +69,7 @@ impl BindingScope {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
 
     use tempfile::TempDir;
 
@@ -97,7 +92,7 @@ mod tests {
         assert!(order.missing.is_empty(), "{:?}", order.missing);
         let libraries = order.libraries.iter().map(|l| l.path.clone());
         for path in std::iter::once(program.to_owned()).chain(libraries) {
-            let exports = exported_functions(&path).unwrap();
+            let exports = ElfFile::open(&path).unwrap().exported_functions();
             scope.push(path.to_string_lossy().into_owned(), exports);
         }
         scope
@@ -151,8 +146,12 @@ mod tests {
             let found = order.libraries.iter().find(|l| l.name == name);
             found.expect(name).path.clone()
         };
-        let libm = exported_functions(&library("libm.so.6")).unwrap();
-        let libc = exported_functions(&library("libc.so.6")).unwrap();
+        let libm = ElfFile::open(&library("libm.so.6"))
+            .unwrap()
+            .exported_functions();
+        let libc = ElfFile::open(&library("libc.so.6"))
+            .unwrap()
+            .exported_functions();
         assert!(libm.contains("cos") && libm.contains("cbrt"));
         assert!(libc.contains("strtol") && libc.contains("printf"));
         // Functions libm imports from libc are undefined in its .dynsym; data is not a function.
@@ -176,7 +175,10 @@ mod tests {
         assert!(!libc.contains("stdout"), "an object, not a function");
         assert!(!libc.contains("cos"));
         // The program exports nothing it was not asked to.
-        assert!(!exported_functions(&program).unwrap().contains("main"));
+        assert!(!ElfFile::open(&program)
+            .unwrap()
+            .exported_functions()
+            .contains("main"));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use goblin::elf::{Elf, RelocSection, SectionHeader, Symtab};
 use goblin::strtab::Strtab;
 
 use super::demangle::demangle;
-use super::symbols::{merge_aliases, RawFunction};
+use super::symbols::{merge_aliases, RawFunction, Symbol};
 
 /// The PLT sections stubs are looked for in.
 const PLT_SECTIONS: [&str; 5] = [".plt", ".plt.sec", ".plt.bnd", ".plt.got", ".iplt"];
@@ -52,8 +52,8 @@ pub(super) struct PltStub {
 }
 
 /// The PLT stubs of the file, sorted by address.
-pub(super) fn stubs(elf: &Elf, bytes: &[u8]) -> Vec<PltStub> {
-    let slots = got_slot_targets(elf);
+pub(super) fn stubs(elf: &Elf, bytes: &[u8], symbols: &[Symbol]) -> Vec<PltStub> {
+    let slots = got_slot_targets(elf, symbols);
     if slots.is_empty() {
         return Vec::new();
     }
@@ -154,8 +154,8 @@ struct SlotTarget {
 }
 
 /// The GOT slots filled by PLT-related relocations, each with the function it ends up holding.
-fn got_slot_targets(elf: &Elf) -> HashMap<u64, SlotTarget> {
-    let ifuncs = ifunc_names(elf);
+fn got_slot_targets(elf: &Elf, symbols: &[Symbol]) -> HashMap<u64, SlotTarget> {
+    let ifuncs = ifunc_names(symbols);
     let mut slots = HashMap::new();
     let dynamic = [&elf.pltrelocs, &elf.dynrelas];
     for relocs in dynamic {
@@ -222,19 +222,15 @@ fn add_slots(
 }
 
 /// The `STT_GNU_IFUNC` symbols by address, one name per address.
-fn ifunc_names<'a>(elf: &Elf<'a>) -> HashMap<u64, &'a str> {
-    let symtab = elf.syms.iter().map(|sym| (sym, &elf.strtab));
-    let dynsym = elf.dynsyms.iter().map(|sym| (sym, &elf.dynstrtab));
-    let ifuncs = symtab
-        .chain(dynsym)
-        .filter(|(sym, _)| sym.st_type() == STT_GNU_IFUNC && sym.st_value != 0)
-        .filter_map(|(sym, strtab)| {
-            Some(RawFunction {
-                name: strtab.get_at(sym.st_name).filter(|name| !name.is_empty())?,
-                address: sym.st_value,
-                size: sym.st_size,
-                binding: sym.st_bind(),
-            })
+fn ifunc_names(symbols: &[Symbol]) -> HashMap<u64, &str> {
+    let ifuncs = symbols
+        .iter()
+        .filter(|symbol| symbol.kind == STT_GNU_IFUNC && symbol.address != 0)
+        .map(|symbol| RawFunction {
+            name: &symbol.name,
+            address: symbol.address,
+            size: symbol.size,
+            binding: symbol.binding,
         });
     merge_aliases(ifuncs)
         .into_iter()

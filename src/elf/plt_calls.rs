@@ -18,16 +18,14 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
 
-use goblin::elf::header::ET_DYN;
-use goblin::elf::program_header::{PF_X, PT_LOAD};
 use goblin::elf::reloc::R_X86_64_RELATIVE;
-use goblin::elf::section_header::SHN_UNDEF;
-use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
+use goblin::elf::sym::STT_GNU_IFUNC;
+use goblin::elf::Elf;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 
-use super::{code_at, parse, plt, read_file, segments, site, symbols, ElfError};
+use super::plt::PltStub;
+use super::{site, symbols, ElfFile};
 
 /// What the executable does with its PLT stubs.
 #[derive(Debug, Default)]
@@ -48,54 +46,84 @@ impl StubUses {
     }
 }
 
-/// How the executable at `path` uses its PLT stubs.
-pub fn stub_uses(path: &Path) -> Result<StubUses, ElfError> {
-    let bytes = read_file(path)?;
-    let elf = parse(path, &bytes)?;
-    let segments = segments::ExecutableSegments::new(&elf.program_headers);
-    let stubs: BTreeSet<u64> = plt::stubs(&elf, &bytes)
-        .iter()
-        .map(|stub| stub.address)
-        .collect();
-    let mut not_only_called = BTreeSet::new();
-    let code = symbols::defined_functions(&elf)
-        .into_iter()
-        .chain(symbols::cold_fragments(&elf));
-    let mut instruction = Instruction::default();
-    for function in code {
-        let Some(offset) = segments.file_offset(function.address) else {
-            continue;
-        };
-        let bytes = code_at(&bytes, offset, function.size);
-        let mut decoder = Decoder::with_ip(64, bytes, function.address, DecoderOptions::NONE);
-        while decoder.can_decode() {
-            decoder.decode_out(&mut instruction);
-            if let Some(stub) = named_stub(&instruction, &stubs) {
-                not_only_called.insert(stub);
+impl ElfFile {
+    /// How the executable uses its PLT stubs.
+    pub fn stub_uses(&self) -> StubUses {
+        let stubs: BTreeSet<u64> = self.stubs.iter().map(|stub| stub.address).collect();
+        let mut not_only_called = self.stubs_in_data.clone();
+        let code = symbols::defined_functions(&self.symbols)
+            .into_iter()
+            .chain(symbols::cold_fragments(&self.symbols));
+        let mut instruction = Instruction::default();
+        for function in code {
+            let Some(offset) = self.segments.file_offset(function.address) else {
+                continue;
+            };
+            let bytes = self.code_at(offset, function.size);
+            let mut decoder = Decoder::with_ip(64, bytes, function.address, DecoderOptions::NONE);
+            while decoder.can_decode() {
+                decoder.decode_out(&mut instruction);
+                if let Some(stub) = named_stub(&instruction, &stubs) {
+                    not_only_called.insert(stub);
+                }
             }
         }
-    }
-    // A pointer to a stub stored in data.
-    for reloc in elf.dynrelas.iter() {
-        let addend = reloc.r_addend.and_then(|a| u64::try_from(a).ok());
-        if let (R_X86_64_RELATIVE, Some(addend)) = (reloc.r_type, addend) {
-            if stubs.contains(&addend) {
-                not_only_called.insert(addend);
-            }
+        StubUses {
+            pie: self.position_independent,
+            code_vaddr: self.segments.lowest_vaddr().unwrap_or(0),
+            not_only_called,
         }
     }
-    let code_vaddr = elf
-        .program_headers
+
+    /// Where the exported functions of the library are probed.
+    pub fn library_entries(&self) -> LibraryEntries {
+        let mut landings = HashMap::new();
+        for symbol in self.symbols.iter().filter(|s| s.dynamic && s.defined) {
+            let landing = match symbol.kind {
+                STT_GNU_IFUNC => Landing::Ifunc,
+                _ => match self.segments.file_offset(symbol.address) {
+                    Some(offset) => {
+                        let code = self.code_at(offset, symbol.size);
+                        match site::emulated_site(code) {
+                            Some(site) => Landing::At(offset + site),
+                            None => Landing::SingleStepped,
+                        }
+                    }
+                    None => Landing::Undefined,
+                },
+            };
+            let address = symbol.address;
+            match landings.entry(symbol.name.clone()) {
+                Entry::Vacant(vacant) => {
+                    vacant.insert((address, landing));
+                }
+                Entry::Occupied(mut seen) if seen.get().0 != address => {
+                    seen.insert((address, Landing::Versioned));
+                }
+                Entry::Occupied(_) => {}
+            }
+        }
+        let landings = landings
+            .into_iter()
+            .map(|(name, (_, landing))| (name, landing))
+            .collect();
+        LibraryEntries { landings }
+    }
+}
+
+/// The stubs whose addresses the file stores in data (an `R_X86_64_RELATIVE` relocation's
+/// addend): function pointers, which any code may call.
+pub(super) fn stubs_in_data(elf: &Elf, stubs: &[PltStub]) -> BTreeSet<u64> {
+    let stubs: BTreeSet<u64> = stubs.iter().map(|stub| stub.address).collect();
+    if stubs.is_empty() {
+        return BTreeSet::new();
+    }
+    elf.dynrelas
         .iter()
-        .filter(|ph| ph.p_type == PT_LOAD && ph.p_flags & PF_X != 0)
-        .map(|ph| ph.p_vaddr)
-        .min()
-        .unwrap_or(0);
-    Ok(StubUses {
-        pie: elf.header.e_type == ET_DYN,
-        code_vaddr,
-        not_only_called,
-    })
+        .filter(|reloc| reloc.r_type == R_X86_64_RELATIVE)
+        .filter_map(|reloc| reloc.r_addend.and_then(|a| u64::try_from(a).ok()))
+        .filter(|addend| stubs.contains(addend))
+        .collect()
 }
 
 /// The stub `instruction` names other than as the target of a direct call.
@@ -154,53 +182,10 @@ impl LibraryEntries {
     }
 }
 
-/// Where the exported functions of the library at `path` are probed.
-pub fn library_entries(path: &Path) -> Result<LibraryEntries, ElfError> {
-    let bytes = read_file(path)?;
-    let elf = parse(path, &bytes)?;
-    let segments = segments::ExecutableSegments::new(&elf.program_headers);
-    let mut landings = HashMap::new();
-    for sym in elf.dynsyms.iter() {
-        if sym.st_shndx == SHN_UNDEF as usize {
-            continue;
-        }
-        let Some(name) = elf.dynstrtab.get_at(sym.st_name).filter(|n| !n.is_empty()) else {
-            continue;
-        };
-        let landing = match sym.st_type() {
-            STT_GNU_IFUNC => Landing::Ifunc,
-            STT_FUNC => match segments.file_offset(sym.st_value) {
-                Some(offset) => {
-                    let code = code_at(&bytes, offset, sym.st_size);
-                    match site::emulated_site(code) {
-                        Some(site) => Landing::At(offset + site),
-                        None => Landing::SingleStepped,
-                    }
-                }
-                None => Landing::Undefined,
-            },
-            _ => continue,
-        };
-        let address = sym.st_value;
-        match landings.entry(name.to_owned()) {
-            Entry::Vacant(vacant) => {
-                vacant.insert((address, landing));
-            }
-            Entry::Occupied(mut seen) if seen.get().0 != address => {
-                seen.insert((address, Landing::Versioned));
-            }
-            Entry::Occupied(_) => {}
-        }
-    }
-    let landings = landings
-        .into_iter()
-        .map(|(name, (_, landing))| (name, landing))
-        .collect();
-    Ok(LibraryEntries { landings })
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use tempfile::TempDir;
 
     use super::*;
@@ -230,7 +215,7 @@ mod tests {
             "-fPIE",
         ];
         let program = compile(&dir, "cc", PLTUSES_C, "pltuses", &flags);
-        let uses = stub_uses(&program).unwrap();
+        let uses = ElfFile::open(&program).unwrap().stub_uses();
         assert!(uses.pie);
         assert!(uses.only_called(stub(&program, "getenv@plt")));
         assert!(!uses.only_called(stub(&program, "labs@plt")));
@@ -242,7 +227,7 @@ mod tests {
 
         // Not position-independent: its PLT addresses are function pointers.
         let fixed = compile(&dir, "cc", PLTUSES_C, "pltuses-fixed", &["-O2", "-no-pie"]);
-        let uses = stub_uses(&fixed).unwrap();
+        let uses = ElfFile::open(&fixed).unwrap().stub_uses();
         assert!(!uses.pie);
         assert!(!uses.only_called(stub(&fixed, "getenv@plt")));
     }
@@ -257,7 +242,7 @@ mod tests {
             .iter()
             .find(|l| l.name == "libc.so.6")
             .unwrap();
-        let entries = library_entries(&libc.path).unwrap();
+        let entries = ElfFile::open(&libc.path).unwrap().library_entries();
         // malloc saves registers first (after endbr64 in CET builds): emulated.
         let Landing::At(offset) = entries.landing("malloc") else {
             panic!("malloc: {:?}", entries.landing("malloc"));

@@ -30,6 +30,12 @@ impl ExecutableSegments {
         ExecutableSegments { segments }
     }
 
+    /// The lowest virtual address of the segments: where the kernel's `mm->start_code` points
+    /// once the file is loaded, which gives its load bias.
+    pub(super) fn lowest_vaddr(&self) -> Option<u64> {
+        self.segments.iter().map(|segment| segment.vaddr).min()
+    }
+
     /// The file offset of `address`: `address - p_vaddr + p_offset` of the executable segment
     /// that contains it, or `None` when no executable segment does (or the file's numbers
     /// overflow).

@@ -1,11 +1,50 @@
-//! The defined function symbols of `.symtab` and `.dynsym`, one per address.
+//! The function symbols of `.symtab` and `.dynsym`: read once, and the defined ones one per
+//! address.
 
 use std::collections::BTreeMap;
 
 use goblin::elf::section_header::SHN_UNDEF;
-use goblin::elf::sym::{STB_GLOBAL, STB_GNU_UNIQUE, STB_LOCAL, STB_WEAK, STT_FUNC};
-use goblin::elf::{Elf, Sym};
-use goblin::strtab::Strtab;
+use goblin::elf::sym::{STB_GLOBAL, STB_GNU_UNIQUE, STB_LOCAL, STB_WEAK, STT_FUNC, STT_GNU_IFUNC};
+use goblin::elf::Elf;
+
+/// A function symbol of `.symtab` or `.dynsym` (`STT_FUNC` or `STT_GNU_IFUNC`, named), read
+/// once from the file: what every question about the file's functions starts from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Symbol {
+    /// As the file spells it (mangled).
+    pub name: String,
+    /// `STT_FUNC` or `STT_GNU_IFUNC`.
+    pub kind: u8,
+    pub binding: u8,
+    /// Defined in this file (its section is not `SHN_UNDEF`).
+    pub defined: bool,
+    pub address: u64,
+    pub size: u64,
+    /// From `.dynsym`, which the dynamic loader sees; `.symtab` otherwise.
+    pub dynamic: bool,
+}
+
+/// The function symbols of `.symtab`, then those of `.dynsym`, in the order of each table.
+pub(super) fn function_symbols(elf: &Elf) -> Vec<Symbol> {
+    let symtab = elf.syms.iter().map(|sym| (sym, &elf.strtab, false));
+    let dynsym = elf.dynsyms.iter().map(|sym| (sym, &elf.dynstrtab, true));
+    symtab
+        .chain(dynsym)
+        .filter(|(sym, _, _)| matches!(sym.st_type(), STT_FUNC | STT_GNU_IFUNC))
+        .filter_map(|(sym, strtab, dynamic)| {
+            let name = strtab.get_at(sym.st_name).filter(|name| !name.is_empty())?;
+            Some(Symbol {
+                name: name.to_owned(),
+                kind: sym.st_type(),
+                binding: sym.st_bind(),
+                defined: sym.st_shndx != SHN_UNDEF as usize,
+                address: sym.st_value,
+                size: sym.st_size,
+                dynamic,
+            })
+        })
+        .collect()
+}
 
 /// A function symbol as the file names it (not demangled yet).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,40 +57,32 @@ pub(super) struct RawFunction<'a> {
 
 /// Every `STT_FUNC` symbol of `.symtab` and `.dynsym` that is defined and has a size, without
 /// `.cold` fragments, one per address (see [`merge_aliases`]), sorted by address.
-pub(super) fn defined_functions<'a>(elf: &Elf<'a>) -> Vec<RawFunction<'a>> {
-    let symtab = elf.syms.iter().map(|sym| (sym, &elf.strtab));
-    let dynsym = elf.dynsyms.iter().map(|sym| (sym, &elf.dynstrtab));
-    let functions = symtab
-        .chain(dynsym)
-        .filter_map(|(sym, strtab)| function(&sym, strtab))
+pub(super) fn defined_functions(symbols: &[Symbol]) -> Vec<RawFunction<'_>> {
+    let functions = symbols
+        .iter()
+        .filter_map(function)
         .filter(|function| !is_cold_fragment(function.name));
     merge_aliases(functions)
 }
 
 /// The `.cold` fragments of `.symtab` and `.dynsym` (see [`is_cold_fragment`]), one per address.
-pub(super) fn cold_fragments<'a>(elf: &Elf<'a>) -> Vec<RawFunction<'a>> {
-    let symtab = elf.syms.iter().map(|sym| (sym, &elf.strtab));
-    let dynsym = elf.dynsyms.iter().map(|sym| (sym, &elf.dynstrtab));
-    let fragments = symtab
-        .chain(dynsym)
-        .filter_map(|(sym, strtab)| function(&sym, strtab))
+pub(super) fn cold_fragments(symbols: &[Symbol]) -> Vec<RawFunction<'_>> {
+    let fragments = symbols
+        .iter()
+        .filter_map(function)
         .filter(|function| is_cold_fragment(function.name));
     merge_aliases(fragments)
 }
 
-fn function<'a>(sym: &Sym, strtab: &Strtab<'a>) -> Option<RawFunction<'a>> {
-    if sym.st_type() != STT_FUNC || sym.st_size == 0 || sym.st_shndx == SHN_UNDEF as usize {
-        return None;
-    }
-    let name = strtab.get_at(sym.st_name)?;
-    if name.is_empty() {
+fn function(symbol: &Symbol) -> Option<RawFunction<'_>> {
+    if symbol.kind != STT_FUNC || symbol.size == 0 || !symbol.defined {
         return None;
     }
     Some(RawFunction {
-        name,
-        address: sym.st_value,
-        size: sym.st_size,
-        binding: sym.st_bind(),
+        name: &symbol.name,
+        address: symbol.address,
+        size: symbol.size,
+        binding: symbol.binding,
     })
 }
 

@@ -21,7 +21,7 @@ const IFUNC_C: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/elf/testdata/ifu
 
 /// Runs a tool and returns its standard output; fails the test with a clear message when the
 /// tool is missing or fails.
-pub(super) fn run(program: &str, args: &[&str]) -> String {
+pub(crate) fn run(program: &str, args: &[&str]) -> String {
     let output = Command::new(program)
         .args(args)
         .output()
@@ -41,7 +41,7 @@ pub(super) fn run(program: &str, args: &[&str]) -> String {
 }
 
 /// Compiles `source` with `compiler` and `flags` into `dir/name`.
-pub(super) fn compile(
+pub(crate) fn compile(
     dir: &TempDir,
     compiler: &str,
     source: &str,
@@ -598,11 +598,11 @@ fn unwinder_entry_points_are_found_in_libgcc_s_only() {
         .filter_map(|s| expected_offset(&loads, s.address))
         .collect();
     assert_eq!(expected.len(), unwinder::UNWINDER_ENTRY_POINTS.len());
-    let found = unwinder::unwinder_entry_offsets(&libgcc_s).unwrap();
+    let found = ElfFile::open(&libgcc_s).unwrap().unwinder_entry_offsets();
     assert_eq!(found.into_iter().collect::<BTreeSet<u64>>(), expected);
     let libc = library("libc.so.6");
     assert_eq!(
-        unwinder::unwinder_entry_offsets(&libc).unwrap(),
+        ElfFile::open(&libc).unwrap().unwinder_entry_offsets(),
         Vec::<u64>::new()
     );
 }

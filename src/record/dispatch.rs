@@ -162,13 +162,11 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
     /// note is served.
     fn library_loaded(&mut self, drain: &mut dyn Drain) -> Result<(), DrainFull> {
         let pid = self.session.target.pid();
-        let first_new = self.session.table.modules.len();
-        let probed = self
-            .session
-            .probe_new_libraries(self.loaded, self.options, drain);
+        let first_new = self.session.table().modules.len();
+        let probed = self.session.probe_new_libraries(self.loaded, drain);
         self.held = true;
         if let Some(traced) = &mut self.traced {
-            traced.add_modules(pid, first_new..self.session.table.modules.len());
+            traced.add_modules(pid, first_new..self.session.table().modules.len());
         }
         match probed {
             Ok(Some(more)) => self.attached.absorb(more),
@@ -191,7 +189,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
         };
         let probed = self
             .session
-            .follow_change(change, self.loaded, traced, self.options, drain);
+            .follow_change(change, self.loaded, traced, drain);
         traced.resume(change.stopped_pid());
         match probed {
             Ok(more) => self.followed_probes.push(more),

@@ -35,7 +35,7 @@ use crate::probe_cost::ProbeCosts;
 use crate::replay::Replayer;
 use crate::table::FunctionTable;
 use call_events::CallEvents;
-pub use probes::{ring_buffer_size, ExitPolicy};
+pub use probes::ring_buffer_size;
 pub use process::{split_command, ChildSetup, ExitStatus};
 pub use session::{Drain, Session, SessionMode, Stop, TraceOptions};
 pub use target::TargetSpec;
@@ -86,7 +86,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
             session.target.pid(),
             calibration.costs.clone(),
         ),
-        &session.table,
+        session.table(),
     )
     .context("cannot create the data file (-o FILE chooses another)")?;
     give_to_sudo_user(&options.output);
@@ -101,9 +101,9 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         filtered: trace
             .filter
             .filters_events()
-            .then(|| FilteredSink::new(&trace.filter, &session.table, &mut encoder)),
+            .then(|| FilteredSink::new(&trace.filter, session.table(), &mut encoder)),
         shown: &shown,
-        replayer: Replayer::new(session.table.functions.len()),
+        replayer: Replayer::new(session.table().functions.len()),
     };
     let ran = session.run(trace, SessionMode::Record, &mut drain);
     let end = match ran {
@@ -141,7 +141,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
 
     log::info!(
         "traced {} functions of {} (pid {}): {} events in {:.3} s, {} lost, {} bytes written to {}",
-        session.table.functions.len(),
+        session.table().functions.len(),
         session.program_name(),
         session.target.pid(),
         events,

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -11,6 +11,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, ProgramMut, UprobeMultiOpts
 
 use super::skel::{types, OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
 use crate::elf::ExitProbe;
+use crate::plan::{LandedCall, Landings};
 use crate::table::{FunctionKind, FunctionTable};
 
 /// Errors of loading and attaching the BPF side.
@@ -71,36 +72,6 @@ fn missing_capabilities() -> String {
         "no capability".to_string()
     } else {
         missing.join(" and ")
-    }
-}
-
-/// How function exits are seen (`--exit-probes`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ExitPolicy {
-    /// A probe on each instruction that leaves the function (its `ret`s and tail jumps), and a
-    /// uretprobe only where those cannot all be found: the stack is never touched, so C++
-    /// exceptions unwind through traced frames.
-    Ret,
-    /// A uretprobe on every function: the kernel replaces the return address on the stack, which
-    /// kills a C++ program whose exception unwinds through the frame.
-    #[default]
-    Uretprobe,
-}
-
-/// An `--exit-probes` value that is neither `ret` nor `uretprobe`.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown exit probe kind `{0}`: use ret or uretprobe")]
-pub struct UnknownExitPolicy(pub String);
-
-impl std::str::FromStr for ExitPolicy {
-    type Err = UnknownExitPolicy;
-
-    fn from_str(name: &str) -> Result<ExitPolicy, UnknownExitPolicy> {
-        match name {
-            "ret" => Ok(ExitPolicy::Ret),
-            "uretprobe" => Ok(ExitPolicy::Uretprobe),
-            _ => Err(UnknownExitPolicy(name.to_owned())),
-        }
     }
 }
 
@@ -269,10 +240,13 @@ impl<'obj> LoadedProbes<'obj> {
     ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
         let mut attached = AttachedProbes::default();
-        for (library, probes) in &landings.libraries {
+        for (library, calls) in landings.libraries() {
             // One link per set of distinct offsets: two stubs can land in one function
             // (aliases such as `strdup` and `__strdup`).
-            let mut rest: Vec<(usize, u64)> = probes.clone();
+            let mut rest: Vec<(usize, u64)> = calls
+                .iter()
+                .map(|call| (call.offset as usize, landed_call_cookie(call)))
+                .collect();
             while !rest.is_empty() {
                 let mut seen = std::collections::HashSet::new();
                 let (batch, later): (Vec<_>, Vec<_>) = rest
@@ -494,40 +468,10 @@ fn release_concurrently(links: Vec<Link>) {
     });
 }
 
-/// PLT calls probed in the library function they land in rather than at their stub (see
-/// [`crate::elf::plt_calls`]): the BPF program keeps a hit when its return address follows a
-/// direct call of the stub in the executable, whose load bias it finds from the kernel's
-/// `mm->start_code` and [`ProbeConfig::executable_code_vaddr`].
-#[derive(Debug, Default)]
-pub struct Landings {
-    /// Per library (as opened): (file offset of the function's probe site, cookie) pairs.
-    libraries: Vec<(PathBuf, Vec<(usize, u64)>)>,
-    /// The ids of the stubs probed this way, which get no probe of their own.
-    functions: std::collections::HashSet<u32>,
-}
-
-impl Landings {
-    /// Probes the calls through the stub of function `id`, at virtual address `stub` in the
-    /// executable, at file offset `offset` of `library`.
-    pub fn add(&mut self, id: u32, stub: u64, library: &Path, offset: u64) {
-        let cookie = u64::from(id) | (stub << 32);
-        match self.libraries.iter_mut().find(|(path, _)| path == library) {
-            Some((_, probes)) => probes.push((offset as usize, cookie)),
-            None => self
-                .libraries
-                .push((library.to_owned(), vec![(offset as usize, cookie)])),
-        }
-        self.functions.insert(id);
-    }
-
-    pub fn len(&self) -> usize {
-        self.functions.len()
-    }
-
-    /// The ids of the stubs probed where their calls land.
-    pub fn functions(&self) -> impl Iterator<Item = u32> + '_ {
-        self.functions.iter().copied()
-    }
+/// The cookie of a PLT call probed where it lands: the stub's function id, and the stub's virtual
+/// address in the executable, which the BPF program compares return addresses with.
+fn landed_call_cookie(call: &LandedCall) -> u64 {
+    u64::from(call.function) | (u64::from(call.stub) << 32)
 }
 
 /// Set in an entry probe's cookie when the entry instruction is also one of the function's exit
@@ -559,7 +503,7 @@ impl ModuleProbes {
             exit_sites: Vec::new(),
         };
         for (id, function) in table.functions.iter().enumerate() {
-            if function.module != module || landings.functions.contains(&(id as u32)) {
+            if function.module != module || landings.contains(id as u32) {
                 continue;
             }
             let id = id as u64;

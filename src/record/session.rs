@@ -2,33 +2,27 @@
 //! attach the probes, drain the ring buffer until the target ends or utrace is asked to stop,
 //! detach. Where the drained events go is the caller's business.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use libbpf_rs::RingBufferBuilder;
 
+use super::dispatch::{drain_events, Tracing, TracingEnd};
 use super::follow::{ProcessChange, TracedProcesses};
-use super::probes::{
-    self, AttachedProbes, ExitPolicy, Landings, LoadedProbes, ObjectStorage, ProbeConfig,
-};
+use super::probes::{self, AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig};
 use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
-
-use super::dispatch::{drain_events, Tracing, TracingEnd};
 use super::ring::{Inbox, Note};
 use super::signals;
 use super::stack_writes::{MalformedRequest, StackWriteRequest};
-use super::target::{Prepared, ProgramFiles, Target, TargetSpec, TracedFile};
-use crate::elf::binding::BindingScope;
-use crate::elf::returns::saves_its_return_address;
-use crate::elf::unwinder::UNWINDER_ENTRY_POINTS;
-use crate::elf::{ExitProbe, FunctionSymbol, NoExitSites, SiteKind, SitePolicy};
+use super::target::{Prepared, Target, TargetSpec};
+use crate::elf::SitePolicy;
 use crate::event::Event;
 use crate::filter::FilterSpec;
-use crate::plan::{LibraryPatterns, PltLibraries};
-use crate::table::{Execution, ExitKind};
-use crate::table::{FunctionKind, FunctionTable};
+use crate::plan::{ExitPolicy, Extension, LibraryPatterns, Loaded, PltLibraries};
+use crate::plan::{PlanOptions, Planner, ProcessOrigin, Program, TracedFile, WatchSites};
+use crate::table::FunctionTable;
 
 /// What to trace and how: the options `record` and `live` share.
 pub struct TraceOptions {
@@ -48,7 +42,8 @@ pub struct TraceOptions {
     /// `-f`/`--no-function` leave the other functions unprobed; the rest of the filter applies to
     /// the events.
     pub filter: FilterSpec,
-    /// How function exits are seen, when the user chose (see [`Session::exit_probes`]).
+    /// How function exits are seen, when the user chose (see
+    /// [`crate::plan::ProbePlan::exit_policy`]).
     pub exit_probes: Option<ExitPolicy>,
     /// Trace the processes the target forks and the programs they exec (`--follow`).
     pub follow: bool,
@@ -94,23 +89,8 @@ pub struct SessionEnd {
 /// The target and its planned functions, ready to be traced.
 pub struct Session {
     pub target: Target,
-    /// The probed files, `table.modules[i]` opened by `files[i]`.
-    pub files: Vec<TracedFile>,
-    pub table: FunctionTable,
-    /// What PLT calls bind to, for planning libraries loaded later too.
-    scope: BindingScope,
-    /// Every library of the program in load order.
-    libraries: Vec<TracedFile>,
-    /// Per function id, where its exit is probed.
-    pub exits: Vec<ExitProbe>,
-    /// How function exits are seen: as asked, else uretprobes, except in a running process that
-    /// maps an unwinder. There utrace may not stop the process to keep the shadow stack (see
-    /// src/bpf/shadow.bpf.h), and a uretprobe in a frame an exception unwinds through kills it.
-    exit_probes: ExitPolicy,
-    /// The executable's PLT stubs whose calls are probed in the library function they land in.
-    landings: Landings,
-    /// The lowest virtual address of the executable's code segments.
-    executable_code_vaddr: u64,
+    /// What is traced and how, extended as the traced processes load more.
+    planner: Planner,
 }
 
 /// Where a session's events and newly planned functions go.
@@ -131,98 +111,19 @@ impl Session {
     pub fn prepare(options: &TraceOptions) -> Result<Session> {
         probes::forward_libbpf_messages();
         // Fork (for -c) before any thread exists: the child only waits and execs.
-        let Prepared {
-            target,
-            program:
-                ProgramFiles {
-                    files,
-                    scope,
-                    libraries,
-                },
-        } = Target::prepare(
-            &options.target,
-            &options.child_setup,
-            &options.nest_libs,
-            &options.plt_libraries,
-        )?;
-        let exit_probes = options.exit_probes.unwrap_or_else(|| {
-            let attached = matches!(target, Target::Running(_));
-            if attached && !unwinder_sites(&files[0], &libraries).is_empty() {
-                ExitPolicy::Ret
-            } else {
-                ExitPolicy::Uretprobe
-            }
-        });
-        if debug_enabled() && options.exit_probes.is_none() && exit_probes == ExitPolicy::Ret {
-            log::debug!(
-                "exits probed on their instructions (--exit-probes=ret): the process \
-                 maps an unwinder, and utrace did not start it"
-            );
-        }
-        let (mut table, exits) = plan(&files, options, exit_probes, &scope)?;
-        anyhow::ensure!(
-            !table.functions.is_empty(),
-            "no function of {} matches --function/--no-function: nothing to trace",
-            files.first().map_or("the program", |f| f.path.as_str())
-        );
-        let (landings, executable_code_vaddr) = plan_landings(
-            &table,
-            &files[0],
-            &libraries,
-            &scope,
-            options,
-            exit_probes,
-            &target,
-        );
-        // Their probe costs are those of the emulated site in the library, not of the stub.
-        for id in landings.functions() {
-            table.functions[id as usize].probes.entry = Execution::Emulated;
-        }
-        if debug_enabled() {
-            for (index, file) in files.iter().enumerate() {
-                let count = table
-                    .functions
-                    .iter()
-                    .filter(|f| f.module as usize == index)
-                    .count();
-                log::debug!("planned {count} functions in {}", file.path);
-            }
-        }
-        let ret_probes = exit_probes == ExitPolicy::Ret;
-        if debug_enabled() && ret_probes {
-            let uretprobes: Vec<(&str, &ExitProbe)> = table
-                .functions
-                .iter()
-                .zip(&exits)
-                .filter(|(_, exit)| matches!(exit, ExitProbe::Uretprobe(_)))
-                .map(|(f, exit)| (f.name.as_str(), exit))
-                .collect();
-            log::debug!(
-                "{} functions keep a uretprobe (exceptions cannot unwind through them)",
-                uretprobes.len()
-            );
-            for (name, exit) in uretprobes {
-                if let ExitProbe::Uretprobe(why) = exit {
-                    log::debug!("  {name}: {why}");
-                }
-            }
-        }
-        Ok(Session {
-            target,
-            files,
-            table,
-            scope,
-            libraries,
-            exits,
-            exit_probes,
-            landings,
-            executable_code_vaddr,
-        })
+        let Prepared { target, program } = Target::prepare(&options.target, &options.child_setup)?;
+        let planner = Planner::new(plan_options(options, &target), program)?;
+        Ok(Session { target, planner })
+    }
+
+    /// The planned functions so far.
+    pub fn table(&self) -> &FunctionTable {
+        &self.planner.plan().table
     }
 
     /// The traced file's name, for messages.
     pub fn program_name(&self) -> &str {
-        let path = self.files.first().map_or("", |f| f.path.as_str());
+        let path = self.planner.plan().files[0].path.as_str();
         path.rsplit('/').next().unwrap_or(path)
     }
 
@@ -239,19 +140,19 @@ impl Session {
     ) -> Result<SessionEnd> {
         let pid = self.target.pid();
         let started_here = matches!(self.target, Target::Started(_));
-        let dlopen_sites = if mode == SessionMode::Record && !options.nest_libs.is_empty() {
-            dlopen_sites(&self.libraries)
-        } else {
-            None
+        let plan = self.planner.plan();
+        let dlopen_sites = match mode {
+            SessionMode::Record => plan.dlopen_sites.clone(),
+            SessionMode::Live => None,
         };
-        let unwinders = unwinder_sites(&self.files[0], &self.libraries);
+        let unwinders = plan.unwinder_sites.clone();
         // The recorder writes the stack while the process is stopped: only a command it started
         // may be stopped (a process it attached to has a parent that would see the stops).
         let unwind_shadow = started_here && !unwinders.is_empty();
         if debug_enabled() {
             say_unwinders(&unwinders, unwind_shadow);
         }
-        if !unwinders.is_empty() && !started_here && self.exit_probes == ExitPolicy::Uretprobe {
+        if !unwinders.is_empty() && !started_here && plan.exit_policy == ExitPolicy::Uretprobe {
             log::warn!(
                 "the process has an unwinder, and a C++ exception or Rust panic \
                  that unwinds through a traced frame kills it under --exit-probes=uretprobe"
@@ -266,7 +167,7 @@ impl Session {
                 wait_for_exec: started_here,
                 stop_on_dlopen: started_here && dlopen_sites.is_some(),
                 follow: options.follow,
-                executable_code_vaddr: self.executable_code_vaddr,
+                executable_code_vaddr: plan.executable_code_vaddr,
                 unwind_shadow,
             },
         )?;
@@ -275,26 +176,28 @@ impl Session {
         let _unwinder_watch = unwinders
             .into_iter()
             .filter(|_| unwind_shadow)
-            .map(|(file, offsets)| loaded.watch_unwinder(&file, offsets, pid))
+            .map(|sites| loaded.watch_unwinder(&sites.file, sites.offsets, pid))
             .collect::<Result<Vec<_>, _>>()?;
         loaded.set_serving_stack_writes(unwind_shadow);
-        let all_modules: Vec<usize> = (0..self.table.modules.len()).collect();
+        let all_modules: Vec<usize> = (0..self.table().modules.len()).collect();
         let mut attached = self.attach_modules(&loaded, &all_modules, pid)?;
-        attached.absorb(loaded.attach_landings(&self.landings, pid)?);
+        attached.absorb(loaded.attach_landings(&self.planner.plan().landings, pid)?);
         let traced = match options.follow {
             true => Some(TracedProcesses::new(pid, all_modules)?),
             false => None,
         };
         let _dlopen_watch = match dlopen_sites {
-            Some((library, offsets)) => Some(loaded.watch_dlopen(&library, offsets, pid)?),
+            Some(sites) => Some(loaded.watch_dlopen(&sites.file, sites.offsets, pid)?),
             None => None,
         };
         loaded.set_recording(true);
-        log::debug!(
-            "attached {} entry and return probes with uprobe_multi in {:.3} ms",
-            self.table.functions.len(),
-            attached.attach_time.as_secs_f64() * 1e3
-        );
+        if debug_enabled() {
+            log::debug!(
+                "attached {} entry and return probes with uprobe_multi in {:.3} ms",
+                self.table().functions.len(),
+                attached.attach_time.as_secs_f64() * 1e3
+            );
+        }
         signals::install().context("installing signal handlers")?;
 
         let inbox = Inbox::default();
@@ -320,7 +223,7 @@ impl Session {
             mut events,
             probes,
             traced,
-            held,
+            mut held,
         } = tracing.end();
 
         loaded.set_serving_stack_writes(false);
@@ -331,7 +234,6 @@ impl Session {
         ring.consume_raw();
         // Full or not, nothing more comes.
         let _ = drain_events(&inbox, drain, true, &mut events);
-        let mut held = held;
         for note in inbox.take_notes() {
             match note {
                 Note::StackWrite(request) => {
@@ -368,59 +270,36 @@ impl Session {
     pub(super) fn probe_new_libraries(
         &mut self,
         loaded: &LoadedProbes,
-        options: &TraceOptions,
         drain: &mut dyn Drain,
     ) -> Result<Option<AttachedProbes>, GrowError> {
         let pid = self.target.pid();
         let mapped =
             executable_files(pid).with_context(|| format!("cannot read /proc/{pid}/maps"))?;
-        let new_files: Vec<TracedFile> = mapped
+        let mapped = mapped
             .into_iter()
-            .filter(|file| options.nest_libs.matches(&file.path))
-            .filter(|file| !self.files.iter().any(|known| known.path == file.path))
             .map(|file| TracedFile {
                 path: file.path,
                 open_path: file.open_path,
             })
             .collect();
-        if new_files.is_empty() {
+        let added = self
+            .planner
+            .extend(Loaded::Libraries(mapped))
+            .map_err(anyhow::Error::from)?;
+        if added.modules.is_empty() {
             return Ok(None);
         }
-        let scope = std::mem::take(&mut self.scope);
-        let added = self.add_modules(&new_files, options, &scope, drain);
-        self.scope = scope;
-        let added = added?;
-        let attached = self.attach_modules(loaded, &added, pid)?;
+        hand_over(&added, drain)?;
+        let attached = self.attach_modules(loaded, &added.modules, pid)?;
         if debug_enabled() {
-            for file in &new_files {
-                log::debug!("probed {} after dlopen", file.path);
+            for &module in &added.modules {
+                log::debug!(
+                    "probed {} after dlopen",
+                    self.planner.plan().files[module].path
+                );
             }
         }
         Ok(Some(attached))
-    }
-
-    /// Plans `new_files` as modules numbered on from the table's (binding PLT calls in `scope`),
-    /// hands their functions to `drain`, and returns their module indices.
-    fn add_modules(
-        &mut self,
-        new_files: &[TracedFile],
-        options: &TraceOptions,
-        scope: &BindingScope,
-        drain: &mut dyn Drain,
-    ) -> Result<Vec<usize>, GrowError> {
-        let first_module = self.table.modules.len();
-        let (mut more, more_exits) = plan(new_files, options, self.exit_probes, scope)?;
-        for function in &mut more.functions {
-            function.module += first_module as u32;
-        }
-        self.table.extend(more.clone());
-        // Exit probes are listed by function id, which the new functions continue.
-        self.exits.extend(more_exits);
-        self.files.extend(new_files.iter().cloned());
-        if !drain.more_functions(&more) {
-            return Err(GrowError::DrainFull);
-        }
-        Ok((first_module..self.table.modules.len()).collect())
     }
 
     /// Attaches the probes of `modules` (indices into the table), filtered to `pid`.
@@ -430,11 +309,12 @@ impl Session {
         modules: &[usize],
         pid: u32,
     ) -> Result<AttachedProbes> {
+        let plan = self.planner.plan();
         let paths: Vec<(usize, &Path)> = modules
             .iter()
-            .map(|&module| (module, self.files[module].open_path.as_path()))
+            .map(|&module| (module, plan.files[module].open_path.as_path()))
             .collect();
-        Ok(loaded.attach(&self.table, &self.exits, &self.landings, &paths, pid)?)
+        Ok(loaded.attach(&plan.table, &plan.exits, &plan.landings, &paths, pid)?)
     }
 
     /// Probes a process the BPF side stopped under `--follow`: a forked child gets the probes of
@@ -445,7 +325,6 @@ impl Session {
         change: ProcessChange,
         loaded: &LoadedProbes,
         traced: &mut TracedProcesses,
-        options: &TraceOptions,
         drain: &mut dyn Drain,
     ) -> Result<AttachedProbes, GrowError> {
         let (pid, modules) = match change {
@@ -458,7 +337,7 @@ impl Session {
             }
             ProcessChange::Execed { pid } => {
                 // Whatever the outcome, the old program's modules are gone from the process.
-                let planned = self.plan_program(pid, options, drain);
+                let planned = self.plan_program(pid, drain);
                 traced.replace_modules(pid, planned.as_deref().unwrap_or_default().to_vec());
                 (pid, planned?)
             }
@@ -472,33 +351,19 @@ impl Session {
     }
 
     /// The modules of the program `pid` has just exec'ed: those of its files already planned,
-    /// and the others planned now.
-    fn plan_program(
-        &mut self,
-        pid: u32,
-        options: &TraceOptions,
-        drain: &mut dyn Drain,
-    ) -> Result<Vec<usize>, GrowError> {
+    /// and the others planned now and handed to `drain`.
+    fn plan_program(&mut self, pid: u32, drain: &mut dyn Drain) -> Result<Vec<usize>, GrowError> {
         let executable = std::fs::read_link(format!("/proc/{pid}/exe"))
             .with_context(|| format!("cannot read /proc/{pid}/exe"))?;
-        let program = ProgramFiles::of(
-            &executable,
-            &options.nest_libs,
-            &options.plt_libraries,
-            false,
-        );
-        let mut modules = Vec::new();
-        let mut new_files = Vec::new();
-        for file in program.files {
-            match self.files.iter().position(|known| known.path == file.path) {
-                Some(module) => modules.push(module),
-                None => new_files.push(file),
-            }
+        let program = Program::about_to_start(&executable);
+        let added = self
+            .planner
+            .extend(Loaded::Program(program))
+            .map_err(anyhow::Error::from)?;
+        if !added.table.modules.is_empty() {
+            hand_over(&added, drain)?;
         }
-        if !new_files.is_empty() {
-            modules.extend(self.add_modules(&new_files, options, &program.scope, drain)?);
-        }
-        Ok(modules)
+        Ok(added.modules)
     }
 
     /// After the session stopped early: waits for a started command to end (it runs on,
@@ -531,175 +396,29 @@ pub enum GrowError {
     Failed(#[from] anyhow::Error),
 }
 
-/// The first library in load order that has `dlopen` (libc since glibc 2.34, libdl before),
-/// and where its dlopen functions are.
-fn dlopen_sites(libraries: &[TracedFile]) -> Option<(PathBuf, Vec<usize>)> {
-    libraries.iter().find_map(|library| {
-        let elf = crate::elf::read_elf_functions(&library.open_path).ok()?;
-        let offsets: Vec<usize> = elf
-            .functions
-            .iter()
-            .filter(|f| f.kind == FunctionKind::Function && f.name == "dlopen")
-            .map(|f| f.offset as usize)
-            .collect();
-        (!offsets.is_empty()).then(|| (library.open_path.clone(), offsets))
-    })
+/// Hands the functions planned during the session to `drain`.
+fn hand_over(added: &Extension, drain: &mut dyn Drain) -> Result<(), GrowError> {
+    match drain.more_functions(&added.table) {
+        true => Ok(()),
+        false => Err(GrowError::DrainFull),
+    }
 }
 
-/// The functions to probe, file by file: the PLT calls `--lib`/`--no-lib` select, named as
-/// `--libname` says, and of those what the function globs show; with `--exit-probes=ret` or
-/// when a function saves its return address (setjmp), where each one's exit is probed.
-fn plan(
-    files: &[TracedFile],
-    options: &TraceOptions,
-    exit_probes: ExitPolicy,
-    scope: &BindingScope,
-) -> Result<(FunctionTable, Vec<ExitProbe>)> {
-    let mut table = FunctionTable::default();
-    let mut exits = Vec::new();
-    for file in files {
-        let elf = crate::elf::read_elf_functions_with(&file.open_path, options.sites)
-            .with_context(|| format!("reading the symbols of {}", file.path))?;
-        warn_unprobeable(&elf.unprobeable);
-        if debug_enabled() {
-            say_sites(&file.path, &elf.functions);
-        }
-        let mut functions = options
-            .plt_libraries
-            .apply(&file.path, elf.functions, scope);
-        functions.retain(|f| options.filter.shows_name(&f.name));
-        let first = table.functions.len();
-        let probes = exit_probes_of(file, &functions, exit_probes)?;
-        crate::plan::add_module(&mut table, file.path.clone(), functions);
-        for (function, exit) in table.functions[first..].iter_mut().zip(&probes) {
-            if matches!(exit, ExitProbe::Sites(_)) {
-                function.probes.exit = ExitKind::Instruction;
-            }
-        }
-        exits.extend(probes);
+/// What planning needs of the options and of the target.
+fn plan_options(options: &TraceOptions, target: &Target) -> PlanOptions {
+    PlanOptions {
+        nest_libs: options.nest_libs.clone(),
+        plt_libraries: options.plt_libraries.clone(),
+        functions: options.filter.clone(),
+        sites: options.sites,
+        exits: options.exit_probes,
+        follow: options.follow,
+        origin: match target {
+            Target::Started(_) => ProcessOrigin::Started,
+            Target::Running(_) => ProcessOrigin::Attached,
+        },
+        preloaded_libraries: preloads_libraries(target),
     }
-    Ok((table, exits))
-}
-
-/// Which of the executable's PLT stubs (module 0 of `table`, read from `executable`) are probed
-/// in the library function their calls land in (see [`crate::elf::plt_calls`]), and the lowest
-/// virtual address of its code. Under `--debug`, says how many got which kind of site and why the
-/// others keep their stub. Anything that cannot be read keeps the stubs.
-fn plan_landings(
-    table: &FunctionTable,
-    executable: &TracedFile,
-    libraries: &[TracedFile],
-    scope: &BindingScope,
-    options: &TraceOptions,
-    exit_probes: ExitPolicy,
-    target: &Target,
-) -> (Landings, u64) {
-    use crate::elf::plt_calls::{self, Landing};
-    use std::collections::BTreeMap;
-
-    let mut landings = Landings::default();
-    let stubs: Vec<(u32, &crate::table::TracedFunction)> = table
-        .functions
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| f.module == 0 && f.kind == FunctionKind::Plt)
-        .map(|(id, f)| (id as u32, f))
-        .collect();
-    let say = |landed: usize, kept: &BTreeMap<&str, usize>| {
-        if debug_enabled() {
-            let kept: Vec<String> = kept.iter().map(|(why, n)| format!("{n} {why}")).collect();
-            log::debug!(
-                "PLT calls of {}: {landed} probed in the library function they call (an \
-                 emulated site), {} at their stub (single-stepped){}{}",
-                executable.path,
-                stubs.len() - landed,
-                if kept.is_empty() { "" } else { ": " },
-                kept.join(", ")
-            );
-        }
-    };
-    let everything_kept = |why| {
-        let kept = BTreeMap::from([(why, stubs.len())]);
-        say(0, &kept);
-        (Landings::default(), 0)
-    };
-    if stubs.is_empty() {
-        return (landings, 0);
-    }
-    if options.follow {
-        return everything_kept("as --follow traces other processes, which may run other programs");
-    }
-    if exit_probes == ExitPolicy::Ret {
-        return everything_kept("as --exit-probes=ret probes their exits at the callers");
-    }
-    if options.sites == SitePolicy::Entry {
-        return everything_kept("as --probe-at-entry asks");
-    }
-    if preloads_libraries(target) {
-        return everything_kept("as libraries are preloaded, which utrace does not bind");
-    }
-    let Ok(uses) = plt_calls::stub_uses(&executable.open_path) else {
-        return everything_kept("as the executable cannot be read");
-    };
-    if !uses.pie {
-        return everything_kept("as the executable is not position-independent");
-    }
-    // The executable's symbols: the table has only names, the stubs' raw symbols are here.
-    let Ok(elf) = crate::elf::read_elf_functions(&executable.open_path) else {
-        return everything_kept("as the executable cannot be read");
-    };
-    let symbols: BTreeMap<u64, &FunctionSymbol> = elf
-        .functions
-        .iter()
-        .filter(|f| f.kind == FunctionKind::Plt)
-        .map(|f| (f.offset, f))
-        .collect();
-    let mut entries: BTreeMap<&str, Option<plt_calls::LibraryEntries>> = BTreeMap::new();
-    let mut kept: BTreeMap<&str, usize> = BTreeMap::new();
-    for &(id, function) in &stubs {
-        let why = (|| {
-            let symbol = symbols.get(&function.offset).copied().ok_or("unknown")?;
-            let raw = symbol
-                .plt_symbol
-                .as_deref()
-                .ok_or("into the program's own ifuncs")?;
-            if !uses.only_called(symbol.address) {
-                return Err("jumped to or taken as an address");
-            }
-            // Its landing would get a return probe, which setjmp would save as its return address.
-            if saves_its_return_address(raw) {
-                return Err("saving their return address (setjmp)");
-            }
-            // Probed there, the unwinder would walk the frame before the shadow stack knew it.
-            if UNWINDER_ENTRY_POINTS.contains(&raw) {
-                return Err("into the unwinder");
-            }
-            let stub = u32::try_from(symbol.address).map_err(|_| "beyond 4 GiB")?;
-            let path = scope.library_of(raw).ok_or("bound to no library")?;
-            let library = libraries
-                .iter()
-                .find(|l| l.path == path)
-                .ok_or("bound to the program itself")?;
-            let read = entries
-                .entry(path)
-                .or_insert_with(|| plt_calls::library_entries(&library.open_path).ok());
-            match read.as_ref().map(|read| read.landing(raw)) {
-                Some(Landing::At(offset)) => {
-                    landings.add(id, u64::from(stub), &library.open_path, offset);
-                    Ok(())
-                }
-                Some(Landing::Ifunc) => Err("into ifuncs (chosen at run time)"),
-                Some(Landing::SingleStepped) => Err("single-stepped in the library too"),
-                Some(Landing::Versioned) => Err("into names of several versions"),
-                Some(Landing::Undefined) | None => Err("unresolved"),
-            }
-        })();
-        if let Err(why) = why {
-            *kept.entry(why).or_default() += 1;
-        }
-    }
-    say(landings.len(), &kept);
-    (landings, uses.code_vaddr)
 }
 
 /// Whether the dynamic loader of the target preloads libraries (`LD_PRELOAD`,
@@ -722,63 +441,6 @@ fn preloads_libraries(target: &Target) -> bool {
     }
 }
 
-/// Where the exits of a file's `functions` are probed: on their instructions where they can be
-/// under `--exit-probes=ret`, with uretprobes otherwise. A function that saves its return address
-/// (setjmp) is never given a uretprobe, which would break the `longjmp` back to it: its exits are
-/// probed on instructions, or not at all when they cannot be found.
-fn exit_probes_of(
-    file: &TracedFile,
-    functions: &[FunctionSymbol],
-    kind: ExitPolicy,
-) -> Result<Vec<ExitProbe>> {
-    let read = |functions: &[FunctionSymbol]| {
-        crate::elf::read_exit_probes(&file.open_path, functions)
-            .with_context(|| format!("finding the exits of the functions of {}", file.path))
-    };
-    let saves =
-        |f: &FunctionSymbol| saves_its_return_address(f.plt_symbol.as_deref().unwrap_or(&f.name));
-    let mut probes = match kind {
-        ExitPolicy::Ret => read(functions)?,
-        ExitPolicy::Uretprobe => {
-            let savers: Vec<FunctionSymbol> =
-                functions.iter().filter(|f| saves(f)).cloned().collect();
-            let mut saver_probes = match savers.is_empty() {
-                true => Vec::new(),
-                false => read(&savers)?,
-            }
-            .into_iter();
-            functions
-                .iter()
-                .map(|f| match saves(f) {
-                    true => saver_probes.next().expect("one probe per saver"),
-                    false => ExitProbe::Uretprobe(NoExitSites::UretprobesAsked),
-                })
-                .collect()
-        }
-    };
-    for (function, probe) in functions.iter().zip(&mut probes) {
-        if saves(function) && matches!(probe, ExitProbe::Uretprobe(_)) {
-            *probe = ExitProbe::Sites(Vec::new());
-        }
-    }
-    Ok(probes)
-}
-
-/// The files of the program that define the unwinder's entry points (normally
-/// `libgcc_s.so.1`; the executable itself when it links the unwinder statically), with their
-/// offsets. Empty for a program without an unwinder (plain C), which then pays nothing for
-/// the shadow stack. A file that cannot be read is left out, as the planning would have said.
-fn unwinder_sites(executable: &TracedFile, libraries: &[TracedFile]) -> Vec<(PathBuf, Vec<usize>)> {
-    std::iter::once(executable)
-        .chain(libraries)
-        .filter_map(|file| {
-            let offsets = crate::elf::unwinder::unwinder_entry_offsets(&file.open_path).ok()?;
-            let offsets: Vec<usize> = offsets.into_iter().map(|o| o as usize).collect();
-            (!offsets.is_empty()).then(|| (file.open_path.clone(), offsets))
-        })
-        .collect()
-}
-
 /// Writes what a stack write request asks for; the process stays stopped until it is served,
 /// written or not.
 pub fn serve_stack_writes(request: Result<StackWriteRequest, MalformedRequest>) {
@@ -793,54 +455,20 @@ pub fn serve_stack_writes(request: Result<StackWriteRequest, MalformedRequest>) 
 }
 
 /// Says whether the shadow stack for the unwinder is on and where the unwinder is (`--debug`).
-fn say_unwinders(unwinders: &[(PathBuf, Vec<usize>)], on: bool) {
+fn say_unwinders(unwinders: &[WatchSites], on: bool) {
     if unwinders.is_empty() {
         log::debug!("shadow stack off: the program maps no unwinder");
     } else if !on {
         log::debug!("shadow stack off: utrace did not start the process");
         return;
     }
-    for (file, offsets) in unwinders {
+    for sites in unwinders {
         log::debug!(
             "shadow stack on: {} unwinder entry points probed in {}",
-            offsets.len(),
-            file.display()
+            sites.offsets.len(),
+            sites.file.display()
         );
     }
-}
-
-/// Says how many functions of a file got which kind of probe site (`--debug`).
-fn say_sites(path: &str, functions: &[FunctionSymbol]) {
-    let count = |kind| functions.iter().filter(|f| f.site.kind == kind).count();
-    log::debug!(
-        "probe sites in {path}: {} at the entry, {} after endbr64, {} after an \
-         unprobeable prefix",
-        count(SiteKind::Entry),
-        count(SiteKind::AfterEndbr64),
-        count(SiteKind::AfterUnprobeablePrefix)
-    );
-}
-
-/// Says which functions will never show up in the trace, and why.
-fn warn_unprobeable(unprobeable: &[crate::elf::Unprobeable]) {
-    const SHOWN: usize = 5;
-    if unprobeable.is_empty() {
-        return;
-    }
-    let mut names: Vec<&str> = unprobeable
-        .iter()
-        .map(|f| f.name.as_str())
-        .take(SHOWN)
-        .collect();
-    if unprobeable.len() > SHOWN {
-        names.push("…");
-    }
-    log::warn!(
-        "{} functions cannot be probed (their first instruction has a LOCK or \
-         segment prefix and no equivalent site follows): {}",
-        unprobeable.len(),
-        names.join(", ")
-    );
 }
 
 /// Whether `-d` asked for the debugging lines: what only they need is not worked out otherwise.

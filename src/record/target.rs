@@ -1,7 +1,7 @@
-//! What is traced: a command utrace starts (`-c`), or a process already running (`-p`); and which
-//! of their files get probes.
+//! What is traced: a command utrace starts (`-c`), or a process already running (`-p`); and the
+//! files of the program it runs.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -10,26 +10,14 @@ use super::proc_maps::executable_files;
 use super::process::{resolve_program, ChildSetup, ExitStatus, HeldChild};
 use super::running::RunningProcess;
 use super::signals::Received;
-use crate::elf::binding::{exported_functions, BindingScope};
-use crate::elf::ldcache::LdCache;
-use crate::elf::loader::{load_order, mapped_load_order};
-use crate::plan::{LibraryPatterns, PltLibraries};
+use crate::elf::loader::mapped_load_order;
+use crate::plan::{Program, TracedFile};
 
 /// What the user pointed utrace at.
 pub enum TargetSpec {
     /// A command and its arguments.
     Command(Vec<String>),
     Pid(u32),
-}
-
-/// One file to probe.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TracedFile {
-    /// The path reports show.
-    pub path: String,
-    /// The path that opens it for reading and for the uprobes (a running process's files go
-    /// through `/proc/PID/map_files`).
-    pub open_path: PathBuf,
 }
 
 /// The traced process, started or found.
@@ -47,30 +35,25 @@ pub enum SignalAction {
     Stop,
 }
 
-/// A target ready to be traced, and what is known of its files.
+/// A target ready to be traced, and the files of its program.
 pub struct Prepared {
     pub target: Target,
-    pub program: ProgramFiles,
+    pub program: Program,
 }
 
 impl Target {
-    /// Starts the command (held before exec) or finds the process, and lists its files to probe:
-    /// the executable first, then the libraries `nest_libs` matches; and every library in load
-    /// order, with, when `plt_libraries` needs them, what each exports.
-    pub fn prepare(
-        spec: &TargetSpec,
-        setup: &ChildSetup,
-        nest_libs: &LibraryPatterns,
-        plt_libraries: &PltLibraries,
-    ) -> Result<Prepared> {
+    /// Starts the command (held before exec) or finds the process, and lists the files of its
+    /// program: the executable, and every library in load order.
+    pub fn prepare(spec: &TargetSpec, setup: &ChildSetup) -> Result<Prepared> {
         match spec {
             TargetSpec::Command(command) => {
                 let program = resolve_program(&command[0])?;
                 let path = program
                     .canonicalize()
                     .with_context(|| format!("cannot open {}", program.display()))?;
-                let files = ProgramFiles::of(&path, nest_libs, plt_libraries, true);
-                // Planning reads files only; the fork comes last so the child waits the least.
+                let files = Program::about_to_start(&path);
+                // Finding the files reads them only; the fork comes last so the child waits the
+                // least.
                 let child = HeldChild::spawn(&program, command, setup)?;
                 Ok(Prepared {
                     target: Target::Started(child),
@@ -79,9 +62,7 @@ impl Target {
             }
             TargetSpec::Pid(pid) => {
                 let process = RunningProcess::open(*pid)?;
-                let (executable, libraries) = process_files(&process)?;
-                let files =
-                    ProgramFiles::select(executable, libraries, nest_libs, plt_libraries, true);
+                let files = process_files(&process)?;
                 Ok(Prepared {
                     target: Target::Running(process),
                     program: files,
@@ -178,76 +159,12 @@ impl Target {
     }
 }
 
-/// The files of a program about to start (or that a followed process has just exec'ed), found
-/// as the dynamic loader will find them.
-pub struct ProgramFiles {
-    /// The files to probe: the executable first, then the libraries `--nest-lib` matches.
-    pub files: Vec<TracedFile>,
-    /// What the PLT calls bind to.
-    pub scope: BindingScope,
-    /// Every library of the program in load order.
-    pub libraries: Vec<TracedFile>,
-}
-
-impl ProgramFiles {
-    /// The files of the program at `path`; `warn` says which patterns select none of them.
-    pub fn of(
-        path: &Path,
-        nest_libs: &LibraryPatterns,
-        plt_libraries: &PltLibraries,
-        warn: bool,
-    ) -> ProgramFiles {
-        let executable = TracedFile {
-            path: path.to_string_lossy().into_owned(),
-            open_path: path.to_path_buf(),
-        };
-        let libraries = command_libraries(path);
-        ProgramFiles::select(executable, libraries, nest_libs, plt_libraries, warn)
-    }
-
-    /// The files to probe of `executable` and its `libraries` (in load order); `warn` says
-    /// which patterns select none of them.
-    fn select(
-        executable: TracedFile,
-        libraries: Vec<TracedFile>,
-        nest_libs: &LibraryPatterns,
-        plt_libraries: &PltLibraries,
-        warn: bool,
-    ) -> ProgramFiles {
-        let mut files = vec![executable.clone()];
-        files.extend(selected_libraries(nest_libs, &libraries, warn));
-        let scope = binding_scope(plt_libraries, &executable, &libraries, warn);
-        ProgramFiles {
-            files,
-            scope,
-            libraries,
-        }
-    }
-}
-
 /// How long [`Target::wait_until_stopped`] waits: a stop takes microseconds, or milliseconds on
 /// a loaded machine; a process that never stops is let go after this.
 const STOP_WAIT: Duration = Duration::from_secs(1);
 
-/// The libraries of a program about to start, in load order, found as the dynamic loader will
-/// find them.
-fn command_libraries(program: &Path) -> Vec<TracedFile> {
-    let order = load_order(program, &LdCache::system());
-    for name in &order.missing {
-        log::warn!("{name} (needed by the program) was not found; the loader will fail too");
-    }
-    order
-        .libraries
-        .iter()
-        .map(|library| TracedFile {
-            path: library.path.to_string_lossy().into_owned(),
-            open_path: library.path.clone(),
-        })
-        .collect()
-}
-
 /// The executable and the libraries a running process has mapped, in load order.
-fn process_files(process: &RunningProcess) -> Result<(TracedFile, Vec<TracedFile>)> {
+fn process_files(process: &RunningProcess) -> Result<Program> {
     let pid = process.pid();
     let mapped = executable_files(pid).with_context(|| format!("cannot read /proc/{pid}/maps"))?;
     let executable = process.executable.to_string_lossy();
@@ -272,53 +189,8 @@ fn process_files(process: &RunningProcess) -> Result<(TracedFile, Vec<TracedFile
             open_path: libraries[index].1.clone(),
         })
         .collect();
-    Ok((main, in_order))
-}
-
-/// The libraries among `libraries` that `nest_libs` selects; with `warn`, warns of patterns that
-/// select none.
-fn selected_libraries(
-    nest_libs: &LibraryPatterns,
-    libraries: &[TracedFile],
-    warn: bool,
-) -> Vec<TracedFile> {
-    let all: Vec<&str> = libraries.iter().map(|l| l.path.as_str()).collect();
-    for pattern in nest_libs.unmatched(&all).into_iter().filter(|_| warn) {
-        log::warn!(
-            "--nest-lib {pattern} matches none of the program's libraries yet \
-             (a matching library it loads later with dlopen is traced then)"
-        );
-    }
-    libraries
-        .iter()
-        .filter(|library| nest_libs.matches(&library.path))
-        .cloned()
-        .collect()
-}
-
-/// The objects the loader binds PLT calls to, executable first (the PLT flags select by it, and
-/// PLT calls are probed where they land); with `warn`, warns of patterns of `plt_libraries` that
-/// match none of the libraries. A file that cannot be read defines nothing: its stubs stay
-/// unresolved.
-fn binding_scope(
-    plt_libraries: &PltLibraries,
-    executable: &TracedFile,
-    libraries: &[TracedFile],
-    warn: bool,
-) -> BindingScope {
-    let all: Vec<&str> = libraries.iter().map(|l| l.path.as_str()).collect();
-    for (flag, pattern) in plt_libraries.unmatched(&all).into_iter().filter(|_| warn) {
-        log::warn!("{flag} {pattern} matches none of the program's libraries");
-    }
-    let mut scope = BindingScope::default();
-    for file in std::iter::once(executable).chain(libraries) {
-        match exported_functions(&file.open_path) {
-            Ok(functions) => scope.push(file.path.clone(), functions),
-            Err(error) if plt_libraries.is_active() => {
-                log::warn!("{error}; its functions stay unresolved")
-            }
-            Err(_) => {}
-        }
-    }
-    scope
+    Ok(Program {
+        executable: main,
+        libraries: in_order,
+    })
 }

@@ -1,27 +1,13 @@
-//! The probe plan: which functions of which files are traced, and how.
+//! Which libraries are traced: their own functions (`--nest-lib`), and the PLT calls into them
+//! (`--lib`, `--no-lib`, `--libname`).
 
 use crate::elf::binding::BindingScope;
 use crate::elf::FunctionSymbol;
 use crate::filter::{parse_globs, FilterError, Glob};
-use crate::table::{file_name, ExitKind, FunctionKind, FunctionTable, ProbeClass, TracedFunction};
-
-/// Adds every function of one traced file to `table`; each gets the next free id.
-pub fn add_module(table: &mut FunctionTable, path: String, symbols: Vec<FunctionSymbol>) {
-    let module = table.push_module(path);
-    table
-        .functions
-        .extend(symbols.into_iter().map(|symbol| TracedFunction {
-            name: symbol.name,
-            module,
-            offset: symbol.offset,
-            size: symbol.size,
-            kind: symbol.kind,
-            probes: ProbeClass::new(symbol.execution, ExitKind::Uretprobe),
-        }));
-}
+use crate::table::{file_name, FunctionKind};
 
 /// Globs on library file names (`--nest-lib`): repeatable, each a comma-separated list.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct LibraryPatterns {
     globs: Vec<Glob>,
 }
@@ -56,7 +42,7 @@ impl LibraryPatterns {
 /// Which PLT stubs are traced, and how they are named, by the library each calls into
 /// (`--lib`, `--no-lib`, `--libname`). A stub calls into the library the dynamic loader binds
 /// its symbol to (see [`crate::elf::binding`]).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct PltLibraries {
     /// `--lib`: only the stubs into these libraries; unresolved stubs go too.
     pub only: LibraryPatterns,
@@ -126,35 +112,7 @@ impl PltLibraries {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn symbol(name: &str, offset: u64) -> FunctionSymbol {
-        FunctionSymbol {
-            name: name.into(),
-            address: offset + 0x1000,
-            offset,
-            size: 8,
-            kind: FunctionKind::Function,
-            site: crate::elf::ProbeSite::ENTRY,
-            execution: crate::table::Execution::Emulated,
-            plt_symbol: None,
-        }
-    }
-
-    #[test]
-    fn ids_are_dense_across_modules() {
-        let mut table = FunctionTable::default();
-        add_module(
-            &mut table,
-            "/bin/prog".into(),
-            vec![symbol("main", 16), symbol("f", 32)],
-        );
-        add_module(&mut table, "/lib/libx.so".into(), vec![symbol("g", 48)]);
-        let g = table.function(2).unwrap();
-        assert_eq!((g.name.as_str(), g.module, g.offset), ("g", 1, 48));
-        assert_eq!(table.module_name(g), "libx.so");
-        assert_eq!(table.module_name(table.function(0).unwrap()), "prog");
-        assert!(table.function(3).is_none());
-    }
+    use crate::plan::tests::symbol;
 
     #[test]
     fn library_globs_match_file_names() {

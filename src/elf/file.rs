@@ -1,0 +1,131 @@
+//! [`ElfFile`]: one traced file, read and parsed once, asked every question planning has.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use goblin::elf::header::{self, Header, ET_DYN};
+use goblin::elf::Elf;
+
+use super::plt::{self, PltStub};
+use super::segments::ExecutableSegments;
+use super::symbols::{self, Symbol};
+use super::{plt_calls, ElfError};
+
+/// One x86_64 ELF file (executable or shared library): its bytes, and what goblin parsed of
+/// them, kept so that each question (its functions, their exits, its exports, its PLT stubs'
+/// uses, its unwinder) is answered without reading or parsing the file again.
+pub struct ElfFile {
+    path: PathBuf,
+    pub(super) bytes: Vec<u8>,
+    /// The entry point (`_start`).
+    pub(super) entry: u64,
+    /// `ET_DYN`: a position-independent executable, or a shared library.
+    pub(super) position_independent: bool,
+    pub(super) segments: ExecutableSegments,
+    /// The function symbols of `.symtab` and `.dynsym`.
+    pub(super) symbols: Vec<Symbol>,
+    /// The PLT stubs, sorted by address.
+    pub(super) stubs: Vec<PltStub>,
+    /// The stubs whose addresses a data relocation stores (function pointers to stubs).
+    pub(super) stubs_in_data: BTreeSet<u64>,
+}
+
+impl ElfFile {
+    /// Reads and parses the file at `path`. Only 64-bit x86_64 executables and shared libraries
+    /// are accepted.
+    pub fn open(path: &Path) -> Result<ElfFile, ElfError> {
+        let bytes = read_file(path)?;
+        ElfFile::from_bytes(path, bytes)
+    }
+
+    /// Parses `bytes`, the contents of the file at `path` (which only names it in errors).
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<ElfFile, ElfError> {
+        let elf = parse(path, &bytes)?;
+        let symbols = symbols::function_symbols(&elf);
+        let stubs = plt::stubs(&elf, &bytes, &symbols);
+        let stubs_in_data = plt_calls::stubs_in_data(&elf, &stubs);
+        let entry = elf.entry;
+        let position_independent = elf.header.e_type == ET_DYN;
+        let segments = ExecutableSegments::new(&elf.program_headers);
+        Ok(ElfFile {
+            path: path.to_owned(),
+            bytes,
+            entry,
+            position_independent,
+            segments,
+            symbols,
+            stubs,
+            stubs_in_data,
+        })
+    }
+
+    /// The path the file was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The bytes at file offset `offset`, `size` of them as far as the file has them.
+    pub(super) fn code_at(&self, offset: u64, size: u64) -> &[u8] {
+        super::code_at(&self.bytes, offset, size)
+    }
+
+    /// The bytes at virtual address `address`, `size` of them as far as the file has them; none
+    /// outside the executable segments.
+    pub(super) fn code_at_address(&self, address: u64, size: u64) -> &[u8] {
+        self.segments
+            .file_offset(address)
+            .map_or(&[][..], |offset| self.code_at(offset, size))
+    }
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, ElfError> {
+    let io_error = |error| ElfError::Io {
+        path: path.to_owned(),
+        error,
+    };
+    let metadata = std::fs::metadata(path).map_err(io_error)?;
+    if metadata.is_dir() {
+        return Err(ElfError::IsDirectory {
+            path: path.to_owned(),
+        });
+    }
+    std::fs::read(path).map_err(io_error)
+}
+
+/// Checks the identity of the file before goblin parses the rest, so that the common mistakes
+/// (a script, a 32-bit or ARM binary, an object file) get their own message.
+fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<Elf<'a>, ElfError> {
+    if bytes.get(..header::SELFMAG) != Some(header::ELFMAG.as_slice()) {
+        return Err(ElfError::NotElf {
+            path: path.to_owned(),
+        });
+    }
+    let malformed = |error: goblin::error::Error| ElfError::Malformed {
+        path: path.to_owned(),
+        message: error.to_string(),
+    };
+    let header: Header = Elf::parse_header(bytes).map_err(malformed)?;
+    let class = header.e_ident.get(header::EI_CLASS).copied();
+    if class != Some(header::ELFCLASS64) || header.e_machine != header::EM_X86_64 {
+        return Err(ElfError::UnsupportedMachine {
+            path: path.to_owned(),
+            class: match class {
+                Some(header::ELFCLASS32) => "32-bit",
+                Some(header::ELFCLASS64) => "64-bit",
+                _ => "invalid-class",
+            },
+            machine: header::machine_to_str(header.e_machine).to_owned(),
+        });
+    }
+    if header.e_type != header::ET_EXEC && header.e_type != header::ET_DYN {
+        return Err(ElfError::UnsupportedType {
+            path: path.to_owned(),
+            kind: match header.e_type {
+                header::ET_REL => "relocatable (object)",
+                header::ET_CORE => "core dump",
+                _ => "unknown-type",
+            },
+        });
+    }
+    Elf::parse(bytes).map_err(malformed)
+}

@@ -1,0 +1,257 @@
+//! The executable's PLT calls probed in the library function they land in rather than at their
+//! stub, which the kernel single-steps (see [`crate::elf::plt_calls`]), and why the others keep
+//! their stub.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use super::program::OpenedFile;
+use super::{ExitPolicy, PlanOptions};
+use crate::elf::binding::BindingScope;
+use crate::elf::plt_calls::{Landing, LibraryEntries};
+use crate::elf::returns::saves_its_return_address;
+use crate::elf::unwinder::UNWINDER_ENTRY_POINTS;
+use crate::elf::{FunctionSymbol, SitePolicy};
+use crate::table::{FunctionId, FunctionKind};
+
+/// The calls through one PLT stub of the executable, probed in the library function they land
+/// in: the BPF program keeps a hit when its return address follows a direct call of the stub in
+/// the executable, whose load bias it finds from the kernel's `mm->start_code` and
+/// [`ProbePlan::executable_code_vaddr`](super::ProbePlan::executable_code_vaddr).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LandedCall {
+    /// The stub's function id.
+    pub function: FunctionId,
+    /// The stub's virtual address in the executable.
+    pub stub: u32,
+    /// The file offset of the probe site in the library.
+    pub offset: u64,
+}
+
+/// The executable's PLT stubs whose calls are probed where they land.
+#[derive(Debug, Default)]
+pub struct Landings {
+    /// Per library (as opened), its landed calls.
+    libraries: Vec<(PathBuf, Vec<LandedCall>)>,
+    /// The ids of the stubs probed this way, which get no probe of their own.
+    functions: HashSet<FunctionId>,
+    /// How many stubs keep their probe, by why.
+    kept: BTreeMap<StubKept, usize>,
+}
+
+impl Landings {
+    /// Probes the calls of `call` at its offset in `library`.
+    fn add(&mut self, library: &Path, call: LandedCall) {
+        match self.libraries.iter_mut().find(|(path, _)| path == library) {
+            Some((_, calls)) => calls.push(call),
+            None => self.libraries.push((library.to_owned(), vec![call])),
+        }
+        self.functions.insert(call.function);
+    }
+
+    pub fn len(&self) -> usize {
+        self.functions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.functions.is_empty()
+    }
+
+    /// The landed calls, per library (as opened).
+    pub fn libraries(&self) -> &[(PathBuf, Vec<LandedCall>)] {
+        &self.libraries
+    }
+
+    /// Whether the calls through stub `id` are probed where they land.
+    pub fn contains(&self, id: FunctionId) -> bool {
+        self.functions.contains(&id)
+    }
+
+    /// The ids of the stubs probed where their calls land.
+    pub fn functions(&self) -> impl Iterator<Item = FunctionId> + '_ {
+        self.functions.iter().copied()
+    }
+
+    /// How many stubs keep their probe because of `why`.
+    pub fn kept(&self, why: StubKept) -> usize {
+        self.kept.get(&why).copied().unwrap_or(0)
+    }
+}
+
+/// Why a PLT stub of the executable keeps its own probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StubKept {
+    Follow,
+    ExitsAtCallers,
+    ProbeAtEntry,
+    Preloaded,
+    Unreadable,
+    NotPositionIndependent,
+    OwnIfunc,
+    NotOnlyCalled,
+    SavesReturnAddress,
+    Unwinder,
+    Beyond4GiB,
+    BoundToNoLibrary,
+    BoundToProgram,
+    Ifunc,
+    SingleStepped,
+    Versioned,
+    Unresolved,
+}
+
+impl StubKept {
+    /// How `record -d` says it.
+    pub fn why(self) -> &'static str {
+        match self {
+            StubKept::Follow => "as --follow traces other processes, which may run other programs",
+            StubKept::ExitsAtCallers => "as --exit-probes=ret probes their exits at the callers",
+            StubKept::ProbeAtEntry => "as --probe-at-entry asks",
+            StubKept::Preloaded => "as libraries are preloaded, which utrace does not bind",
+            StubKept::Unreadable => "as the executable cannot be read",
+            StubKept::NotPositionIndependent => "as the executable is not position-independent",
+            StubKept::OwnIfunc => "into the program's own ifuncs",
+            StubKept::NotOnlyCalled => "jumped to or taken as an address",
+            StubKept::SavesReturnAddress => "saving their return address (setjmp)",
+            StubKept::Unwinder => "into the unwinder",
+            StubKept::Beyond4GiB => "beyond 4 GiB",
+            StubKept::BoundToNoLibrary => "bound to no library",
+            StubKept::BoundToProgram => "bound to the program itself",
+            StubKept::Ifunc => "into ifuncs (chosen at run time)",
+            StubKept::SingleStepped => "single-stepped in the library too",
+            StubKept::Versioned => "into names of several versions",
+            StubKept::Unresolved => "unresolved",
+        }
+    }
+}
+
+/// The executable's PLT calls, and what they bind to.
+pub(super) struct PltCalls<'a> {
+    pub executable: &'a OpenedFile,
+    /// The executable's planned functions, whose ids start at 0.
+    pub functions: &'a [FunctionSymbol],
+    /// Every library, in load order.
+    pub libraries: &'a [OpenedFile],
+    pub scope: &'a BindingScope,
+}
+
+/// Which of the executable's PLT stubs are probed in the library function their calls land in,
+/// and the lowest virtual address of its code (0 when none may be). Under `--debug`, says how
+/// many got which kind of site and why the others keep their stub.
+pub(super) fn plan(
+    program: &PltCalls,
+    options: &PlanOptions,
+    exit_policy: ExitPolicy,
+) -> (Landings, u64) {
+    let path = &program.executable.file.path;
+    let stubs: Vec<(FunctionId, &FunctionSymbol)> = (0..)
+        .zip(program.functions)
+        .filter(|(_, f)| f.kind == FunctionKind::Plt)
+        .collect();
+    if stubs.is_empty() {
+        return (Landings::default(), 0);
+    }
+    let everything_kept = |why| {
+        let landings = Landings {
+            kept: BTreeMap::from([(why, stubs.len())]),
+            ..Landings::default()
+        };
+        say(path, &landings, stubs.len());
+        (landings, 0)
+    };
+    if options.follow {
+        return everything_kept(StubKept::Follow);
+    }
+    if exit_policy == ExitPolicy::Ret {
+        return everything_kept(StubKept::ExitsAtCallers);
+    }
+    if options.sites == SitePolicy::Entry {
+        return everything_kept(StubKept::ProbeAtEntry);
+    }
+    if options.preloaded_libraries {
+        return everything_kept(StubKept::Preloaded);
+    }
+    let Ok(executable) = &program.executable.elf else {
+        return everything_kept(StubKept::Unreadable);
+    };
+    let uses = executable.stub_uses();
+    if !uses.pie {
+        return everything_kept(StubKept::NotPositionIndependent);
+    }
+    let mut landings = Landings::default();
+    let mut entries: BTreeMap<&str, Option<LibraryEntries>> = BTreeMap::new();
+    for &(function, symbol) in &stubs {
+        let why = (|| {
+            let raw = symbol.plt_symbol.as_deref().ok_or(StubKept::OwnIfunc)?;
+            if !uses.only_called(symbol.address) {
+                return Err(StubKept::NotOnlyCalled);
+            }
+            // Its landing would get a return probe, which setjmp would save as its return address.
+            if saves_its_return_address(raw) {
+                return Err(StubKept::SavesReturnAddress);
+            }
+            // Probed there, the unwinder would walk the frame before the shadow stack knew it.
+            if UNWINDER_ENTRY_POINTS.contains(&raw) {
+                return Err(StubKept::Unwinder);
+            }
+            let stub = u32::try_from(symbol.address).map_err(|_| StubKept::Beyond4GiB)?;
+            let path = program
+                .scope
+                .library_of(raw)
+                .ok_or(StubKept::BoundToNoLibrary)?;
+            let library = program
+                .libraries
+                .iter()
+                .find(|l| l.file.path == path)
+                .ok_or(StubKept::BoundToProgram)?;
+            let read = entries.entry(path).or_insert_with(|| {
+                let elf = library.elf.as_ref().ok()?;
+                Some(elf.library_entries())
+            });
+            match read.as_ref().map(|read| read.landing(raw)) {
+                Some(Landing::At(offset)) => {
+                    let call = LandedCall {
+                        function,
+                        stub,
+                        offset,
+                    };
+                    landings.add(&library.file.open_path, call);
+                    Ok(())
+                }
+                Some(Landing::Ifunc) => Err(StubKept::Ifunc),
+                Some(Landing::SingleStepped) => Err(StubKept::SingleStepped),
+                Some(Landing::Versioned) => Err(StubKept::Versioned),
+                Some(Landing::Undefined) | None => Err(StubKept::Unresolved),
+            }
+        })();
+        if let Err(why) = why {
+            *landings.kept.entry(why).or_default() += 1;
+        }
+    }
+    say(path, &landings, stubs.len());
+    (landings, uses.code_vaddr)
+}
+
+/// Says how many of the executable's `stubs` are probed where their calls land, and why the
+/// others keep their stub (`--debug`).
+fn say(executable: &str, landings: &Landings, stubs: usize) {
+    if !log::log_enabled!(log::Level::Debug) {
+        return;
+    }
+    let mut kept: Vec<(&str, usize)> = landings
+        .kept
+        .iter()
+        .map(|(why, &n)| (why.why(), n))
+        .collect();
+    // By reason, as the words sort.
+    kept.sort_unstable();
+    let kept: Vec<String> = kept.iter().map(|(why, n)| format!("{n} {why}")).collect();
+    log::debug!(
+        "PLT calls of {executable}: {} probed in the library function they call (an emulated \
+         site), {} at their stub (single-stepped){}{}",
+        landings.len(),
+        stubs - landings.len(),
+        if kept.is_empty() { "" } else { ": " },
+        kept.join(", ")
+    );
+}

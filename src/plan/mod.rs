@@ -1,0 +1,113 @@
+//! The probe plan: which functions of which files are traced, and how. A [`Planner`] builds the
+//! [`ProbePlan`] from [`PlanOptions`] and the program's files, each read once as an
+//! [`ElfFile`](crate::elf::ElfFile), and extends it with the libraries and programs the traced
+//! processes load later ([`Planner::extend`]). Pure: no BPF, no process; the probe layer attaches
+//! the plan, the recorder hands the planned functions to the data file. The work is split by job:
+//!
+//! - `program`: the files of a program, found as the dynamic loader finds them, and which of them
+//!   are traced (`--nest-lib`), with what their PLT calls bind to;
+//! - `libraries`: the library globs (`--nest-lib`, `--lib`, `--no-lib`, `--libname`);
+//! - `module`: the functions of one traced file: probe sites, PLT stubs, the name filter, exits;
+//! - `exits`: how function exits are seen (`--exit-probes`);
+//! - `landings`: the executable's PLT calls probed in the library function they land in;
+//! - `watches`: where the recorder watches `dlopen` and the unwinder;
+//! - `planner`: the [`Planner`].
+
+mod exits;
+mod landings;
+mod libraries;
+mod module;
+mod planner;
+mod program;
+mod watches;
+
+#[cfg(test)]
+mod tests;
+
+pub use exits::{ExitPolicy, UnknownExitPolicy};
+pub use landings::{LandedCall, Landings, StubKept};
+pub use libraries::{LibraryPatterns, PltLibraries};
+pub use planner::{Extension, Loaded, Planner};
+pub use program::{Program, TracedFile};
+pub use watches::WatchSites;
+
+use crate::elf::{ElfError, ExitProbe, SitePolicy};
+use crate::filter::FilterSpec;
+use crate::table::FunctionTable;
+
+/// What decides the plan, beside the files: the user's choices and the facts about the traced
+/// process that planning needs.
+#[derive(Clone, Debug, Default)]
+pub struct PlanOptions {
+    /// Libraries whose own functions are traced too (`--nest-lib`).
+    pub nest_libs: LibraryPatterns,
+    /// Which PLT calls are traced and how they are named (`--lib`, `--no-lib`, `--libname`).
+    pub plt_libraries: PltLibraries,
+    /// Which functions are probed, by name (`-f`, `--no-function`): only the filter's function
+    /// globs count here; the rest of it applies to the events.
+    pub functions: FilterSpec,
+    /// Where entry probes may go (`--probe-at-entry` keeps them at the entries).
+    pub sites: SitePolicy,
+    /// How function exits are seen, when the user chose (`--exit-probes`); see
+    /// [`ProbePlan::exit_policy`] for the default.
+    pub exits: Option<ExitPolicy>,
+    /// Other processes are traced too (`--follow`): they may run other programs, so PLT calls
+    /// are probed at their stubs.
+    pub follow: bool,
+    /// Whether utrace starts the process or attaches to one running.
+    pub origin: ProcessOrigin,
+    /// The dynamic loader preloads libraries (`LD_PRELOAD`, `/etc/ld.so.preload`), which come
+    /// first in its binding order and which utrace does not list: PLT calls are probed at their
+    /// stubs.
+    pub preloaded_libraries: bool,
+}
+
+/// Whether utrace starts the traced process or attaches to one running.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProcessOrigin {
+    /// A command utrace starts (`-c`), held until the probes are attached.
+    #[default]
+    Started,
+    /// A process already running (`-p`).
+    Attached,
+}
+
+/// Everything the probe layer needs to trace the planned functions.
+#[derive(Debug)]
+pub struct ProbePlan {
+    /// The traced functions, ids dense: what `utrace.data` stores.
+    pub table: FunctionTable,
+    /// Per function id, where its exit is probed.
+    pub exits: Vec<ExitProbe>,
+    /// The traced files: `table.modules[i]` is opened by `files[i]`.
+    pub files: Vec<TracedFile>,
+    /// How function exits are seen: as asked, else uretprobes, except in a process utrace
+    /// attached to that maps an unwinder. There utrace may not stop the process to keep the
+    /// shadow stack (see src/bpf/shadow.bpf.h), and a uretprobe in a frame an exception unwinds
+    /// through kills it.
+    pub exit_policy: ExitPolicy,
+    /// The executable's PLT stubs whose calls are probed in the library function they land in.
+    pub landings: Landings,
+    /// The lowest virtual address of the executable's code segments (0 when no PLT call may be
+    /// probed where it lands).
+    pub executable_code_vaddr: u64,
+    /// Where the program's `dlopen` is, when `--nest-lib` may select a library it loads later.
+    pub dlopen_sites: Option<WatchSites>,
+    /// The files that define the unwinder's entry points, with their offsets; empty for a
+    /// program without an unwinder (plain C).
+    pub unwinder_sites: Vec<WatchSites>,
+}
+
+/// Why planning failed. Each message says what failed, on which file and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("reading the symbols of {path}")]
+    Symbols {
+        path: String,
+        #[source]
+        source: ElfError,
+    },
+
+    #[error("no function of {program} matches --function/--no-function: nothing to trace")]
+    NothingToTrace { program: String },
+}

@@ -1,0 +1,237 @@
+//! The [`Planner`]: builds the [`ProbePlan`] of a program, and extends it with the code the
+//! traced processes load while they are recorded.
+
+use super::program::{ProgramFiles, UnmatchedPatterns};
+use super::{landings, module, watches};
+use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, Program, TracedFile};
+use crate::elf::binding::BindingScope;
+use crate::elf::{ElfFile, ExitProbe};
+use crate::table::{Execution, FunctionTable};
+
+/// Plans what is traced: the program at first, then what its processes load.
+#[derive(Debug)]
+pub struct Planner {
+    options: PlanOptions,
+    /// What the traced program's PLT calls bind to, for libraries it loads later.
+    scope: BindingScope,
+    plan: ProbePlan,
+}
+
+/// Code a traced process has loaded while it is recorded.
+#[derive(Clone, Debug)]
+pub enum Loaded {
+    /// The libraries the process maps now (after a `dlopen`): those `--nest-lib` matches that are
+    /// not planned yet are planned.
+    Libraries(Vec<TracedFile>),
+    /// The program a followed process has just exec'ed (`--follow`): its files not planned yet
+    /// are planned.
+    Program(Program),
+}
+
+/// What [`Planner::extend`] planned.
+#[derive(Debug, Default)]
+pub struct Extension {
+    /// The files planned now and their functions, numbered on from the plan's before (what the
+    /// data file's "more functions" chunk holds); empty when there was nothing new to plan.
+    pub table: FunctionTable,
+    /// The modules the loaded code brings: the new libraries; for a program, each of its traced
+    /// files, planned before or now.
+    pub modules: Vec<usize>,
+}
+
+impl Planner {
+    /// Plans `program`: the functions of its executable and of the libraries `--nest-lib`
+    /// selects, how each one's exit is seen, which PLT calls are probed where they land, and
+    /// where the recorder watches dlopen and the unwinder. Fails when a traced file cannot be
+    /// read, or when no function is left to trace.
+    pub fn new(options: PlanOptions, program: Program) -> Result<Planner, PlanError> {
+        let files = ProgramFiles::select(
+            program,
+            &options.nest_libs,
+            &options.plt_libraries,
+            UnmatchedPatterns::Warn,
+        );
+        let unwinder_sites = watches::unwinder_sites(&files.opened);
+        let exit_policy =
+            ExitPolicy::chosen_or_default(options.exits, options.origin, &unwinder_sites);
+        let dlopen_sites = match options.nest_libs.is_empty() {
+            true => None,
+            false => watches::dlopen_sites(files.libraries()),
+        };
+        let mut modules = Vec::new();
+        for position in 0..files.traced.len() {
+            let index = files.traced[position];
+            let Ok(elf) = &files.opened[index].elf else {
+                return Err(files.into_read_error(index));
+            };
+            let file = &files.opened[index].file;
+            modules.push(module::plan(
+                file,
+                elf,
+                &options,
+                exit_policy,
+                &files.scope,
+            )?);
+        }
+        if modules.iter().all(|module| module.functions.is_empty()) {
+            return Err(PlanError::NothingToTrace {
+                program: files.executable().file.path.clone(),
+            });
+        }
+        let (landings, executable_code_vaddr) = landings::plan(
+            &landings::PltCalls {
+                executable: files.executable(),
+                functions: &modules[0].functions,
+                libraries: files.libraries(),
+                scope: &files.scope,
+            },
+            &options,
+            exit_policy,
+        );
+        let mut plan = ProbePlan {
+            table: FunctionTable::default(),
+            exits: Vec::new(),
+            files: Vec::new(),
+            exit_policy,
+            landings,
+            executable_code_vaddr,
+            dlopen_sites,
+            unwinder_sites,
+        };
+        for module in modules {
+            plan.add(module);
+        }
+        // Their probe costs are those of the emulated site in the library, not of the stub.
+        for id in plan.landings.functions() {
+            plan.table.functions[id as usize].probes.entry = Execution::Emulated;
+        }
+        say_planned(&plan);
+        Ok(Planner {
+            options,
+            scope: files.scope,
+            plan,
+        })
+    }
+
+    /// What is planned so far.
+    pub fn plan(&self) -> &ProbePlan {
+        &self.plan
+    }
+
+    /// Plans the files of `loaded` not planned yet, as modules and functions numbered on from
+    /// the plan's. On error, the plan stays as it was.
+    pub fn extend(&mut self, loaded: Loaded) -> Result<Extension, PlanError> {
+        let first_module = self.plan.files.len();
+        let first_function = self.plan.table.functions.len();
+        let (mut modules, planned) = match loaded {
+            Loaded::Libraries(mapped) => (Vec::new(), self.plan_libraries(mapped)?),
+            Loaded::Program(program) => self.plan_program(program)?,
+        };
+        for module in planned {
+            self.plan.add(module);
+        }
+        modules.extend(first_module..self.plan.files.len());
+        let table = FunctionTable {
+            modules: self.plan.table.modules[first_module..].to_vec(),
+            functions: self.plan.table.functions[first_function..].to_vec(),
+        };
+        Ok(Extension { table, modules })
+    }
+
+    /// Plans the libraries among `mapped` that `--nest-lib` matches and that are not planned yet,
+    /// binding their PLT calls as the program's.
+    fn plan_libraries(
+        &self,
+        mapped: Vec<TracedFile>,
+    ) -> Result<Vec<module::PlannedModule>, PlanError> {
+        mapped
+            .into_iter()
+            .filter(|file| self.options.nest_libs.matches(&file.path))
+            .filter(|file| self.module_of(file).is_none())
+            .map(|file| {
+                let elf = ElfFile::open(&file.open_path).map_err(|source| PlanError::Symbols {
+                    path: file.path.clone(),
+                    source,
+                })?;
+                let exits = self.plan.exit_policy;
+                module::plan(&file, &elf, &self.options, exits, &self.scope)
+            })
+            .collect()
+    }
+
+    /// The modules of `program` planned already, and its traced files not planned yet, planned
+    /// with its own binding of PLT calls, and their exits on instructions when it maps an
+    /// unwinder (see [`ExitPolicy::for_execed_program`]).
+    fn plan_program(
+        &self,
+        program: Program,
+    ) -> Result<(Vec<usize>, Vec<module::PlannedModule>), PlanError> {
+        let files = ProgramFiles::select(
+            program,
+            &self.options.nest_libs,
+            &self.options.plt_libraries,
+            UnmatchedPatterns::Ignore,
+        );
+        let exits = ExitPolicy::for_execed_program(
+            self.options.exits,
+            self.plan.exit_policy,
+            &watches::unwinder_sites(&files.opened),
+            &files.executable().file.path,
+        );
+        let mut known = Vec::new();
+        let mut planned = Vec::new();
+        for position in 0..files.traced.len() {
+            let index = files.traced[position];
+            let file = &files.opened[index].file;
+            if let Some(module) = self.module_of(file) {
+                known.push(module);
+                continue;
+            }
+            let Ok(elf) = &files.opened[index].elf else {
+                return Err(files.into_read_error(index));
+            };
+            planned.push(module::plan(file, elf, &self.options, exits, &files.scope)?);
+        }
+        Ok((known, planned))
+    }
+
+    /// The module of `file`, when it is planned.
+    fn module_of(&self, file: &TracedFile) -> Option<usize> {
+        self.plan
+            .files
+            .iter()
+            .position(|known| known.path == file.path)
+    }
+}
+
+/// Says how many functions of each file are planned and, when exits are probed on their
+/// instructions, which functions keep a uretprobe and why (`--debug`).
+fn say_planned(plan: &ProbePlan) {
+    if !log::log_enabled!(log::Level::Debug) {
+        return;
+    }
+    for (index, file) in plan.files.iter().enumerate() {
+        let count = plan.table.functions_in_module(index);
+        log::debug!("planned {count} functions in {}", file.path);
+    }
+    if plan.exit_policy != ExitPolicy::Ret {
+        return;
+    }
+    let uretprobes: Vec<(&str, &ExitProbe)> = plan
+        .table
+        .functions
+        .iter()
+        .zip(&plan.exits)
+        .filter(|(_, exit)| matches!(exit, ExitProbe::Uretprobe(_)))
+        .map(|(f, exit)| (f.name.as_str(), exit))
+        .collect();
+    log::debug!(
+        "{} functions keep a uretprobe (exceptions cannot unwind through them)",
+        uretprobes.len()
+    );
+    for (name, exit) in uretprobes {
+        if let ExitProbe::Uretprobe(why) = exit {
+            log::debug!("  {name}: {why}");
+        }
+    }
+}

@@ -1,0 +1,513 @@
+//! Planning on ELF fixtures compiled at test time (`testdata/planned.c`, and the elf module's
+//! `fixture.c` and `fixture.cpp`): no root, no BPF, no process.
+
+use std::path::{Path, PathBuf};
+
+use tempfile::TempDir;
+
+use super::module::PlannedModule;
+use super::*;
+use crate::elf::tests::compile;
+use crate::elf::{FunctionSymbol, NoExitSites, ProbeSite};
+use crate::table::{Execution, ExitKind, FunctionId, FunctionKind, TracedFunction};
+
+const PLANNED_C: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/plan/testdata/planned.c");
+const FIXTURE_C: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/elf/testdata/fixture.c");
+const FIXTURE_CPP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/elf/testdata/fixture.cpp");
+
+/// `planned.c` as a PIE whose calls of libc go through the PLT.
+fn planned_program(dir: &TempDir, name: &str, flags: &[&str]) -> PathBuf {
+    let mut all = vec!["-fno-builtin", "-fcf-protection=none"];
+    all.extend_from_slice(flags);
+    compile(dir, "cc", PLANNED_C, name, &all)
+}
+
+fn plan_of(program: &Path, options: PlanOptions) -> Result<Planner, PlanError> {
+    Planner::new(options, Program::about_to_start(program))
+}
+
+fn function<'a>(plan: &'a ProbePlan, name: &str) -> (FunctionId, &'a TracedFunction) {
+    let id = plan.table.functions.iter().position(|f| f.name == name);
+    let id = id.unwrap_or_else(|| panic!("{name} is not planned"));
+    (id as FunctionId, &plan.table.functions[id])
+}
+
+fn exit_of<'a>(plan: &'a ProbePlan, name: &str) -> &'a ExitProbe {
+    &plan.exits[function(plan, name).0 as usize]
+}
+
+fn stub_count(plan: &ProbePlan) -> usize {
+    let stubs = plan.table.functions.iter();
+    stubs.filter(|f| f.kind == FunctionKind::Plt).count()
+}
+
+fn names(table: &FunctionTable) -> Vec<&str> {
+    table.functions.iter().map(|f| f.name.as_str()).collect()
+}
+
+fn globs(functions: &[&str], no_functions: &[&str]) -> crate::filter::FilterSpec {
+    let owned = |globs: &[&str]| globs.iter().map(|g| g.to_string()).collect::<Vec<_>>();
+    crate::filter::FilterSpec::parse(&owned(functions), &owned(no_functions), None, None, &[])
+        .unwrap()
+}
+
+#[test]
+fn exits_get_uretprobes_unless_the_function_saves_its_return_address() {
+    let dir = TempDir::new().unwrap();
+    let program = planned_program(&dir, "planned", &[]);
+    let planner = plan_of(&program, PlanOptions::default()).unwrap();
+    let plan = planner.plan();
+    assert_eq!(plan.exit_policy, ExitPolicy::Uretprobe);
+    assert_eq!(plan.exits.len(), plan.table.functions.len());
+    for name in ["leaf", "caller", "main", "malloc@plt"] {
+        assert_eq!(
+            exit_of(plan, name),
+            &ExitProbe::Uretprobe(NoExitSites::UretprobesAsked),
+            "{name}"
+        );
+        assert_eq!(function(plan, name).1.probes.exit, ExitKind::Uretprobe);
+    }
+    // A uretprobe would break the longjmp back to setjmp's caller: its exit is where it returns.
+    let ExitProbe::Sites(sites) = exit_of(plan, "_setjmp@plt") else {
+        panic!("{:?}", exit_of(plan, "_setjmp@plt"));
+    };
+    assert_eq!(sites.len(), 1, "one call of _setjmp, in jumps");
+    assert_eq!(
+        function(plan, "_setjmp@plt").1.probes.exit,
+        ExitKind::Instruction
+    );
+}
+
+#[test]
+fn ret_probes_sit_on_the_exits_where_they_can() {
+    let dir = TempDir::new().unwrap();
+    let program = planned_program(&dir, "planned", &[]);
+    let options = PlanOptions {
+        exits: Some(ExitPolicy::Ret),
+        ..PlanOptions::default()
+    };
+    let planner = plan_of(&program, options).unwrap();
+    let plan = planner.plan();
+    assert_eq!(plan.exit_policy, ExitPolicy::Ret);
+    let ExitProbe::Sites(sites) = exit_of(plan, "caller") else {
+        panic!("{:?}", exit_of(plan, "caller"));
+    };
+    assert!(!sites.is_empty());
+    assert_eq!(
+        function(plan, "caller").1.probes.exit,
+        ExitKind::Instruction
+    );
+    // No exception can start below a function that calls nothing: a uretprobe is cheaper.
+    assert_eq!(
+        exit_of(plan, "leaf"),
+        &ExitProbe::Uretprobe(NoExitSites::Leaf)
+    );
+    assert_eq!(function(plan, "leaf").1.probes.exit, ExitKind::Uretprobe);
+    // tail_labs's jump to labs@plt is its exit, and makes labs@plt's return go unseen.
+    assert!(matches!(exit_of(plan, "tail_labs"), ExitProbe::Sites(_)));
+    assert!(matches!(
+        exit_of(plan, "labs@plt"),
+        ExitProbe::Uretprobe(NoExitSites::PltTailJump { .. })
+    ));
+}
+
+#[test]
+fn an_attached_process_with_an_unwinder_gets_ret_probes_by_default() {
+    let dir = TempDir::new().unwrap();
+    let program = compile(&dir, "c++", FIXTURE_CPP, "fixture-cpp", &[]);
+    let started = plan_of(&program, PlanOptions::default()).unwrap();
+    let plan = started.plan();
+    assert_eq!(plan.exit_policy, ExitPolicy::Uretprobe);
+    let unwinders: Vec<&str> = plan
+        .unwinder_sites
+        .iter()
+        .map(|sites| sites.file.file_name().unwrap().to_str().unwrap())
+        .collect();
+    assert_eq!(unwinders, ["libgcc_s.so.1"]);
+    assert_eq!(plan.unwinder_sites[0].offsets.len(), 5);
+
+    let attached = PlanOptions {
+        origin: ProcessOrigin::Attached,
+        ..PlanOptions::default()
+    };
+    assert_eq!(
+        plan_of(&program, attached).unwrap().plan().exit_policy,
+        ExitPolicy::Ret
+    );
+    // As chosen, whatever the process.
+    let chosen = PlanOptions {
+        origin: ProcessOrigin::Attached,
+        exits: Some(ExitPolicy::Uretprobe),
+        ..PlanOptions::default()
+    };
+    assert_eq!(
+        plan_of(&program, chosen).unwrap().plan().exit_policy,
+        ExitPolicy::Uretprobe
+    );
+
+    // Plain C maps no unwinder: uretprobes even when attached.
+    let c = planned_program(&dir, "planned", &[]);
+    let attached = PlanOptions {
+        origin: ProcessOrigin::Attached,
+        ..PlanOptions::default()
+    };
+    let plan = plan_of(&c, attached).unwrap();
+    assert!(plan.plan().unwinder_sites.is_empty());
+    assert_eq!(plan.plan().exit_policy, ExitPolicy::Uretprobe);
+}
+
+#[test]
+fn plt_calls_land_in_libc_unless_a_reason_keeps_them_at_their_stub() {
+    let dir = TempDir::new().unwrap();
+    let program = planned_program(&dir, "planned", &["-pie", "-fPIE"]);
+    let planner = plan_of(&program, PlanOptions::default()).unwrap();
+    let plan = planner.plan();
+    let landings = &plan.landings;
+    let (malloc, stub) = function(plan, "malloc@plt");
+    assert!(landings.contains(malloc));
+    // Probed at an emulated site in libc, it costs what that site costs.
+    assert_eq!(stub.probes.entry, Execution::Emulated);
+    let (library, calls) = &landings.libraries()[0];
+    let libc = library.file_name().unwrap().to_str().unwrap();
+    assert!(libc.starts_with("libc.so"), "{libc}");
+    let call = calls.iter().find(|call| call.function == malloc).unwrap();
+    let symbols = crate::elf::read_function_symbols(&program).unwrap();
+    let address = symbols
+        .iter()
+        .find(|f| f.name == "malloc@plt")
+        .unwrap()
+        .address;
+    assert_eq!(u64::from(call.stub), address);
+    assert!(plan.executable_code_vaddr > 0);
+
+    for (name, why) in [
+        ("labs@plt", StubKept::NotOnlyCalled),
+        ("_setjmp@plt", StubKept::SavesReturnAddress),
+        ("strlen@plt", StubKept::Ifunc),
+        ("realpath@plt", StubKept::Versioned),
+        ("add_one@plt", StubKept::OwnIfunc),
+    ] {
+        assert!(!landings.contains(function(plan, name).0), "{name}");
+        assert!(landings.kept(why) >= 1, "{name}: {why:?}");
+    }
+    assert_eq!(landings.kept(StubKept::OwnIfunc), 1);
+    assert_eq!(landings.kept(StubKept::SavesReturnAddress), 1);
+    assert_eq!(landings.kept(StubKept::NotOnlyCalled), 1);
+    let stubs = stub_count(plan);
+    let kept: usize = ALL_KEPT.iter().map(|&why| landings.kept(why)).sum();
+    assert_eq!(landings.len() + kept, stubs);
+}
+
+const ALL_KEPT: [StubKept; 17] = [
+    StubKept::Follow,
+    StubKept::ExitsAtCallers,
+    StubKept::ProbeAtEntry,
+    StubKept::Preloaded,
+    StubKept::Unreadable,
+    StubKept::NotPositionIndependent,
+    StubKept::OwnIfunc,
+    StubKept::NotOnlyCalled,
+    StubKept::SavesReturnAddress,
+    StubKept::Unwinder,
+    StubKept::Beyond4GiB,
+    StubKept::BoundToNoLibrary,
+    StubKept::BoundToProgram,
+    StubKept::Ifunc,
+    StubKept::SingleStepped,
+    StubKept::Versioned,
+    StubKept::Unresolved,
+];
+
+#[test]
+fn every_stub_keeps_its_probe_when_the_options_or_the_program_say_so() {
+    let dir = TempDir::new().unwrap();
+    let pie = planned_program(&dir, "planned", &["-pie", "-fPIE"]);
+    let fixed = planned_program(&dir, "planned-fixed", &["-no-pie"]);
+    let cases = [
+        (
+            &pie,
+            PlanOptions {
+                follow: true,
+                ..PlanOptions::default()
+            },
+            StubKept::Follow,
+        ),
+        (
+            &pie,
+            PlanOptions {
+                exits: Some(ExitPolicy::Ret),
+                ..PlanOptions::default()
+            },
+            StubKept::ExitsAtCallers,
+        ),
+        (
+            &pie,
+            PlanOptions {
+                sites: SitePolicy::Entry,
+                ..PlanOptions::default()
+            },
+            StubKept::ProbeAtEntry,
+        ),
+        (
+            &pie,
+            PlanOptions {
+                preloaded_libraries: true,
+                ..PlanOptions::default()
+            },
+            StubKept::Preloaded,
+        ),
+        (
+            &fixed,
+            PlanOptions::default(),
+            StubKept::NotPositionIndependent,
+        ),
+    ];
+    for (program, options, why) in cases {
+        let planner = plan_of(program, options).unwrap();
+        let plan = planner.plan();
+        let stubs = stub_count(plan);
+        assert!(plan.landings.is_empty(), "{why:?}");
+        assert_eq!(plan.landings.kept(why), stubs, "{why:?}");
+        assert_eq!(plan.executable_code_vaddr, 0, "{why:?}");
+    }
+}
+
+#[test]
+fn plt_flags_select_and_name_the_stubs_by_their_library() {
+    let dir = TempDir::new().unwrap();
+    let program = planned_program(&dir, "planned", &[]);
+    let patterns = |flag, glob: &str| LibraryPatterns::parse(flag, &[glob.to_owned()]).unwrap();
+    let options = PlanOptions {
+        plt_libraries: PltLibraries {
+            except: patterns("--no-lib", "libc.so*"),
+            name_by_library: true,
+            ..PltLibraries::default()
+        },
+        ..PlanOptions::default()
+    };
+    let planner = plan_of(&program, options).unwrap();
+    let plan = planner.plan();
+    let stubs: Vec<&str> = plan
+        .table
+        .functions
+        .iter()
+        .filter(|f| f.kind == FunctionKind::Plt)
+        .map(|f| f.name.as_str())
+        .collect();
+    // The program's own ifunc binds to the program; everything else to libc.
+    assert_eq!(stubs, ["add_one@planned"]);
+    assert!(plan.landings.is_empty());
+}
+
+#[test]
+fn the_function_filter_decides_what_is_probed() {
+    let dir = TempDir::new().unwrap();
+    let program = planned_program(&dir, "planned", &[]);
+    let options = PlanOptions {
+        functions: globs(&["caller,leaf,*@plt"], &["l*"]),
+        ..PlanOptions::default()
+    };
+    let planner = plan_of(&program, options).unwrap();
+    let planned = names(&planner.plan().table);
+    assert!(planned.contains(&"caller"), "{planned:?}");
+    assert!(planned.contains(&"malloc@plt"), "{planned:?}");
+    for hidden in ["leaf", "labs@plt", "longjmp@plt", "main", "jumps"] {
+        assert!(!planned.contains(&hidden), "{hidden} in {planned:?}");
+    }
+    assert_eq!(planner.plan().exits.len(), planned.len());
+
+    let options = PlanOptions {
+        functions: globs(&["no_such_function"], &[]),
+        ..PlanOptions::default()
+    };
+    let error = plan_of(&program, options).unwrap_err();
+    assert!(matches!(error, PlanError::NothingToTrace { .. }), "{error}");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "no function of {} matches --function/--no-function: nothing to trace",
+            program.display()
+        )
+    );
+}
+
+#[test]
+fn an_unreadable_program_is_a_typed_error_naming_it() {
+    let dir = TempDir::new().unwrap();
+    let script = dir.path().join("script");
+    std::fs::write(&script, "#!/bin/sh\n").unwrap();
+    let error = plan_of(&script, PlanOptions::default()).unwrap_err();
+    let PlanError::Symbols { path, source } = &error else {
+        panic!("{error}");
+    };
+    assert_eq!(path, &script.display().to_string());
+    assert!(matches!(source, crate::elf::ElfError::NotElf { .. }));
+    assert_eq!(
+        error.to_string(),
+        format!("reading the symbols of {}", script.display())
+    );
+}
+
+#[test]
+fn a_followed_exec_is_planned_on_from_the_table() {
+    let dir = TempDir::new().unwrap();
+    let first = planned_program(&dir, "planned", &[]);
+    let second = compile(&dir, "cc", FIXTURE_C, "fixture", &[]);
+    let options = PlanOptions {
+        follow: true,
+        ..PlanOptions::default()
+    };
+    let mut planner = plan_of(&first, options).unwrap();
+    let before = planner.plan().table.clone();
+
+    let exec = Loaded::Program(Program::about_to_start(&second));
+    let added = planner.extend(exec).unwrap();
+    let plan = planner.plan();
+    assert_eq!(added.modules, [1]);
+    assert_eq!(added.table.modules, [second.display().to_string()]);
+    assert!(added.table.functions.iter().all(|f| f.module == 1));
+    assert!(names(&added.table).contains(&"checked_parse"));
+    // Ids go on from the table: the plan is the table before, then what was added.
+    let mut whole = before.clone();
+    whole.extend(added.table);
+    assert_eq!(plan.table, whole);
+    assert_eq!(plan.exits.len(), plan.table.functions.len());
+    assert_eq!(plan.files.len(), 2);
+
+    // A program already planned is not planned again: its modules are those it had.
+    let again = planner.extend(Loaded::Program(Program::about_to_start(&first)));
+    let again = again.unwrap();
+    assert_eq!(again.modules, [0]);
+    assert!(again.table.modules.is_empty() && again.table.functions.is_empty());
+    assert_eq!(planner.plan().table, whole);
+}
+
+#[test]
+fn a_followed_exec_of_a_program_with_an_unwinder_probes_exits_on_instructions() {
+    let dir = TempDir::new().unwrap();
+    let launcher = planned_program(&dir, "planned", &[]);
+    let cpp = compile(&dir, "c++", FIXTURE_CPP, "fixture-cpp", &[]);
+    let options = PlanOptions {
+        follow: true,
+        ..PlanOptions::default()
+    };
+    let mut planner = plan_of(&launcher, options.clone()).unwrap();
+    assert_eq!(planner.plan().exit_policy, ExitPolicy::Uretprobe);
+    let exec = || Loaded::Program(Program::about_to_start(&cpp));
+    let added = planner.extend(exec()).unwrap();
+    let first = planner.plan().table.functions.len() - added.table.functions.len();
+    let exits = &planner.plan().exits[first..];
+    // The shadow stack follows only the target: a uretprobe would kill an exception.
+    assert!(exits.iter().any(|exit| matches!(exit, ExitProbe::Sites(_))));
+    assert!(!exits.contains(&ExitProbe::Uretprobe(NoExitSites::UretprobesAsked)));
+    let kinds = added.table.functions.iter().map(|f| f.probes.exit);
+    assert!(kinds.clone().any(|kind| kind == ExitKind::Instruction));
+    // The launcher keeps its uretprobes.
+    assert_eq!(planner.plan().exit_policy, ExitPolicy::Uretprobe);
+    assert_eq!(
+        exit_of(planner.plan(), "caller"),
+        &ExitProbe::Uretprobe(NoExitSites::UretprobesAsked)
+    );
+
+    // As chosen, when the user chose.
+    let chosen = PlanOptions {
+        exits: Some(ExitPolicy::Uretprobe),
+        ..options
+    };
+    let mut planner = plan_of(&launcher, chosen).unwrap();
+    let added = planner.extend(exec()).unwrap();
+    let first = planner.plan().table.functions.len() - added.table.functions.len();
+    let asked = ExitProbe::Uretprobe(NoExitSites::UretprobesAsked);
+    assert!(planner.plan().exits[first..].contains(&asked));
+}
+
+#[test]
+fn a_dlopened_library_is_planned_once_when_nest_lib_selects_it() {
+    let dir = TempDir::new().unwrap();
+    let program = planned_program(&dir, "planned", &[]);
+    let flags = ["-shared", "-fPIC", "-DFIXTURE_LIBRARY"];
+    let library = compile(&dir, "cc", FIXTURE_C, "libfixture.so", &flags);
+    let options = PlanOptions {
+        nest_libs: LibraryPatterns::parse("--nest-lib", &["libfixture*".into()]).unwrap(),
+        ..PlanOptions::default()
+    };
+    let mut planner = plan_of(&program, options).unwrap();
+    let functions_before = planner.plan().table.functions.len();
+    // Where dlopen is, to watch for libraries loaded later.
+    let dlopen = planner
+        .plan()
+        .dlopen_sites
+        .clone()
+        .expect("libc has dlopen");
+    assert!(!dlopen.offsets.is_empty());
+
+    let as_mapped = |path: &Path| TracedFile {
+        path: path.display().to_string(),
+        open_path: path.to_owned(),
+    };
+    let libc = Program::about_to_start(&program).libraries[0].clone();
+    let mapped = vec![as_mapped(&program), libc.clone(), as_mapped(&library)];
+    let added = planner.extend(Loaded::Libraries(mapped.clone())).unwrap();
+    assert_eq!(added.modules, [1]);
+    assert_eq!(added.table.modules, [library.display().to_string()]);
+    let first_new = &planner.plan().table.functions[functions_before];
+    assert_eq!(first_new, &added.table.functions[0]);
+    assert_eq!(first_new.module, 1);
+    assert!(names(&added.table).contains(&"fixture_main"));
+
+    let again = planner.extend(Loaded::Libraries(mapped)).unwrap();
+    assert!(again.modules.is_empty() && again.table.modules.is_empty());
+    // Without --nest-lib, no dlopen is watched.
+    let plain = plan_of(&program, PlanOptions::default()).unwrap();
+    assert_eq!(plain.plan().dlopen_sites, None);
+}
+
+/// A function symbol at file offset `offset`, probed at its entry.
+pub(super) fn symbol(name: &str, offset: u64) -> FunctionSymbol {
+    FunctionSymbol {
+        name: name.into(),
+        address: offset + 0x1000,
+        offset,
+        size: 8,
+        kind: FunctionKind::Function,
+        site: ProbeSite::ENTRY,
+        execution: Execution::Emulated,
+        plt_symbol: None,
+    }
+}
+
+fn planned(path: &str, functions: Vec<FunctionSymbol>) -> PlannedModule {
+    PlannedModule {
+        file: TracedFile {
+            path: path.into(),
+            open_path: path.into(),
+        },
+        exits: vec![ExitProbe::Uretprobe(NoExitSites::UretprobesAsked); functions.len()],
+        functions,
+    }
+}
+
+#[test]
+fn ids_are_dense_across_modules() {
+    let mut plan = ProbePlan {
+        table: FunctionTable::default(),
+        exits: Vec::new(),
+        files: Vec::new(),
+        exit_policy: ExitPolicy::Uretprobe,
+        landings: Landings::default(),
+        executable_code_vaddr: 0,
+        dlopen_sites: None,
+        unwinder_sites: Vec::new(),
+    };
+    plan.add(planned(
+        "/bin/prog",
+        vec![symbol("main", 16), symbol("f", 32)],
+    ));
+    plan.add(planned("/lib/libx.so", vec![symbol("g", 48)]));
+    let table = &plan.table;
+    let g = table.function(2).unwrap();
+    assert_eq!((g.name.as_str(), g.module, g.offset), ("g", 1, 48));
+    assert_eq!(table.module_name(g), "libx.so");
+    assert_eq!(table.module_name(table.function(0).unwrap()), "prog");
+    assert!(table.function(3).is_none());
+}
