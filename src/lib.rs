@@ -11,6 +11,7 @@ pub mod filter;
 mod fuzz_cases;
 pub mod info;
 pub mod plan;
+pub mod probe;
 pub mod probe_cost;
 pub mod record;
 pub mod replay;

@@ -2,9 +2,9 @@
 
 mod calibrate;
 mod call_events;
+mod exit_policy;
 mod follow;
 mod live;
-mod probes;
 mod proc_maps;
 mod process;
 mod progress;
@@ -16,11 +16,6 @@ mod target;
 mod user;
 mod writer;
 
-#[allow(clippy::all, unused_imports)]
-mod skel {
-    include!(concat!(env!("OUT_DIR"), "/utrace.skel.rs"));
-}
-
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -30,12 +25,13 @@ use anyhow::{Context, Result};
 use crate::data::{DataWriter, Metadata, Statistics};
 use crate::event::Event;
 use crate::filter::{FilterSpec, FilteredSink};
+pub use crate::probe::ring_buffer_size;
 use crate::probe_cost::ProbeCosts;
 use crate::replay::Replayer;
 use crate::table::FunctionTable;
 use call_events::CallEvents;
+pub use exit_policy::ExitPolicy;
 pub use live::{live, LiveOptions};
-pub use probes::{ring_buffer_size, ExitPolicy};
 pub use process::{split_command, ChildSetup, ExitStatus};
 pub use session::{Drain, Session, Stop, TraceOptions};
 pub use target::TargetSpec;

@@ -9,10 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use libbpf_rs::RingBufferBuilder;
 
+use super::exit_policy::ExitPolicy;
 use super::follow::{ProcessChange, TracedProcesses};
-use super::probes::{
-    self, AttachedProbes, ExitPolicy, Landings, LoadedProbes, ObjectStorage, ProbeConfig,
-};
 use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
 use super::progress::Progress;
@@ -26,6 +24,7 @@ use crate::elf::{ExitProbe, FunctionSymbol, NoExitSites, SiteKind, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
 use crate::plan::{LibraryPatterns, PltLibraries};
+use crate::probe::{self, AttachedProbes, Landings, LoadedProbes, ObjectStorage, ProbeConfig};
 use crate::table::{Execution, ExitKind};
 use crate::table::{FunctionKind, FunctionTable};
 
@@ -125,7 +124,7 @@ pub trait Drain {
 impl Session {
     /// Starts the command (held before exec) or finds the process, and plans its functions.
     pub fn prepare(options: &TraceOptions) -> Result<Session> {
-        probes::forward_libbpf_messages();
+        probe::forward_libbpf_messages();
         // Fork (for -c) before any thread exists: the child only waits and execs.
         let Prepared {
             target,

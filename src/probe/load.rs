@@ -1,0 +1,117 @@
+//! Loading: the skeleton opened, its configuration written, its programs loaded and the
+//! always-on ones (exec, fork, exit tracepoints) attached.
+
+use std::io;
+use std::mem::MaybeUninit;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::OpenObject;
+
+use super::error::{load_error, ProbeError};
+use super::interface::skel::{OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
+
+/// What the loader needs to know before the programs are loaded.
+#[derive(Default)]
+pub struct ProbeConfig {
+    /// The process whose threads are traced.
+    pub tgid: u32,
+    /// Ring buffer size in bytes (a power of two, a multiple of the page size).
+    pub buffer_bytes: u32,
+    /// Count nothing until the target execs (a command utrace forked).
+    pub wait_for_exec: bool,
+    /// Stop the process at a dlopen's return until the recorder lets it go on.
+    pub stop_on_dlopen: bool,
+    /// Follow the processes the target forks, and the programs they exec (`--follow`): each is
+    /// stopped until the recorder has probed it.
+    pub follow: bool,
+    /// The lowest virtual address of the executable's code segments (see
+    /// [`Landings`](super::Landings)).
+    pub executable_code_vaddr: u64,
+    /// Keep a shadow stack of the return addresses uretprobes replace, for the unwinder (the
+    /// program maps one).
+    pub unwind_shadow: bool,
+}
+
+/// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
+pub type ObjectStorage = MaybeUninit<OpenObject>;
+
+/// The loaded BPF programs and their maps, not yet attached.
+pub struct LoadedProbes<'obj> {
+    pub(super) skel: UtraceSkel<'obj>,
+}
+
+/// Sends libbpf's own messages to the log at trace level (`-dd`), and asks libbpf for none
+/// otherwise: errors reach the user as one line through [`ProbeError`].
+pub fn forward_libbpf_messages() {
+    fn print(_: libbpf_rs::PrintLevel, message: String) {
+        log::trace!(target: crate::diagnostics::LIBBPF_TARGET, "{message}");
+    }
+    let wanted = log::log_enabled!(target: crate::diagnostics::LIBBPF_TARGET, log::Level::Trace);
+    libbpf_rs::set_print(wanted.then_some((libbpf_rs::PrintLevel::Debug, print as _)));
+}
+
+impl<'obj> LoadedProbes<'obj> {
+    pub fn load(
+        storage: &'obj mut ObjectStorage,
+        config: &ProbeConfig,
+    ) -> Result<Self, ProbeError> {
+        let builder = UtraceSkelBuilder::default();
+        let mut open: OpenUtraceSkel = builder.open(storage).map_err(load_error)?;
+        let rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .expect("the BPF object has read-only data (target_tgid)");
+        rodata.target_tgid = config.tgid;
+        rodata.wait_for_exec = config.wait_for_exec;
+        rodata.stop_on_dlopen = config.stop_on_dlopen;
+        rodata.follow = config.follow;
+        rodata.executable_code_vaddr = config.executable_code_vaddr;
+        rodata.unwind_shadow = config.unwind_shadow;
+        // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
+        // that, so the common hit pays for no wake-up.
+        rodata.wakeup_bytes = u64::from(config.buffer_bytes / 8);
+        open.maps
+            .events
+            .set_max_entries(config.buffer_bytes)
+            .map_err(load_error)?;
+        if !config.follow {
+            // A hash map's entries are allocated when it is created: none are needed.
+            open.maps
+                .followed_processes
+                .set_max_entries(1)
+                .map_err(load_error)?;
+        }
+        let mut skel = open.load().map_err(load_error)?;
+        if config.wait_for_exec {
+            let link = skel.progs.target_exec.attach().map_err(load_error)?;
+            skel.links.target_exec = Some(link);
+        }
+        if config.follow {
+            let link = skel.progs.process_forked.attach().map_err(load_error)?;
+            skel.links.process_forked = Some(link);
+            let link = skel.progs.process_execed.attach().map_err(load_error)?;
+            skel.links.process_execed = Some(link);
+            let link = skel.progs.followed_exit.attach().map_err(load_error)?;
+            skel.links.followed_exit = Some(link);
+        }
+        if config.unwind_shadow {
+            let link = skel.progs.shadow_thread_exit.attach().map_err(load_error)?;
+            skel.links.shadow_thread_exit = Some(link);
+        }
+        Ok(LoadedProbes { skel })
+    }
+}
+
+/// Rounds a requested buffer size to what a BPF ring buffer accepts: a power of two, at least a
+/// page.
+pub fn ring_buffer_size(requested: u64) -> io::Result<u32> {
+    let page = 4096u64;
+    let size = requested.max(page).next_power_of_two();
+    u32::try_from(size).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("--buffer-size {requested} is too large: at most 2G"),
+        )
+    })
+}
