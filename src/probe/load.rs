@@ -8,9 +8,10 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::OpenObject;
 
 use super::error::{load_error, ProbeError};
-use super::interface::skel::{OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
+use super::interface::skel::{types, OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
 
-/// What the loader needs to know before the programs are loaded.
+/// What the loader needs to know before the programs are loaded: the BPF side's `struct
+/// settings`, and the ring buffer's size.
 #[derive(Default)]
 pub struct ProbeConfig {
     /// The process whose threads are traced.
@@ -61,16 +62,8 @@ impl<'obj> LoadedProbes<'obj> {
             .maps
             .rodata_data
             .as_deref_mut()
-            .expect("the BPF object has read-only data (target_tgid)");
-        rodata.target_tgid = config.tgid;
-        rodata.wait_for_exec = config.wait_for_exec;
-        rodata.stop_on_dlopen = config.stop_on_dlopen;
-        rodata.follow = config.follow;
-        rodata.executable_code_vaddr = config.executable_code_vaddr;
-        rodata.unwind_shadow = config.unwind_shadow;
-        // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
-        // that, so the common hit pays for no wake-up.
-        rodata.wakeup_bytes = u64::from(config.buffer_bytes / 8);
+            .expect("the BPF object has read-only data (settings)");
+        rodata.settings = settings(config);
         open.maps
             .events
             .set_max_entries(config.buffer_bytes)
@@ -100,6 +93,22 @@ impl<'obj> LoadedProbes<'obj> {
             skel.links.shadow_thread_exit = Some(link);
         }
         Ok(LoadedProbes { skel })
+    }
+}
+
+/// The BPF side's `struct settings` (src/bpf/interface.h) for `config`.
+fn settings(config: &ProbeConfig) -> types::settings {
+    // Written whole: a field added in C and not here fails to compile.
+    types::settings {
+        tgid: config.tgid,
+        wait_for_exec: MaybeUninit::new(config.wait_for_exec),
+        stop_on_dlopen: MaybeUninit::new(config.stop_on_dlopen),
+        follow: MaybeUninit::new(config.follow),
+        unwind_shadow: MaybeUninit::new(config.unwind_shadow),
+        // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
+        // that, so the common hit pays for no wake-up.
+        wakeup_bytes: u64::from(config.buffer_bytes / 8),
+        executable_code_vaddr: config.executable_code_vaddr,
     }
 }
 
