@@ -82,8 +82,10 @@ struct {
  * by: only the execs after it load a new program. */
 bool target_exec_passed = false;
 
+/* Weak, as is bpf_session_is_return: on a kernel without them, the loader leaves out the program
+ * that calls them (src/probe/load.rs). */
 extern int bpf_send_signal_task(struct task_struct *task, int sig, enum pid_type type,
-				__u64 value) __ksym;
+				__u64 value) __ksym __weak;
 
 #define SIGSTOP 19
 
@@ -169,7 +171,7 @@ int function_entry(struct pt_regs *ctx)
 	return 0;
 }
 
-extern bool bpf_session_is_return(void) __ksym;
+extern bool bpf_session_is_return(void) __ksym __weak;
 
 /* Whether the return address `ret` follows a direct `call` (e8 rel32) in the executable's code
  * of the PLT stub at `stub` (its virtual address in the file). */

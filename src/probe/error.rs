@@ -13,6 +13,11 @@ pub enum ProbeError {
     },
     #[error("cannot load the BPF programs: {0}")]
     Load(libbpf_rs::Error),
+    #[error("{what} needs {needs}, which this kernel lacks")]
+    Unsupported {
+        what: &'static str,
+        needs: &'static str,
+    },
     #[error(
         "cannot attach {count} {direction} probes to {path}: {error} (uprobe_multi needs Linux 6.6 or newer)"
     )]

@@ -9,6 +9,7 @@ use libbpf_rs::OpenObject;
 
 use super::error::{load_error, ProbeError};
 use super::interface::skel::{types, OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
+use super::{AttachMode, AttachStrategy};
 
 /// What the loader needs to know before the programs are loaded: the BPF side's `struct
 /// settings`, and the ring buffer's size.
@@ -39,6 +40,8 @@ pub type ObjectStorage = MaybeUninit<OpenObject>;
 /// The loaded BPF programs and their maps, not yet attached.
 pub struct LoadedProbes<'obj> {
     pub(super) skel: UtraceSkel<'obj>,
+    /// How their probes are attached.
+    pub(super) strategy: &'static AttachStrategy,
 }
 
 /// Sends libbpf's own messages to the log at trace level (`-dd`), and asks libbpf for none
@@ -56,8 +59,19 @@ impl<'obj> LoadedProbes<'obj> {
         storage: &'obj mut ObjectStorage,
         config: &ProbeConfig,
     ) -> Result<Self, ProbeError> {
+        let strategy = super::strategy();
+        if config.follow && !strategy.follow {
+            return Err(ProbeError::Unsupported {
+                what: "--follow",
+                needs: "the bpf_send_signal_task kfunc",
+            });
+        }
         let builder = UtraceSkelBuilder::default();
         let mut open: OpenUtraceSkel = builder.open(storage).map_err(load_error)?;
+        // Programs whose kfuncs or link type the kernel lacks stay out (the loader would refuse
+        // them); what they serve is not asked for on such a kernel.
+        open.progs.plt_call.set_autoload(strategy.plt_sessions);
+        open.progs.process_forked.set_autoload(strategy.follow);
         let rodata = open
             .maps
             .rodata_data
@@ -92,7 +106,12 @@ impl<'obj> LoadedProbes<'obj> {
             let link = skel.progs.shadow_thread_exit.attach().map_err(load_error)?;
             skel.links.shadow_thread_exit = Some(link);
         }
-        Ok(LoadedProbes { skel })
+        Ok(LoadedProbes { skel, strategy })
+    }
+
+    /// How [`attach`](Self::attach) attaches probes.
+    pub fn attach_mode(&self) -> AttachMode {
+        self.strategy.mode
     }
 }
 

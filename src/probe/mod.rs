@@ -1,6 +1,8 @@
 //! The probe layer: the BPF side of a recording, in the stages a reader can name, each in its
 //! own file:
 //!
+//! 0. [`features`] and [`strategy`]: what the kernel offers, probed once, and how probes are
+//!    attached on it (`uprobe_multi`, or one uprobe per probe site);
 //! 1. [`load`]: open the skeleton, write its configuration, load the programs;
 //! 2. [`attach`]: attach the planned functions' probes and the watches, filtered to a process;
 //! 3. [`globals`]: while they run, switch recording on and off and read their counters;
@@ -11,15 +13,19 @@
 
 mod attach;
 mod error;
+mod features;
 mod globals;
 mod interface;
 mod landings;
 mod load;
 mod release;
+mod strategy;
 
 pub use error::ProbeError;
+pub use features::{KernelFeatures, Support};
 pub use landings::Landings;
 pub use load::{
     forward_libbpf_messages, ring_buffer_size, LoadedProbes, ObjectStorage, ProbeConfig,
 };
 pub use release::AttachedProbes;
+pub use strategy::{strategy, AttachMode, AttachStrategy, ATTACH_MODE_VARIABLE};

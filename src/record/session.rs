@@ -290,8 +290,9 @@ impl Session {
         loaded.set_recording(true);
         if debug_enabled() {
             log::debug!(
-                "attached {} entry and return probes with uprobe_multi in {:.3} ms",
+                "attached {} entry and return probes with {} in {:.3} ms",
                 self.table.functions.len(),
+                loaded.attach_mode(),
                 attached.attach_time.as_secs_f64() * 1e3
             );
         }
