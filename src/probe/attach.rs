@@ -1,17 +1,46 @@
 //! Attaching: the probes of a plan's functions (entries, exits, PLT calls where they land) and
-//! the watches (dlopen's return, the unwinder's entries), each filtered to one process.
+//! the watches (dlopen's return, the unwinder's entries), each filtered to one process, as the
+//! strategy says: one `uprobe_multi` link per file and kind, or one uprobe per probe site.
 
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::Instant;
 
-use libbpf_rs::{Link, ProgramMut, UprobeMultiOpts};
+use libbpf_rs::{Link, ProgramMut, UprobeMultiOpts, UprobeOpts};
 
 use super::error::ProbeError;
 use super::interface::{landing_cookie, COOKIE_AFTER_RETURN, COOKIE_ALSO_EXIT};
-use super::{AttachedProbes, Landings, LoadedProbes};
+use super::{AttachMode, AttachedProbes, Landings, LoadedProbes};
 use crate::elf::ExitProbe;
 use crate::table::{FunctionKind, FunctionTable};
+
+/// Links that watch the process for the recorder (dlopen's return, the unwinder's entries):
+/// dropping it removes the watch.
+pub struct Watch {
+    _links: Vec<Link>,
+}
+
+/// When a probe's program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hook {
+    /// When the probed instruction is reached.
+    Site,
+    /// When the function that starts there returns (a uretprobe).
+    Return,
+    /// Both, the entry deciding whether the return is probed (a uprobe session).
+    Session,
+}
+
+/// Where a set of probes goes.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    /// The file, as it is opened.
+    file: &'a Path,
+    /// The file, as messages name it.
+    name: &'a str,
+    /// The process the probes are filtered to.
+    pid: u32,
+}
 
 impl LoadedProbes<'_> {
     /// Attaches entry and exit probes for every function of `table` in `modules`, filtered to
@@ -28,51 +57,38 @@ impl LoadedProbes<'_> {
         let started = Instant::now();
         let mut attached = AttachedProbes::default();
         for &(module_index, file) in modules {
-            let module = &table.modules[module_index];
+            let target = Target {
+                file,
+                name: &table.modules[module_index],
+                pid,
+            };
             let plan = ModuleProbes::new(table, exits, landings, module_index as u32);
             let progs = &self.skel.progs;
             let kinds = [
                 (
                     &progs.function_exit,
-                    &plan.uretprobes,
-                    true,
+                    plan.uretprobes,
+                    Hook::Return,
                     "return",
                     &mut attached.return_links,
                 ),
                 (
                     &progs.function_exit_site,
-                    &plan.exit_sites,
-                    false,
+                    plan.exit_sites,
+                    Hook::Site,
                     "exit",
                     &mut attached.exit_site_links,
                 ),
                 (
                     &progs.function_entry,
-                    &plan.entries,
-                    false,
+                    plan.entries,
+                    Hook::Site,
                     "entry",
                     &mut attached.entry_links,
                 ),
             ];
-            for (program, probes, retprobe, direction, links) in kinds {
-                if probes.is_empty() {
-                    continue;
-                }
-                let (offsets, cookies): (Vec<usize>, Vec<u64>) = probes.iter().copied().unzip();
-                let opts = UprobeMultiOpts {
-                    offsets,
-                    cookies,
-                    retprobe,
-                    ..Default::default()
-                };
-                links.push(attach_multi(
-                    program,
-                    file,
-                    opts,
-                    pid,
-                    direction,
-                    module.clone(),
-                )?);
+            for (program, probes, hook, what, links) in kinds {
+                links.extend(self.attach_sites(program, target, probes, hook, what)?);
             }
         }
         attached.attach_time = started.elapsed();
@@ -88,7 +104,19 @@ impl LoadedProbes<'_> {
     ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
         let mut attached = AttachedProbes::default();
+        if !landings.is_empty() && !self.strategy.plt_sessions {
+            return Err(ProbeError::Unsupported {
+                what: "probing PLT calls where they land",
+                needs: "uprobe sessions on uprobe_multi",
+            });
+        }
         for (library, probes) in landings.libraries() {
+            let name = library.display().to_string();
+            let target = Target {
+                file: library,
+                name: &name,
+                pid,
+            };
             // One link per set of distinct offsets: two stubs can land in one function
             // (aliases such as `strdup` and `__strdup`).
             let mut rest: Vec<(usize, u64)> = probes
@@ -106,17 +134,9 @@ impl LoadedProbes<'_> {
                     .into_iter()
                     .partition(|(offset, _)| seen.insert(*offset));
                 rest = later;
-                let (offsets, cookies): (Vec<usize>, Vec<u64>) = batch.into_iter().unzip();
-                let opts = UprobeMultiOpts {
-                    offsets,
-                    cookies,
-                    session: true,
-                    ..Default::default()
-                };
-                let path = library.display().to_string();
                 let program = &self.skel.progs.plt_call;
-                let link = attach_multi(program, library, opts, pid, "PLT call", path)?;
-                attached.return_links.push(link);
+                let links = self.attach_sites(program, target, batch, Hook::Session, "PLT call")?;
+                attached.return_links.extend(links);
             }
         }
         attached.attach_time = started.elapsed();
@@ -129,9 +149,16 @@ impl LoadedProbes<'_> {
         library: &Path,
         offsets: Vec<usize>,
         pid: u32,
-    ) -> Result<Link, ProbeError> {
+    ) -> Result<Watch, ProbeError> {
         let program = &self.skel.progs.library_loaded;
-        watch(program, library, offsets, true, pid, "dlopen return")
+        self.watch(
+            program,
+            library,
+            offsets,
+            Hook::Return,
+            pid,
+            "dlopen return",
+        )
     }
 
     /// Puts the unwinder watch on `offsets` of `file`: the entry points of the unwinder it
@@ -141,49 +168,88 @@ impl LoadedProbes<'_> {
         file: &Path,
         offsets: Vec<usize>,
         pid: u32,
-    ) -> Result<Link, ProbeError> {
+    ) -> Result<Watch, ProbeError> {
         let program = &self.skel.progs.unwinder_entered;
-        watch(program, file, offsets, false, pid, "unwinder entry")
+        self.watch(program, file, offsets, Hook::Site, pid, "unwinder entry")
     }
-}
 
-/// Attaches `program` at `offsets` of `file` (at their returns with `retprobe`), filtered to
-/// `pid`; `what` names the probes in an error.
-fn watch(
-    program: &ProgramMut,
-    file: &Path,
-    offsets: Vec<usize>,
-    retprobe: bool,
-    pid: u32,
-    what: &'static str,
-) -> Result<Link, ProbeError> {
-    let opts = UprobeMultiOpts {
-        offsets,
-        retprobe,
-        ..Default::default()
-    };
-    attach_multi(program, file, opts, pid, what, file.display().to_string())
-}
+    /// Attaches `program` at `offsets` of `file`, filtered to `pid`; `what` names the probes in
+    /// an error.
+    fn watch(
+        &self,
+        program: &ProgramMut,
+        file: &Path,
+        offsets: Vec<usize>,
+        hook: Hook,
+        pid: u32,
+        what: &'static str,
+    ) -> Result<Watch, ProbeError> {
+        let name = file.display().to_string();
+        let target = Target {
+            file,
+            name: &name,
+            pid,
+        };
+        let sites = offsets.into_iter().map(|offset| (offset, 0)).collect();
+        let links = self.attach_sites(program, target, sites, hook, what)?;
+        Ok(Watch { _links: links })
+    }
 
-/// Attaches `program` with one `uprobe_multi` link at the offsets of `opts` in `file`, filtered to
-/// `pid`; `direction` and `path` name the probes in an error.
-fn attach_multi(
-    program: &ProgramMut,
-    file: &Path,
-    opts: UprobeMultiOpts,
-    pid: u32,
-    direction: &'static str,
-    path: String,
-) -> Result<Link, ProbeError> {
-    let count = opts.offsets.len();
-    program
-        .attach_uprobe_multi_with_opts(pid as i32, file, "", opts)
-        .map_err(|error| ProbeError::Attach {
+    /// Attaches `program` at each (file offset, cookie) of `sites` in `target`: with one
+    /// `uprobe_multi` link for all, or one uprobe (a perf-event link) each. `what` names the
+    /// probes in an error.
+    fn attach_sites(
+        &self,
+        program: &ProgramMut,
+        target: Target,
+        sites: Vec<(usize, u64)>,
+        hook: Hook,
+        what: &'static str,
+    ) -> Result<Vec<Link>, ProbeError> {
+        let mode = self.strategy.mode;
+        let error = |count, cause| ProbeError::Attach {
             count,
-            direction,
-            path,
-            error,
-        })
+            direction: what,
+            path: target.name.to_owned(),
+            mode,
+            error: cause,
+        };
+        if sites.is_empty() {
+            return Ok(Vec::new());
+        }
+        match mode {
+            AttachMode::Multi => {
+                let count = sites.len();
+                let (offsets, cookies) = sites.into_iter().unzip();
+                let opts = UprobeMultiOpts {
+                    offsets,
+                    cookies,
+                    retprobe: hook == Hook::Return,
+                    session: hook == Hook::Session,
+                    ..Default::default()
+                };
+                let link = program
+                    .attach_uprobe_multi_with_opts(target.pid as i32, target.file, "", opts)
+                    .map_err(|e| error(count, e))?;
+                Ok(vec![link])
+            }
+            // Sessions never come here: without uprobe_multi, PLT calls are probed at their
+            // stubs (see `attach_landings`).
+            AttachMode::Single => sites
+                .into_iter()
+                .map(|(offset, cookie)| {
+                    let opts = UprobeOpts {
+                        cookie,
+                        retprobe: hook == Hook::Return,
+                        ..Default::default()
+                    };
+                    program
+                        .attach_uprobe_with_opts(target.pid as i32, target.file, offset, opts)
+                        .map_err(|e| error(1, e))
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The probes of one module, as (file offset, cookie) pairs per kind.

@@ -1,5 +1,7 @@
 //! What can go wrong loading and attaching the BPF programs.
 
+use super::AttachMode;
+
 /// Errors of loading and attaching the BPF side.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
@@ -18,13 +20,12 @@ pub enum ProbeError {
         what: &'static str,
         needs: &'static str,
     },
-    #[error(
-        "cannot attach {count} {direction} probes to {path}: {error} (uprobe_multi needs Linux 6.6 or newer)"
-    )]
+    #[error("cannot attach {count} {direction} probes to {path} with {mode}: {error}")]
     Attach {
         count: usize,
         direction: &'static str,
         path: String,
+        mode: AttachMode,
         // Not `source`: the message shows it already, and anyhow would repeat a source.
         error: libbpf_rs::Error,
     },

@@ -5,7 +5,7 @@ use std::io;
 use std::mem::MaybeUninit;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::OpenObject;
+use libbpf_rs::{AsRawLibbpf, OpenObject};
 
 use super::error::{load_error, ProbeError};
 use super::interface::skel::{types, OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
@@ -72,6 +72,17 @@ impl<'obj> LoadedProbes<'obj> {
         // them); what they serve is not asked for on such a kernel.
         open.progs.plt_call.set_autoload(strategy.plt_sessions);
         open.progs.process_forked.set_autoload(strategy.follow);
+        if strategy.mode == AttachMode::Single {
+            for program in [
+                &mut open.progs.function_entry,
+                &mut open.progs.function_exit_site,
+                &mut open.progs.function_exit,
+                &mut open.progs.library_loaded,
+                &mut open.progs.unwinder_entered,
+            ] {
+                attach_through_perf_events(program);
+            }
+        }
         let rodata = open
             .maps
             .rodata_data
@@ -113,6 +124,23 @@ impl<'obj> LoadedProbes<'obj> {
     pub fn attach_mode(&self) -> AttachMode {
         self.strategy.mode
     }
+}
+
+/// Makes a `uprobe.multi` program one a perf-event link can take: the kernel picks the
+/// program's helpers (`bpf_get_attach_cookie` among them) by its expected attach type, and
+/// refuses a link of another kind.
+fn attach_through_perf_events(program: &mut libbpf_rs::OpenProgramMut) {
+    // What libbpf gives a `SEC("uprobe")` program: no expected attach type.
+    const PLAIN_UPROBE: libbpf_rs::libbpf_sys::bpf_attach_type = 0;
+    // SAFETY: the program belongs to an object opened and not yet loaded, which is when its
+    // expected attach type may change; libbpf only stores the value.
+    let status = unsafe {
+        libbpf_rs::libbpf_sys::bpf_program__set_expected_attach_type(
+            program.as_libbpf_object().as_ptr(),
+            PLAIN_UPROBE,
+        )
+    };
+    debug_assert_eq!(status, 0);
 }
 
 /// The BPF side's `struct settings` (src/bpf/interface.h) for `config`.

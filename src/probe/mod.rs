@@ -21,6 +21,7 @@ mod load;
 mod release;
 mod strategy;
 
+pub use attach::Watch;
 pub use error::ProbeError;
 pub use features::{KernelFeatures, Support};
 pub use landings::Landings;

@@ -721,6 +721,9 @@ fn plan_landings(
     if stubs.is_empty() {
         return (landings, 0);
     }
+    if !probe::strategy().plt_sessions {
+        return everything_kept("as probing them where they land needs uprobe sessions");
+    }
     if options.follow {
         return everything_kept("as --follow traces other processes, which may run other programs");
     }
