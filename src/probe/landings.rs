@@ -1,5 +1,5 @@
 //! The PLT calls a plan probes where they land rather than at their stub. A plain list, decided
-//! by planning and carried out by [`attach`](super::attach): it knows nothing of BPF.
+//! by planning and carried out by `attach.rs`: it knows nothing of BPF.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
