@@ -4,11 +4,11 @@
 use std::ffi::c_ulong;
 use std::fmt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
 
 use libbpf_rs::btf::types::Func;
 use libbpf_rs::btf::Btf;
 use libbpf_rs::libbpf_sys as sys;
-use std::time::{Duration, Instant};
 
 /// Whether the kernel has a feature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
