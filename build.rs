@@ -23,6 +23,6 @@ fn main() {
             .expect("building the BPF skeleton (needs clang)");
         println!("cargo:rerun-if-changed={source}");
     }
-    println!("cargo:rerun-if-changed=src/bpf/event.h");
+    println!("cargo:rerun-if-changed=src/bpf/interface.h");
     println!("cargo:rerun-if-changed=src/bpf/shadow.bpf.h");
 }

@@ -1,4 +1,5 @@
-//! The event written by the BPF programs (`src/bpf/event.h`), read as it is from the ring buffer;
+//! The event written by the BPF programs (`struct event` in `src/bpf/interface.h`, which the
+//! probe layer checks this type against, field by field), read as it is from the ring buffer;
 //! `utrace.data` stores it encoded (`src/data/format/events.rs`) and the reader decodes it back.
 
 use std::marker::PhantomData;
@@ -30,7 +31,7 @@ unsafe impl plain::Plain for Event {}
 const _: () = assert!(std::mem::size_of::<Event>() == 24);
 
 impl Event {
-    /// The bit of `function` that marks an exit (`EVENT_EXIT` in event.h).
+    /// The bit of `function` that marks an exit (`EVENT_EXIT` in interface.h).
     pub const EXIT: u32 = 1 << 31;
     /// `function` of the ring buffer's note that a dlopen returned (`EVENT_LIBRARY_LOADED`):
     /// never a function id, never written to a data file.

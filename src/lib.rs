@@ -12,6 +12,7 @@ mod fuzz_cases;
 pub mod info;
 pub mod live;
 pub mod plan;
+pub mod probe;
 pub mod probe_cost;
 pub mod record;
 pub mod replay;

@@ -21,9 +21,6 @@
  * Included by utrace.bpf.c after its globals. Off (and pruned by the verifier) unless the loader
  * found an unwinder in the program. */
 
-/* Set by the loader when the program maps an unwinder (and the recorder may stop it). */
-const volatile bool unwind_shadow = false;
-
 /* More than the kernel's MAX_URETPROBE_DEPTH (64, beyond which it replaces no return address):
  * frames entered while the kernel's own count was full take room here without needing it. */
 #define SHADOW_DEPTH 128
@@ -94,8 +91,8 @@ struct {
  * kernel replaced must be known whenever it was replaced. */
 static __always_inline bool shadow_applies(void)
 {
-	return unwind_shadow && (bpf_get_current_pid_tgid() >> 32) == target_tgid &&
-	       (!wait_for_exec || exec_seen);
+	return settings.unwind_shadow && (bpf_get_current_pid_tgid() >> 32) == settings.tgid &&
+	       (!settings.wait_for_exec || exec_seen);
 }
 
 /* An index into the stack's arrays, bounded where the verifier sees it (the compiler would
@@ -129,7 +126,7 @@ int shadow_thread_exit(void *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid;
 
-	if (unwind_shadow && (pid_tgid >> 32) == target_tgid)
+	if (settings.unwind_shadow && (pid_tgid >> 32) == settings.tgid)
 		bpf_map_delete_elem(&shadow_stacks, &tid);
 	return 0;
 }
@@ -171,7 +168,7 @@ static __always_inline struct stack_write_request *stack_write_request(void)
 		return NULL;
 	request = bpf_ringbuf_reserve(&stack_writes, sizeof(*request), 0);
 	if (request) {
-		request->pid = target_tgid;
+		request->pid = settings.tgid;
 		request->count = 0;
 	}
 	return request;

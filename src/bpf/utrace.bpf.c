@@ -7,33 +7,23 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
-#include "event.h"
+#include "interface.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* Set by the loader before the programs are loaded. */
-const volatile __u32 target_tgid = 0;
-/* The consumer is woken only once this much data waits; otherwise it polls on a timer, so a hit
- * costs no wake-up. */
-const volatile __u64 wakeup_bytes = 1 << 20;
+/* Set by the loader (see interface.h). */
+const volatile struct settings settings = {
+	.wakeup_bytes = 1 << 20,
+};
+
+/* Never touched: it brings the shared types into the BTF (see interface.h). */
+struct interface_types interface_types;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	/* Resized by the loader (--buffer-size). */
 	__uint(max_entries, 16 << 20);
 } events SEC(".maps");
-
-/* Set for a command utrace starts: its probes count only once it has exec'ed, since before
- * that the child is a copy of utrace running utrace's own libraries. */
-const volatile bool wait_for_exec = false;
-
-/* The lowest virtual address of the executable's code segments in its file: with the kernel's
- * mm->start_code (where that code was loaded), the executable's load bias. */
-const volatile __u64 executable_code_vaddr = 0;
-
-/* Set when the recorder can stop the process at a dlopen's return (a command it started): it
- * then probes the new library and lets the process go on before the library's functions run. */
-const volatile bool stop_on_dlopen = false;
 
 /* Events that found the ring buffer full. */
 __u64 lost_events = 0;
@@ -62,7 +52,7 @@ static __always_inline void count_lost(__u32 tid)
 			__sync_fetch_and_add(lost, 1);
 	}
 }
-/* Whether the target has exec'ed (see wait_for_exec). */
+/* Whether the target has exec'ed (see settings.wait_for_exec). */
 bool exec_seen = false;
 /* Set by the recorder once every link is attached and cleared before the first is detached: links
  * come and go one at a time, and a call whose entry and return probes were not both in place
@@ -75,18 +65,12 @@ bool recording = false;
 SEC("raw_tp/sched_process_exec")
 int target_exec(void *ctx)
 {
-	if ((bpf_get_current_pid_tgid() >> 32) == target_tgid)
+	if ((bpf_get_current_pid_tgid() >> 32) == settings.tgid)
 		exec_seen = true;
 	return 0;
 }
 
-/* Set in an entry probe's cookie when the entry instruction is also an exit site (a function
- * that is only `ret`): one probe, two events, in the order they happen. */
-#define COOKIE_ALSO_EXIT (1ull << 32)
-
 /* --follow: the processes the target forked, and those they forked (tgid → 1). */
-const volatile bool follow = false;
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
@@ -98,16 +82,18 @@ struct {
  * by: only the execs after it load a new program. */
 bool target_exec_passed = false;
 
+/* Weak, as is bpf_session_is_return: on a kernel without them, the loader leaves out the program
+ * that calls them (src/probe/load.rs). */
 extern int bpf_send_signal_task(struct task_struct *task, int sig, enum pid_type type,
-				__u64 value) __ksym;
+				__u64 value) __ksym __weak;
 
 #define SIGSTOP 19
 
 /* The target, or a process it forked under --follow. */
 static __always_inline bool is_traced(__u32 tgid)
 {
-	return tgid == target_tgid ||
-	       (follow && bpf_map_lookup_elem(&followed_processes, &tgid));
+	return tgid == settings.tgid ||
+	       (settings.follow && bpf_map_lookup_elem(&followed_processes, &tgid));
 }
 
 static __always_inline int record(__u32 function, __u64 stack)
@@ -120,7 +106,7 @@ static __always_inline int record(__u32 function, __u64 stack)
 	 * file runs our program too: check the process ourselves. */
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
-	if (!recording || (wait_for_exec && !exec_seen))
+	if (!recording || (settings.wait_for_exec && !exec_seen))
 		return 0;
 
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
@@ -135,7 +121,7 @@ static __always_inline int record(__u32 function, __u64 stack)
 	e->stack = (__u32)stack;
 	e->pid = pid_tgid >> 32;
 
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= settings.wakeup_bytes)
 		bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	else
 		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
@@ -149,7 +135,7 @@ int library_loaded(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct event *e;
 
-	if ((pid_tgid >> 32) != target_tgid || !recording)
+	if ((pid_tgid >> 32) != settings.tgid || !recording)
 		return 0;
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -165,7 +151,7 @@ int library_loaded(struct pt_regs *ctx)
 	/* The stop before the recorder can see the event: its continue must come after. Sent to
 	 * the thread: a process-wide SIGSTOP another thread sent and has not taken yet would make
 	 * the kernel drop this one, and this thread would run on into the new library unprobed. */
-	if (stop_on_dlopen)
+	if (settings.stop_on_dlopen)
 		bpf_send_signal_thread(SIGSTOP);
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	return 0;
@@ -185,7 +171,7 @@ int function_entry(struct pt_regs *ctx)
 	return 0;
 }
 
-extern bool bpf_session_is_return(void) __ksym;
+extern bool bpf_session_is_return(void) __ksym __weak;
 
 /* Whether the return address `ret` follows a direct `call` (e8 rel32) in the executable's code
  * of the PLT stub at `stub` (its virtual address in the file). */
@@ -204,7 +190,7 @@ static __always_inline bool called_from_stub(__u64 ret, __u64 stub)
 	if (call[0] != 0xe8)
 		return false;
 	__builtin_memcpy(&rel, &call[1], sizeof(rel));
-	return ret + rel == start - executable_code_vaddr + stub;
+	return ret + rel == start - settings.executable_code_vaddr + stub;
 }
 
 /* A PLT call probed in the library function it lands in rather than at its stub, whose
@@ -229,21 +215,17 @@ int plt_call(struct pt_regs *ctx)
 	}
 	/* Once recording stops, no call gets a return probe: return probes that keep coming hold up
 	 * the release of the links (see AttachedProbes::detach). */
-	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || !recording)
+	if ((bpf_get_current_pid_tgid() >> 32) != settings.tgid || !recording)
 		return 1;
 	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)sp))
 		return 1;
-	if (!called_from_stub(ret, cookie >> 32))
+	if (!called_from_stub(ret, cookie >> COOKIE_STUB_SHIFT))
 		return 1;
 	/* This call gets a return probe: an exception through it needs its address restored. */
 	shadow_entered(sp);
 	record((__u32)cookie, sp);
 	return 0;
 }
-
-/* Set in an exit site's cookie when the site is the instruction after a call of a PLT stub: the
- * return address has been popped, its slot is just below sp. */
-#define COOKIE_AFTER_RETURN (1ull << 33)
 
 /* On a `ret` or a tail jump of the function (sp points at the return address), or after a call
  * of a PLT stub. */
@@ -284,7 +266,7 @@ int BPF_PROG(process_forked, struct task_struct *parent, struct task_struct *chi
 	if (child_tgid == parent_tgid || !recording || !is_traced(parent_tgid))
 		return 0;
 	/* Before its exec, a started command is still utrace's own child. */
-	if (parent_tgid == target_tgid && wait_for_exec && !target_exec_passed)
+	if (parent_tgid == settings.tgid && settings.wait_for_exec && !target_exec_passed)
 		return 0;
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -322,7 +304,7 @@ int process_execed(void *ctx)
 
 	if (!recording || !is_traced(tgid))
 		return 0;
-	if (tgid == target_tgid && wait_for_exec && !target_exec_passed) {
+	if (tgid == settings.tgid && settings.wait_for_exec && !target_exec_passed) {
 		/* The command utrace started becomes the program that was planned. */
 		target_exec_passed = true;
 		return 0;
@@ -353,7 +335,7 @@ int BPF_PROG(followed_exit, struct task_struct *task, bool group_dead)
 {
 	__u32 tgid = task->tgid;
 
-	if (group_dead && tgid != target_tgid)
+	if (group_dead && tgid != settings.tgid)
 		bpf_map_delete_elem(&followed_processes, &tgid);
 	return 0;
 }

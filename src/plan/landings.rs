@@ -82,6 +82,7 @@ impl Landings {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum StubKept {
     Follow,
+    NoSessions,
     ExitsAtCallers,
     ProbeAtEntry,
     Preloaded,
@@ -105,6 +106,7 @@ impl StubKept {
     pub fn why(self) -> &'static str {
         match self {
             StubKept::Follow => "as --follow traces other processes, which may run other programs",
+            StubKept::NoSessions => "as probing them where they land needs uprobe sessions",
             StubKept::ExitsAtCallers => "as --exit-probes=ret probes their exits at the callers",
             StubKept::ProbeAtEntry => "as --probe-at-entry asks",
             StubKept::Preloaded => "as libraries are preloaded, which utrace does not bind",
@@ -159,6 +161,9 @@ pub(super) fn plan(
         say(path, &landings, stubs.len());
         (landings, 0)
     };
+    if options.kernel_lacks_sessions {
+        return everything_kept(StubKept::NoSessions);
+    }
     if options.follow {
         return everything_kept(StubKept::Follow);
     }

@@ -60,6 +60,9 @@ pub struct PlanOptions {
     /// first in its binding order and which utrace does not list: PLT calls are probed at their
     /// stubs.
     pub preloaded_libraries: bool,
+    /// The kernel cannot run uprobe sessions (or `UTRACE_ATTACH_MODE=single` forbids them),
+    /// which probing a PLT call where it lands needs: PLT calls are probed at their stubs.
+    pub kernel_lacks_sessions: bool,
 }
 
 /// Whether utrace starts the traced process or attaches to one running.

@@ -257,6 +257,14 @@ fn every_stub_keeps_its_probe_when_the_options_or_the_program_say_so() {
             StubKept::Preloaded,
         ),
         (
+            &pie,
+            PlanOptions {
+                kernel_lacks_sessions: true,
+                ..PlanOptions::default()
+            },
+            StubKept::NoSessions,
+        ),
+        (
             &fixed,
             PlanOptions::default(),
             StubKept::NotPositionIndependent,

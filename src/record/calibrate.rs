@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 
 use libbpf_rs::RingBufferBuilder;
 
-use super::probes::{AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig, ProbeError};
 use super::proc_maps::file_offset_of;
 use crate::elf::returns::NoExitSites;
 use crate::elf::ExitProbe;
 use crate::event::Event;
 use crate::plan::Landings;
+use crate::probe::{AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig, ProbeError};
 use crate::probe_cost::{ProbeCost, ProbeCosts};
 use crate::table::{ExitKind, ProbeClass};
 use crate::table::{FunctionKind, FunctionTable, TracedFunction};

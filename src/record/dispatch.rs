@@ -9,7 +9,6 @@ use anyhow::Result;
 use libbpf_rs::RingBuffer;
 
 use super::follow::{ProcessChange, TracedProcesses};
-use super::probes::{AttachedProbes, LoadedProbes};
 use super::progress::Progress;
 use super::ring::{Inbox, Note};
 use super::session::{
@@ -17,6 +16,7 @@ use super::session::{
 };
 use super::signals::SignalWatch;
 use super::target::SignalAction;
+use crate::probe::{AttachedProbes, LoadedProbes};
 
 /// How long the consumer sleeps when the probes have not woken it. Bounds the delay of events
 /// at low rates; at high rates the fill-level wake-up comes first.

@@ -4,7 +4,6 @@ pub mod calibrate;
 mod call_events;
 mod dispatch;
 mod follow;
-mod probes;
 mod proc_maps;
 mod process;
 mod progress;
@@ -17,11 +16,6 @@ mod target;
 mod user;
 mod writer;
 
-#[allow(clippy::all, unused_imports)]
-mod skel {
-    include!(concat!(env!("OUT_DIR"), "/utrace.skel.rs"));
-}
-
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -31,11 +25,11 @@ use anyhow::{Context, Result};
 use crate::data::{DataWriter, Metadata, Statistics};
 use crate::event::Event;
 use crate::filter::{FilterSpec, FilteredSink};
+pub use crate::probe::ring_buffer_size;
 use crate::probe_cost::ProbeCosts;
 use crate::replay::Replayer;
 use crate::table::FunctionTable;
 use call_events::CallEvents;
-pub use probes::ring_buffer_size;
 pub use process::{split_command, ChildSetup, ExitStatus};
 pub use session::{Drain, Session, SessionMode, Stop, TraceOptions};
 pub use target::TargetSpec;

@@ -10,7 +10,6 @@ use libbpf_rs::RingBufferBuilder;
 
 use super::dispatch::{drain_events, Tracing, TracingEnd};
 use super::follow::{ProcessChange, TracedProcesses};
-use super::probes::{self, AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig};
 use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
 use super::ring::{Inbox, Note};
@@ -22,6 +21,7 @@ use crate::event::Event;
 use crate::filter::FilterSpec;
 use crate::plan::{ExitPolicy, Extension, LibraryPatterns, Loaded, PltLibraries};
 use crate::plan::{PlanOptions, Planner, ProcessOrigin, Program, TracedFile, WatchSites};
+use crate::probe::{self, AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig};
 use crate::table::FunctionTable;
 
 /// What to trace and how: the options `record` and `live` share.
@@ -109,7 +109,7 @@ pub trait Drain {
 impl Session {
     /// Starts the command (held before exec) or finds the process, and plans its functions.
     pub fn prepare(options: &TraceOptions) -> Result<Session> {
-        probes::forward_libbpf_messages();
+        probe::forward_libbpf_messages();
         // Fork (for -c) before any thread exists: the child only waits and execs.
         let Prepared { target, program } = Target::prepare(&options.target, &options.child_setup)?;
         let planner = Planner::new(plan_options(options, &target), program)?;
@@ -193,8 +193,9 @@ impl Session {
         loaded.set_recording(true);
         if debug_enabled() {
             log::debug!(
-                "attached {} entry and return probes with uprobe_multi in {:.3} ms",
+                "attached {} entry and return probes with {} in {:.3} ms",
                 self.table().functions.len(),
+                loaded.attach_mode(),
                 attached.attach_time.as_secs_f64() * 1e3
             );
         }
@@ -418,6 +419,7 @@ fn plan_options(options: &TraceOptions, target: &Target) -> PlanOptions {
             Target::Running(_) => ProcessOrigin::Attached,
         },
         preloaded_libraries: preloads_libraries(target),
+        kernel_lacks_sessions: !probe::strategy().plt_sessions,
     }
 }
 

@@ -241,8 +241,20 @@ pub fn counts_of(json: &serde_json::Value) -> BTreeMap<String, u64> {
 
 /// Records `program args` with utrace (plus `extra` record flags).
 pub fn record(program: &Path, args: &[&str], extra: &[&str]) -> Recording {
+    record_with_env(program, args, extra, &[])
+}
+
+/// Records `program args` with utrace (plus `extra` record flags), with `variables` set in its
+/// environment.
+pub fn record_with_env(
+    program: &Path,
+    args: &[&str],
+    extra: &[&str],
+    variables: &[(&str, &str)],
+) -> Recording {
     let dir = tempfile::tempdir().unwrap();
     let output = utrace()
+        .envs(variables.iter().copied())
         .arg("record")
         .arg("-o")
         .arg(dir.path().join("utrace.data"))
@@ -267,8 +279,18 @@ pub fn shell_code(status: std::process::ExitStatus) -> i32 {
 /// Records `program args` (with `extra` record flags), checks the program behaved as untraced
 /// (exit code, stdout) and that no event was lost, and returns the recording.
 pub fn record_unchanged(program: &Path, args: &[&str], extra: &[&str]) -> Recording {
+    record_unchanged_with_env(program, args, extra, &[])
+}
+
+/// [`record_unchanged`] with `variables` set in utrace's environment.
+pub fn record_unchanged_with_env(
+    program: &Path,
+    args: &[&str],
+    extra: &[&str],
+    variables: &[(&str, &str)],
+) -> Recording {
     let untraced = run_untraced(program, args);
-    let recording = record(program, args, extra);
+    let recording = record_with_env(program, args, extra, variables);
     let stderr = String::from_utf8_lossy(&recording.output.stderr);
     assert_eq!(
         recording.output.status.code(),

@@ -1,0 +1,302 @@
+//! Attaching: the probes of a plan's functions (entries, exits, PLT calls where they land) and
+//! the watches (dlopen's return, the unwinder's entries), each filtered to one process, as the
+//! strategy says: one `uprobe_multi` link per file and kind, or one uprobe per probe site.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Instant;
+
+use libbpf_rs::{Link, ProgramMut, UprobeMultiOpts, UprobeOpts};
+
+use super::error::ProbeError;
+use super::interface::{landing_cookie, COOKIE_AFTER_RETURN, COOKIE_ALSO_EXIT};
+use super::{AttachMode, AttachedProbes, LoadedProbes};
+use crate::elf::ExitProbe;
+use crate::plan::Landings;
+use crate::table::{FunctionKind, FunctionTable};
+
+/// Links that watch the process for the recorder (dlopen's return, the unwinder's entries):
+/// dropping it removes the watch.
+pub struct Watch {
+    _links: Vec<Link>,
+}
+
+/// When a probe's program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hook {
+    /// When the probed instruction is reached.
+    Site,
+    /// When the function that starts there returns (a uretprobe).
+    Return,
+    /// Both, the entry deciding whether the return is probed (a uprobe session).
+    Session,
+}
+
+/// Where a set of probes goes.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    /// The file, as it is opened.
+    file: &'a Path,
+    /// The file, as messages name it.
+    name: &'a str,
+    /// The process the probes are filtered to.
+    pid: u32,
+}
+
+impl LoadedProbes<'_> {
+    /// Attaches entry and exit probes for every function of `table` in `modules`, filtered to
+    /// `pid`: each module index with the path that opens its file. `exits` says, per function
+    /// id, where its exit is probed.
+    pub fn attach(
+        &self,
+        table: &FunctionTable,
+        exits: &[ExitProbe],
+        landings: &Landings,
+        modules: &[(usize, &Path)],
+        pid: u32,
+    ) -> Result<AttachedProbes, ProbeError> {
+        let started = Instant::now();
+        let mut attached = AttachedProbes::default();
+        for &(module_index, file) in modules {
+            let target = Target {
+                file,
+                name: &table.modules[module_index],
+                pid,
+            };
+            let plan = ModuleProbes::new(table, exits, landings, module_index as u32);
+            let progs = &self.skel.progs;
+            let kinds = [
+                (
+                    &progs.function_exit,
+                    plan.uretprobes,
+                    Hook::Return,
+                    "return",
+                    &mut attached.return_links,
+                ),
+                (
+                    &progs.function_exit_site,
+                    plan.exit_sites,
+                    Hook::Site,
+                    "exit",
+                    &mut attached.exit_site_links,
+                ),
+                (
+                    &progs.function_entry,
+                    plan.entries,
+                    Hook::Site,
+                    "entry",
+                    &mut attached.entry_links,
+                ),
+            ];
+            for (program, probes, hook, what, links) in kinds {
+                links.extend(self.attach_sites(program, target, probes, hook, what)?);
+            }
+        }
+        attached.attach_time = started.elapsed();
+        Ok(attached)
+    }
+
+    /// Attaches the probes of the PLT calls of `landings` in their libraries, filtered to
+    /// `pid`. Their session links make return probes: they go with the return links.
+    pub fn attach_landings(
+        &self,
+        landings: &Landings,
+        pid: u32,
+    ) -> Result<AttachedProbes, ProbeError> {
+        let started = Instant::now();
+        let mut attached = AttachedProbes::default();
+        if !landings.is_empty() && !self.strategy.plt_sessions {
+            return Err(ProbeError::Unsupported {
+                what: "probing PLT calls where they land",
+                needs: "uprobe sessions on uprobe_multi",
+            });
+        }
+        for (library, calls) in landings.libraries() {
+            let name = library.display().to_string();
+            let target = Target {
+                file: library,
+                name: &name,
+                pid,
+            };
+            // One link per set of distinct offsets: two stubs can land in one function
+            // (aliases such as `strdup` and `__strdup`).
+            let mut rest: Vec<(usize, u64)> = calls
+                .iter()
+                .map(|call| {
+                    (
+                        call.offset as usize,
+                        landing_cookie(call.function, u64::from(call.stub)),
+                    )
+                })
+                .collect();
+            while !rest.is_empty() {
+                let mut seen = HashSet::new();
+                let (batch, later): (Vec<_>, Vec<_>) = rest
+                    .into_iter()
+                    .partition(|(offset, _)| seen.insert(*offset));
+                rest = later;
+                let program = &self.skel.progs.plt_call;
+                let links = self.attach_sites(program, target, batch, Hook::Session, "PLT call")?;
+                attached.return_links.extend(links);
+            }
+        }
+        attached.attach_time = started.elapsed();
+        Ok(attached)
+    }
+
+    /// Puts the dlopen watch on `offsets` of `library` (the dlopen the process binds to).
+    pub fn watch_dlopen(
+        &self,
+        library: &Path,
+        offsets: Vec<usize>,
+        pid: u32,
+    ) -> Result<Watch, ProbeError> {
+        let program = &self.skel.progs.library_loaded;
+        self.watch(
+            program,
+            library,
+            offsets,
+            Hook::Return,
+            pid,
+            "dlopen return",
+        )
+    }
+
+    /// Puts the unwinder watch on `offsets` of `file`: the entry points of the unwinder it
+    /// defines, where the shadow stack gives traced frames their return addresses back.
+    pub fn watch_unwinder(
+        &self,
+        file: &Path,
+        offsets: Vec<usize>,
+        pid: u32,
+    ) -> Result<Watch, ProbeError> {
+        let program = &self.skel.progs.unwinder_entered;
+        self.watch(program, file, offsets, Hook::Site, pid, "unwinder entry")
+    }
+
+    /// Attaches `program` at `offsets` of `file`, filtered to `pid`; `what` names the probes in
+    /// an error.
+    fn watch(
+        &self,
+        program: &ProgramMut,
+        file: &Path,
+        offsets: Vec<usize>,
+        hook: Hook,
+        pid: u32,
+        what: &'static str,
+    ) -> Result<Watch, ProbeError> {
+        let name = file.display().to_string();
+        let target = Target {
+            file,
+            name: &name,
+            pid,
+        };
+        let sites = offsets.into_iter().map(|offset| (offset, 0)).collect();
+        let links = self.attach_sites(program, target, sites, hook, what)?;
+        Ok(Watch { _links: links })
+    }
+
+    /// Attaches `program` at each (file offset, cookie) of `sites` in `target`: with one
+    /// `uprobe_multi` link for all, or one uprobe (a perf-event link) each. `what` names the
+    /// probes in an error.
+    fn attach_sites(
+        &self,
+        program: &ProgramMut,
+        target: Target,
+        sites: Vec<(usize, u64)>,
+        hook: Hook,
+        what: &'static str,
+    ) -> Result<Vec<Link>, ProbeError> {
+        let mode = self.strategy.mode;
+        let error = |count, cause| ProbeError::Attach {
+            count,
+            direction: what,
+            path: target.name.to_owned(),
+            mode,
+            error: cause,
+        };
+        if sites.is_empty() {
+            return Ok(Vec::new());
+        }
+        match mode {
+            AttachMode::Multi => {
+                let count = sites.len();
+                let (offsets, cookies) = sites.into_iter().unzip();
+                let opts = UprobeMultiOpts {
+                    offsets,
+                    cookies,
+                    retprobe: hook == Hook::Return,
+                    session: hook == Hook::Session,
+                    ..Default::default()
+                };
+                let link = program
+                    .attach_uprobe_multi_with_opts(target.pid as i32, target.file, "", opts)
+                    .map_err(|e| error(count, e))?;
+                Ok(vec![link])
+            }
+            // Sessions never come here: without uprobe_multi, PLT calls are probed at their
+            // stubs (see `attach_landings`).
+            AttachMode::Single => sites
+                .into_iter()
+                .map(|(offset, cookie)| {
+                    let opts = UprobeOpts {
+                        cookie,
+                        retprobe: hook == Hook::Return,
+                        ..Default::default()
+                    };
+                    program
+                        .attach_uprobe_with_opts(target.pid as i32, target.file, offset, opts)
+                        .map_err(|e| error(1, e))
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The probes of one module, as (file offset, cookie) pairs per kind.
+struct ModuleProbes {
+    entries: Vec<(usize, u64)>,
+    uretprobes: Vec<(usize, u64)>,
+    exit_sites: Vec<(usize, u64)>,
+}
+
+impl ModuleProbes {
+    fn new(
+        table: &FunctionTable,
+        exits: &[ExitProbe],
+        landings: &Landings,
+        module: u32,
+    ) -> ModuleProbes {
+        let mut probes = ModuleProbes {
+            entries: Vec::new(),
+            uretprobes: Vec::new(),
+            exit_sites: Vec::new(),
+        };
+        for (id, function) in table.functions.iter().enumerate() {
+            if function.module != module || landings.contains(id as u32) {
+                continue;
+            }
+            let id = id as u64;
+            let entry = function.offset as usize;
+            let mut cookie = id;
+            let exit_cookie = match function.kind {
+                FunctionKind::Plt => id | COOKIE_AFTER_RETURN,
+                _ => id,
+            };
+            match &exits[id as usize] {
+                ExitProbe::Uretprobe(_) => probes.uretprobes.push((entry, id)),
+                ExitProbe::Sites(offsets) => {
+                    for &offset in offsets {
+                        if offset as usize == entry {
+                            cookie |= COOKIE_ALSO_EXIT;
+                        } else {
+                            probes.exit_sites.push((offset as usize, exit_cookie));
+                        }
+                    }
+                }
+            }
+            probes.entries.push((entry, cookie));
+        }
+        probes
+    }
+}

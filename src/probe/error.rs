@@ -1,0 +1,70 @@
+//! What can go wrong loading and attaching the BPF programs.
+
+use super::AttachMode;
+
+/// Errors of loading and attaching the BPF side.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "loading BPF programs is not permitted ({missing} missing): run as root, or give utrace \
+         CAP_BPF and CAP_PERFMON"
+    )]
+    NotPermitted {
+        /// The capabilities this process lacks, as named in capabilities(7).
+        missing: String,
+    },
+    #[error("cannot load the BPF programs: {0}")]
+    Load(libbpf_rs::Error),
+    #[error("{what} needs {needs}, which this kernel lacks")]
+    Unsupported {
+        what: &'static str,
+        needs: &'static str,
+    },
+    #[error("cannot attach {count} {direction} probes to {path} with {mode}: {error}")]
+    Attach {
+        count: usize,
+        direction: &'static str,
+        path: String,
+        mode: AttachMode,
+        // Not `source`: the message shows it already, and anyhow would repeat a source.
+        error: libbpf_rs::Error,
+    },
+}
+
+/// The error of a failed load step: [`ProbeError::NotPermitted`] when the kernel refused for want
+/// of privileges.
+pub(super) fn load_error(error: libbpf_rs::Error) -> ProbeError {
+    if error.kind() == libbpf_rs::ErrorKind::PermissionDenied {
+        ProbeError::NotPermitted {
+            missing: missing_capabilities(),
+        }
+    } else {
+        ProbeError::Load(error)
+    }
+}
+
+/// Which of the capabilities uprobes with BPF need this process lacks, from the effective set in
+/// `/proc/self/status` ("CapEff: <hex>").
+fn missing_capabilities() -> String {
+    const NEEDED: [(u32, &str); 2] = [(39, "CAP_BPF"), (38, "CAP_PERFMON")];
+    let effective = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
+            u64::from_str_radix(line["CapEff:".len()..].trim(), 16).ok()
+        });
+    let Some(effective) = effective else {
+        return "capabilities unknown".to_string();
+    };
+    let missing: Vec<&str> = NEEDED
+        .iter()
+        .filter(|(bit, _)| effective & (1 << bit) == 0)
+        .map(|(_, name)| *name)
+        .collect();
+    if missing.is_empty() {
+        // Both are there: something else refuses, such as a security module.
+        "no capability".to_string()
+    } else {
+        missing.join(" and ")
+    }
+}

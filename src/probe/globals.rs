@@ -1,0 +1,79 @@
+//! While the programs run: the switches the recorder sets in their global variables and the
+//! counters and maps it reads.
+
+use libbpf_rs::{MapCore, MapFlags};
+
+use super::interface::skel::types;
+use super::LoadedProbes;
+
+impl<'obj> LoadedProbes<'obj> {
+    /// The ring buffer map the events arrive in.
+    pub fn events_map(&self) -> &libbpf_rs::MapMut<'obj> {
+        &self.skel.maps.events
+    }
+
+    /// The ring buffer the shadow stack's write requests arrive in.
+    pub fn stack_writes_map(&self) -> &libbpf_rs::MapMut<'obj> {
+        &self.skel.maps.stack_writes
+    }
+
+    /// The program's global variables, in memory mapped from the BPF map.
+    fn bss(&self) -> &types::bss {
+        self.skel
+            .maps
+            .bss_data
+            .as_deref()
+            .expect("the BPF object has a .bss")
+    }
+
+    fn bss_mut(&mut self) -> &mut types::bss {
+        self.skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .expect("the BPF object has a .bss")
+    }
+
+    /// Says whether the recorder serves the shadow stack's write requests: while it does not, the
+    /// BPF programs stop the process for none.
+    pub fn set_serving_stack_writes(&mut self, on: bool) {
+        // SAFETY: as in `set_recording`.
+        unsafe { std::ptr::write_volatile(&raw mut self.bss_mut().serving_stack_writes, on) };
+    }
+
+    /// Stack write requests sent so far, each with a stop of the process.
+    pub fn stack_write_requests(&self) -> u64 {
+        // SAFETY: as in `lost_events`.
+        unsafe { std::ptr::read_volatile(&raw const self.bss().stack_write_requests) }
+    }
+
+    /// Turns counting on (after every link is attached) or off (before any is detached).
+    pub fn set_recording(&mut self, on: bool) {
+        // SAFETY: a plain bool in memory mapped from the BPF map, read by the BPF programs
+        // concurrently: written with a volatile store so it is not elided or delayed.
+        unsafe { std::ptr::write_volatile(&raw mut self.bss_mut().recording, on) };
+    }
+
+    /// Events dropped so far because the ring buffer was full.
+    pub fn lost_events(&self) -> u64 {
+        // SAFETY: the field is a plain u64 in memory mapped from the BPF map; BPF programs update
+        // it concurrently, so it is read with a volatile load rather than cached.
+        unsafe { std::ptr::read_volatile(&raw const self.bss().lost_events) }
+    }
+
+    /// Events dropped so far because the ring buffer was full, per thread id, by thread id.
+    /// Threads beyond the map's capacity are only in [`lost_events`](Self::lost_events).
+    pub fn lost_by_thread(&self) -> Vec<(u32, u64)> {
+        let map = &self.skel.maps.lost_by_thread;
+        let mut lost: Vec<(u32, u64)> = map
+            .keys()
+            .filter_map(|key| {
+                let value = map.lookup(&key, MapFlags::ANY).ok().flatten()?;
+                let tid = u32::from_ne_bytes(key.as_slice().try_into().ok()?);
+                Some((tid, u64::from_ne_bytes(value.as_slice().try_into().ok()?)))
+            })
+            .collect();
+        lost.sort_unstable();
+        lost
+    }
+}

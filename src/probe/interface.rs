@@ -1,0 +1,69 @@
+//! Where Rust meets the BPF side's one definition of what it shares with the recorder
+//! (`src/bpf/interface.h`): the skeleton libbpf-cargo generates (build.rs), with Rust types for
+//! the event, the special function ids, the cookie bits and the settings.
+//!
+//! [`Event`] stays in `crate::event`, which the data layer uses without BPF and which imports
+//! nothing of the project; here the compiler checks it against the generated `event`, field by
+//! field, and its constants against the generated ones. The cookie bits are used only here, so
+//! they are read from the generated types directly.
+
+use std::mem::{align_of, offset_of, size_of};
+
+use crate::event::Event;
+use skel::types;
+
+#[allow(clippy::all, unused_imports)]
+pub(super) mod skel {
+    include!(concat!(env!("OUT_DIR"), "/utrace.skel.rs"));
+}
+
+// The same size and alignment, and every field at the same offset...
+const _: () = {
+    assert!(size_of::<Event>() == size_of::<types::event>());
+    assert!(align_of::<Event>() == align_of::<types::event>());
+    assert!(offset_of!(Event, timestamp_ns) == offset_of!(types::event, timestamp_ns));
+    assert!(offset_of!(Event, tid) == offset_of!(types::event, tid));
+    assert!(offset_of!(Event, function) == offset_of!(types::event, function));
+    assert!(offset_of!(Event, stack) == offset_of!(types::event, stack));
+    assert!(offset_of!(Event, pid) == offset_of!(types::event, pid));
+};
+
+// ...with the same names and types, and no other field on either side: both patterns are
+// exhaustive, and the fields move without conversion.
+const _: fn(types::event) -> Event = |event| {
+    let types::event {
+        timestamp_ns,
+        tid,
+        function,
+        stack,
+        pid,
+    } = event;
+    Event {
+        timestamp_ns,
+        tid,
+        function,
+        stack,
+        pid,
+    }
+};
+
+const _: () = {
+    assert!(Event::TID_BITS == types::event_bits::EVENT_TID_BITS.0);
+    assert!(Event::EXIT == 1 << types::event_bits::EVENT_EXIT_BIT.0);
+    assert!(Event::LIBRARY_LOADED == types::special_function::EVENT_LIBRARY_LOADED.0);
+    assert!(Event::PROCESS_FORKED == types::special_function::EVENT_PROCESS_FORKED.0);
+    assert!(Event::PROCESS_EXECED == types::special_function::EVENT_PROCESS_EXECED.0);
+};
+
+/// Set in an entry probe's cookie when the entry instruction is also one of the function's exit
+/// sites: two probes on one instruction would run in an order the kernel does not promise.
+pub(super) const COOKIE_ALSO_EXIT: u64 = 1 << types::cookie_bits::COOKIE_ALSO_EXIT_BIT.0;
+/// Set in an exit site's cookie when the site is the instruction after a call of a PLT stub: the
+/// return address is popped there, so its slot is just below the stack pointer.
+pub(super) const COOKIE_AFTER_RETURN: u64 = 1 << types::cookie_bits::COOKIE_AFTER_RETURN_BIT.0;
+
+/// The cookie of a PLT call probed where it lands: the stub's function id, and the stub's virtual
+/// address in the executable (below 4 GiB) in the high bits.
+pub(super) fn landing_cookie(function: u32, stub: u64) -> u64 {
+    u64::from(function) | (stub << types::cookie_bits::COOKIE_STUB_SHIFT.0)
+}

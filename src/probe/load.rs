@@ -1,0 +1,173 @@
+//! Loading: the skeleton opened, its configuration written, its programs loaded and the
+//! always-on ones (exec, fork, exit tracepoints) attached.
+
+use std::io;
+use std::mem::MaybeUninit;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{AsRawLibbpf, OpenObject};
+
+use super::error::{load_error, ProbeError};
+use super::interface::skel::{types, OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
+use super::{AttachMode, AttachStrategy};
+
+/// What the loader needs to know before the programs are loaded: the BPF side's `struct
+/// settings`, and the ring buffer's size.
+#[derive(Default)]
+pub struct ProbeConfig {
+    /// The process whose threads are traced.
+    pub tgid: u32,
+    /// Ring buffer size in bytes (a power of two, a multiple of the page size).
+    pub buffer_bytes: u32,
+    /// Count nothing until the target execs (a command utrace forked).
+    pub wait_for_exec: bool,
+    /// Stop the process at a dlopen's return until the recorder lets it go on.
+    pub stop_on_dlopen: bool,
+    /// Follow the processes the target forks, and the programs they exec (`--follow`): each is
+    /// stopped until the recorder has probed it.
+    pub follow: bool,
+    /// The lowest virtual address of the executable's code segments (see
+    /// [`Landings`](crate::plan::Landings)).
+    pub executable_code_vaddr: u64,
+    /// Keep a shadow stack of the return addresses uretprobes replace, for the unwinder (the
+    /// program maps one).
+    pub unwind_shadow: bool,
+}
+
+/// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
+pub type ObjectStorage = MaybeUninit<OpenObject>;
+
+/// The loaded BPF programs and their maps, not yet attached.
+pub struct LoadedProbes<'obj> {
+    pub(super) skel: UtraceSkel<'obj>,
+    /// How their probes are attached.
+    pub(super) strategy: &'static AttachStrategy,
+}
+
+/// Sends libbpf's own messages to the log at trace level (`-dd`), and asks libbpf for none
+/// otherwise: errors reach the user as one line through [`ProbeError`].
+pub fn forward_libbpf_messages() {
+    fn print(_: libbpf_rs::PrintLevel, message: String) {
+        log::trace!(target: crate::diagnostics::LIBBPF_TARGET, "{message}");
+    }
+    let wanted = log::log_enabled!(target: crate::diagnostics::LIBBPF_TARGET, log::Level::Trace);
+    libbpf_rs::set_print(wanted.then_some((libbpf_rs::PrintLevel::Debug, print as _)));
+}
+
+impl<'obj> LoadedProbes<'obj> {
+    pub fn load(
+        storage: &'obj mut ObjectStorage,
+        config: &ProbeConfig,
+    ) -> Result<Self, ProbeError> {
+        let strategy = super::strategy();
+        if config.follow && !strategy.follow {
+            return Err(ProbeError::Unsupported {
+                what: "--follow",
+                needs: "the bpf_send_signal_task kfunc",
+            });
+        }
+        let builder = UtraceSkelBuilder::default();
+        let mut open: OpenUtraceSkel = builder.open(storage).map_err(load_error)?;
+        // Programs whose kfuncs or link type the kernel lacks stay out (the loader would refuse
+        // them); what they serve is not asked for on such a kernel.
+        open.progs.plt_call.set_autoload(strategy.plt_sessions);
+        open.progs.process_forked.set_autoload(strategy.follow);
+        if strategy.mode == AttachMode::Single {
+            for program in [
+                &mut open.progs.function_entry,
+                &mut open.progs.function_exit_site,
+                &mut open.progs.function_exit,
+                &mut open.progs.library_loaded,
+                &mut open.progs.unwinder_entered,
+            ] {
+                attach_through_perf_events(program);
+            }
+        }
+        let rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .expect("the BPF object has read-only data (settings)");
+        rodata.settings = settings(config);
+        open.maps
+            .events
+            .set_max_entries(config.buffer_bytes)
+            .map_err(load_error)?;
+        if !config.follow {
+            // A hash map's entries are allocated when it is created: none are needed.
+            open.maps
+                .followed_processes
+                .set_max_entries(1)
+                .map_err(load_error)?;
+        }
+        let mut skel = open.load().map_err(load_error)?;
+        if config.wait_for_exec {
+            let link = skel.progs.target_exec.attach().map_err(load_error)?;
+            skel.links.target_exec = Some(link);
+        }
+        if config.follow {
+            let link = skel.progs.process_forked.attach().map_err(load_error)?;
+            skel.links.process_forked = Some(link);
+            let link = skel.progs.process_execed.attach().map_err(load_error)?;
+            skel.links.process_execed = Some(link);
+            let link = skel.progs.followed_exit.attach().map_err(load_error)?;
+            skel.links.followed_exit = Some(link);
+        }
+        if config.unwind_shadow {
+            let link = skel.progs.shadow_thread_exit.attach().map_err(load_error)?;
+            skel.links.shadow_thread_exit = Some(link);
+        }
+        Ok(LoadedProbes { skel, strategy })
+    }
+
+    /// How [`attach`](Self::attach) attaches probes.
+    pub fn attach_mode(&self) -> AttachMode {
+        self.strategy.mode
+    }
+}
+
+/// Makes a `uprobe.multi` program one a perf-event link can take: the kernel picks the
+/// program's helpers (`bpf_get_attach_cookie` among them) by its expected attach type, and
+/// refuses a link of another kind.
+fn attach_through_perf_events(program: &mut libbpf_rs::OpenProgramMut) {
+    // What libbpf gives a `SEC("uprobe")` program: no expected attach type.
+    const PLAIN_UPROBE: libbpf_rs::libbpf_sys::bpf_attach_type = 0;
+    // SAFETY: the program belongs to an object opened and not yet loaded, which is when its
+    // expected attach type may change; libbpf only stores the value.
+    let status = unsafe {
+        libbpf_rs::libbpf_sys::bpf_program__set_expected_attach_type(
+            program.as_libbpf_object().as_ptr(),
+            PLAIN_UPROBE,
+        )
+    };
+    debug_assert_eq!(status, 0);
+}
+
+/// The BPF side's `struct settings` (src/bpf/interface.h) for `config`.
+fn settings(config: &ProbeConfig) -> types::settings {
+    // Written whole: a field added in C and not here fails to compile.
+    types::settings {
+        tgid: config.tgid,
+        wait_for_exec: MaybeUninit::new(config.wait_for_exec),
+        stop_on_dlopen: MaybeUninit::new(config.stop_on_dlopen),
+        follow: MaybeUninit::new(config.follow),
+        unwind_shadow: MaybeUninit::new(config.unwind_shadow),
+        // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below
+        // that, so the common hit pays for no wake-up.
+        wakeup_bytes: u64::from(config.buffer_bytes / 8),
+        executable_code_vaddr: config.executable_code_vaddr,
+    }
+}
+
+/// Rounds a requested buffer size to what a BPF ring buffer accepts: a power of two, at least a
+/// page.
+pub fn ring_buffer_size(requested: u64) -> io::Result<u32> {
+    let page = 4096u64;
+    let size = requested.max(page).next_power_of_two();
+    u32::try_from(size).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("--buffer-size {requested} is too large: at most 2G"),
+        )
+    })
+}

@@ -1,0 +1,30 @@
+//! The probe layer: the BPF side of a recording, in the stages a reader can name, each in its
+//! own file:
+//!
+//! 0. `features.rs` and `strategy.rs`: what the kernel offers, probed once, and how probes are
+//!    attached on it (`uprobe_multi`, or one uprobe per probe site);
+//! 1. `load.rs`: open the skeleton, write its configuration, load the programs;
+//! 2. `attach.rs`: attach the planned functions' probes and the watches, filtered to a process;
+//! 3. `globals.rs`: while they run, switch recording on and off and read their counters;
+//! 4. `release.rs`: detach every link, in the order the kernel needs.
+//!
+//! `interface.rs` is where Rust meets the C definitions of the event, the cookie bits and the
+//! configuration (`src/bpf/interface.h`).
+
+mod attach;
+mod error;
+mod features;
+mod globals;
+mod interface;
+mod load;
+mod release;
+mod strategy;
+
+pub use attach::Watch;
+pub use error::ProbeError;
+pub use features::{KernelFeatures, Support};
+pub use load::{
+    forward_libbpf_messages, ring_buffer_size, LoadedProbes, ObjectStorage, ProbeConfig,
+};
+pub use release::AttachedProbes;
+pub use strategy::{strategy, AttachMode, AttachStrategy, ATTACH_MODE_VARIABLE};
