@@ -86,6 +86,9 @@ struct settings {
 	/* The lowest virtual address of the executable's code segments in its file: with the
 	 * kernel's mm->start_code (where that code was loaded), the executable's load bias. */
 	__u64 executable_code_vaddr;
+	/* The recorder's process id: its exit stops the recording (process_exit). 64 bits, so the
+	 * struct has no padding. */
+	__u64 recorder_tgid;
 };
 
 /* Not used by the programs: one object of each type above that no global holds, so that the

@@ -87,7 +87,11 @@ bool target_exec_passed = false;
 extern int bpf_send_signal_task(struct task_struct *task, int sig, enum pid_type type,
 				__u64 value) __ksym __weak;
 
+extern struct task_struct *bpf_task_from_pid(__s32 pid) __ksym;
+extern void bpf_task_release(struct task_struct *p) __ksym;
+
 #define SIGSTOP 19
+#define SIGCONT 18
 
 /* The target, or a process it forked under --follow. */
 static __always_inline bool is_traced(__u32 tgid)
@@ -241,6 +245,31 @@ int function_exit_site(struct pt_regs *ctx)
 	return record((__u32)cookie | EVENT_EXIT, slot);
 }
 
+/* A function whose exit a return probe sees, where the kernel has uprobe sessions: its entry
+ * and its return in one program. The entry asks for the return probe only while recording, so
+ * once recording stops (the recorder detaching, or gone: see process_exit) no call makes a new
+ * return instance. Those would hold up the release of every link: releasing one waits for the
+ * kernel's uretprobe SRCU grace period, which each new return instance pushes back. */
+SEC("uprobe.session")
+int function_call(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 sp = PT_REGS_SP(ctx);
+
+	if (bpf_session_is_return()) {
+		/* The `ret` has popped the return address: its slot is just below sp. */
+		shadow_left(sp - 8);
+		return record((__u32)cookie | EVENT_EXIT, sp - 8);
+	}
+	if (!recording)
+		return 1;
+	/* At the entry (or a site before any stack change) sp points at the return address. */
+	shadow_entered(sp);
+	record((__u32)cookie, sp);
+	return 0;
+}
+
+/* The same, where the kernel has no sessions: the return probe of function_entry's functions. */
 SEC("uretprobe.multi")
 int function_exit(struct pt_regs *ctx)
 {
@@ -328,14 +357,54 @@ int process_execed(void *ctx)
 	return 0;
 }
 
-/* --follow: the last thread of a followed process has exited; its pid may be reused by a process
- * that is not followed once it has been reaped, which comes after this. */
+/* Lets process `tgid` go on if it is stopped: a SIGCONT to a process that runs changes nothing
+ * (unless it handles SIGCONT), and one to a process about to stop cancels the stop. */
+static __always_inline void continue_process(__u32 tgid)
+{
+	struct task_struct *task;
+
+	if (!bpf_ksym_exists(bpf_send_signal_task))
+		return;
+	task = bpf_task_from_pid(tgid);
+	if (!task)
+		return;
+	bpf_send_signal_task(task, SIGCONT, PIDTYPE_TGID, 0);
+	bpf_task_release(task);
+}
+
+static long continue_followed(void *map, __u32 *tgid, __u8 *value, void *ctx)
+{
+	continue_process(*tgid);
+	return 0;
+}
+
+/* A process's last thread is exiting.
+ *
+ * The recorder, still recording: it was killed (SIGKILL, the OOM killer) or crashed. Recording
+ * stops here, before the kernel closes the recorder's files and so releases its links: from now
+ * on no call makes a return instance (function_call, plt_call), and the releases finish at once
+ * rather than while the program keeps calling. The processes that may wait stopped for the
+ * recorder (at a dlopen, a stack write, a fork or exec under --follow) are let go.
+ *
+ * A followed process: its pid may be reused by a process that is not followed once it has been
+ * reaped, which comes after this. */
 SEC("tp_btf/sched_process_exit")
-int BPF_PROG(followed_exit, struct task_struct *task, bool group_dead)
+int BPF_PROG(process_exit, struct task_struct *task, bool group_dead)
 {
 	__u32 tgid = task->tgid;
 
-	if (group_dead && tgid != settings.tgid)
+	if (!group_dead)
+		return 0;
+	if (tgid == settings.recorder_tgid) {
+		if (!recording)
+			return 0;
+		recording = false;
+		serving_stack_writes = false;
+		continue_process(settings.tgid);
+		if (settings.follow)
+			bpf_for_each_map_elem(&followed_processes, continue_followed, NULL, 0);
+	} else if (settings.follow && tgid != settings.tgid) {
 		bpf_map_delete_elem(&followed_processes, &tgid);
+	}
 	return 0;
 }

@@ -63,8 +63,17 @@ impl LoadedProbes<'_> {
                 name: &table.modules[module_index],
                 pid,
             };
-            let plan = ModuleProbes::new(table, exits, landings, module_index as u32);
+            let sessions = self.strategy.sessions;
+            let plan = ModuleProbes::new(table, exits, landings, module_index as u32, sessions);
             let progs = &self.skel.progs;
+            // Sessions make return probes: they are released with the return links.
+            attached.return_links.extend(self.attach_sites(
+                &progs.function_call,
+                target,
+                plan.calls,
+                Hook::Session,
+                "entry and return",
+            )?);
             let kinds = [
                 (
                     &progs.function_exit,
@@ -105,7 +114,7 @@ impl LoadedProbes<'_> {
     ) -> Result<AttachedProbes, ProbeError> {
         let started = Instant::now();
         let mut attached = AttachedProbes::default();
-        if !landings.is_empty() && !self.strategy.plt_sessions {
+        if !landings.is_empty() && !self.strategy.sessions {
             return Err(ProbeError::Unsupported {
                 what: "probing PLT calls where they land",
                 needs: "uprobe sessions on uprobe_multi",
@@ -255,6 +264,9 @@ impl LoadedProbes<'_> {
 
 /// The probes of one module, as (file offset, cookie) pairs per kind.
 struct ModuleProbes {
+    /// Entry and return as one session (functions whose exit a return probe sees, where the
+    /// kernel has sessions).
+    calls: Vec<(usize, u64)>,
     entries: Vec<(usize, u64)>,
     uretprobes: Vec<(usize, u64)>,
     exit_sites: Vec<(usize, u64)>,
@@ -266,8 +278,10 @@ impl ModuleProbes {
         exits: &[ExitProbe],
         landings: &Landings,
         module: u32,
+        sessions: bool,
     ) -> ModuleProbes {
         let mut probes = ModuleProbes {
+            calls: Vec::new(),
             entries: Vec::new(),
             uretprobes: Vec::new(),
             exit_sites: Vec::new(),
@@ -284,6 +298,10 @@ impl ModuleProbes {
                 _ => id,
             };
             match &exits[id as usize] {
+                ExitProbe::Uretprobe(_) if sessions => {
+                    probes.calls.push((entry, id));
+                    continue;
+                }
                 ExitProbe::Uretprobe(_) => probes.uretprobes.push((entry, id)),
                 ExitProbe::Sites(offsets) => {
                     for &offset in offsets {

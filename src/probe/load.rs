@@ -70,7 +70,8 @@ impl<'obj> LoadedProbes<'obj> {
         let mut open: OpenUtraceSkel = builder.open(storage).map_err(load_error)?;
         // Programs whose kfuncs or link type the kernel lacks stay out (the loader would refuse
         // them); what they serve is not asked for on such a kernel.
-        open.progs.plt_call.set_autoload(strategy.plt_sessions);
+        open.progs.plt_call.set_autoload(strategy.sessions);
+        open.progs.function_call.set_autoload(strategy.sessions);
         open.progs.process_forked.set_autoload(strategy.follow);
         if strategy.mode == AttachMode::Single {
             for program in [
@@ -110,9 +111,10 @@ impl<'obj> LoadedProbes<'obj> {
             skel.links.process_forked = Some(link);
             let link = skel.progs.process_execed.attach().map_err(load_error)?;
             skel.links.process_execed = Some(link);
-            let link = skel.progs.followed_exit.attach().map_err(load_error)?;
-            skel.links.followed_exit = Some(link);
         }
+        // Always: it stops the recording if utrace dies (see process_exit in utrace.bpf.c).
+        let link = skel.progs.process_exit.attach().map_err(load_error)?;
+        skel.links.process_exit = Some(link);
         if config.unwind_shadow {
             let link = skel.progs.shadow_thread_exit.attach().map_err(load_error)?;
             skel.links.shadow_thread_exit = Some(link);
@@ -156,6 +158,7 @@ fn settings(config: &ProbeConfig) -> types::settings {
         // that, so the common hit pays for no wake-up.
         wakeup_bytes: u64::from(config.buffer_bytes / 8),
         executable_code_vaddr: config.executable_code_vaddr,
+        recorder_tgid: u64::from(std::process::id()),
     }
 }
 

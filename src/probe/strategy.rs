@@ -38,10 +38,12 @@ impl fmt::Display for AttachMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttachStrategy {
     pub mode: AttachMode,
-    /// PLT calls can be probed where they land, with one `uprobe.session` link per library:
-    /// needs `uprobe_multi`, uprobe sessions and `bpf_session_is_return`. Otherwise they are
-    /// probed at their stubs.
-    pub plt_sessions: bool,
+    /// Uprobe sessions can be used (they need `uprobe_multi`, sessions and
+    /// `bpf_session_is_return`): a function's entry and return probes are one session, whose
+    /// entry decides whether the return is probed, and PLT calls can be probed where they land.
+    /// Otherwise entries and returns are separate probes, and PLT calls are probed at their
+    /// stubs.
+    pub sessions: bool,
     /// Forked children can be stopped until they are probed (`--follow`): needs
     /// `bpf_send_signal_task`.
     pub follow: bool,
@@ -60,7 +62,7 @@ impl AttachStrategy {
         };
         AttachStrategy {
             mode,
-            plt_sessions: mode == AttachMode::Multi
+            sessions: mode == AttachMode::Multi
                 && !features.uprobe_session.missing()
                 && !features.session_is_return.missing(),
             follow: !features.send_signal_task.missing(),
@@ -102,7 +104,7 @@ fn say(strategy: &AttachStrategy, asked: Option<AttachMode>) {
         "kernel features: {features} (probed in {:.1} ms)",
         features.probe_time.as_secs_f64() * 1e3
     );
-    let plt = match strategy.plt_sessions {
+    let plt = match strategy.sessions {
         true => "PLT calls may be probed where they land (uprobe sessions)",
         false => "PLT calls probed at their stubs (probing them where they land needs uprobe sessions on uprobe_multi)",
     };
@@ -140,7 +142,7 @@ mod tests {
     fn uprobe_multi_where_the_kernel_has_it() {
         let strategy = AttachStrategy::choose(features(Support::Yes, Support::Yes), None);
         assert_eq!(strategy.mode, AttachMode::Multi);
-        assert!(strategy.plt_sessions && strategy.follow);
+        assert!(strategy.sessions && strategy.follow);
     }
 
     #[test]
@@ -152,7 +154,7 @@ mod tests {
         );
         for strategy in [missing, asked] {
             assert_eq!(strategy.mode, AttachMode::Single);
-            assert!(!strategy.plt_sessions);
+            assert!(!strategy.sessions);
         }
     }
 
@@ -160,12 +162,12 @@ mod tests {
     fn plt_calls_at_their_stubs_without_sessions_or_their_kfunc() {
         let strategy = AttachStrategy::choose(features(Support::Yes, Support::No), None);
         assert_eq!(
-            (strategy.mode, strategy.plt_sessions),
+            (strategy.mode, strategy.sessions),
             (AttachMode::Multi, false)
         );
         let mut no_kfunc = features(Support::Yes, Support::Yes);
         no_kfunc.session_is_return = Support::No;
-        assert!(!AttachStrategy::choose(no_kfunc, None).plt_sessions);
+        assert!(!AttachStrategy::choose(no_kfunc, None).sessions);
     }
 
     #[test]
@@ -175,6 +177,6 @@ mod tests {
         features.send_signal_task = refused;
         let strategy = AttachStrategy::choose(features, None);
         assert_eq!(strategy.mode, AttachMode::Multi);
-        assert!(strategy.plt_sessions && strategy.follow);
+        assert!(strategy.sessions && strategy.follow);
     }
 }

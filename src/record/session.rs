@@ -419,7 +419,7 @@ fn plan_options(options: &TraceOptions, target: &Target) -> PlanOptions {
             Target::Running(_) => ProcessOrigin::Attached,
         },
         preloaded_libraries: preloads_libraries(target),
-        kernel_lacks_sessions: !probe::strategy().plt_sessions,
+        kernel_lacks_sessions: !probe::strategy().sessions,
     }
 }
 
