@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -34,16 +35,8 @@ fn follow_traces_a_forked_child_that_execs_another_program() {
     let (forkexec, calls) = forkexec_and_calls();
     let calls_arg = calls.to_str().unwrap();
     let recording = record_unchanged(&forkexec, &[calls_arg], &["--follow"]);
-    let stdout = &recording.output.stdout;
     let json = recording.json();
-    let (target, child) = target_and_child(&json);
-    let processes = counts_by_pid(&json);
-
-    assert_counts_match(&role_counts(stdout, "parent"), &processes[&target]);
-    // Before its exec the child runs forkexec's functions, after it calls' own.
-    let mut child_counts = role_counts(stdout, "child");
-    child_counts.extend(own_counts(stdout));
-    assert_counts_match(&child_counts, &processes[&child]);
+    let (target, child, processes) = assert_forkexec_counts(&recording, &json);
     // Each process only what it ran: main's frame in the child was inherited, never entered.
     assert_eq!(processes[&target].get("child_work"), None);
     assert_eq!(processes[&target].get("fib"), None);
@@ -127,14 +120,7 @@ fn follow_keeps_the_exceptions_of_an_execed_program_alive() {
     let forkexec = compile("forkexec.c", "forkexec", &[]);
     let exceptions = compile("exceptions.cpp", "exceptions-execed", &[]);
     let recording = record_unchanged(&forkexec, &[exceptions.to_str().unwrap()], &["--follow"]);
-    let stdout = &recording.output.stdout;
-    let json = recording.json();
-    let (target, child) = target_and_child(&json);
-    let processes = counts_by_pid(&json);
-    assert_counts_match(&role_counts(stdout, "parent"), &processes[&target]);
-    let mut child_counts = role_counts(stdout, "child");
-    child_counts.extend(own_counts(stdout));
-    assert_counts_match(&child_counts, &processes[&child]);
+    assert_forkexec_counts(&recording, &recording.json());
 }
 
 #[test]
@@ -272,4 +258,21 @@ fn record_time_filters_keep_the_processes_apart() {
         replay.lines().any(|line| line.ends_with(&calls_main)),
         "{replay}"
     );
+}
+
+/// Checks the counts of a `forkexec` recording against what each process printed: the parent's,
+/// and the child's (forkexec's functions before its exec, the exec'ed program's after). Returns
+/// the target's and the child's pids and the counts per process.
+fn assert_forkexec_counts(
+    recording: &Recording,
+    json: &serde_json::Value,
+) -> (u64, u64, BTreeMap<u64, BTreeMap<String, u64>>) {
+    let stdout = &recording.output.stdout;
+    let (target, child) = target_and_child(json);
+    let processes = counts_by_pid(json);
+    assert_counts_match(&role_counts(stdout, "parent"), &processes[&target]);
+    let mut child_counts = role_counts(stdout, "child");
+    child_counts.extend(own_counts(stdout));
+    assert_counts_match(&child_counts, &processes[&child]);
+    (target, child, processes)
 }
