@@ -78,18 +78,40 @@ fn ended_within(process: &mut Child, limit: Duration) -> Option<Duration> {
     None
 }
 
-/// `utrace record -o data [extra] -- busy SECONDS`, its standard output (the program's) piped.
-fn record_busy(busy: &std::path::Path, data: &std::path::Path, seconds: &str) -> Child {
-    utrace()
-        .args(["record", "-o"])
-        .arg(data)
-        .arg("--")
-        .arg(busy)
-        .arg(seconds)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+/// `busy 5` recording under `utrace record`, with busy's untraced rate measured first.
+struct BusyRecording {
+    untraced: f64,
+    recorder: Child,
+    rates: Rates,
+    data: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl BusyRecording {
+    fn start() -> BusyRecording {
+        let busy = compile("busy.c", "busy", &[]);
+        let untraced = untraced_rate(&busy);
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("busy.data");
+        let mut recorder = utrace()
+            .args(["record", "-o"])
+            .arg(&data)
+            .arg("--")
+            .arg(&busy)
+            .arg("5")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let rates = Rates::of(&mut recorder);
+        BusyRecording {
+            untraced,
+            recorder,
+            rates,
+            data,
+            _dir: dir,
+        }
+    }
 }
 
 /// The program slowed down while traced, and runs at its own speed again once the recorder has
@@ -114,12 +136,13 @@ fn killing_the_recorder_frees_the_program_at_once() {
     if !bpf_available("killing_the_recorder_frees_the_program_at_once") {
         return;
     }
-    let busy = compile("busy.c", "busy", &[]);
-    let untraced = untraced_rate(&busy);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("killed.data");
-    let mut recorder = record_busy(&busy, &data, "5");
-    let mut rates = Rates::of(&mut recorder);
+    let BusyRecording {
+        untraced,
+        mut recorder,
+        mut rates,
+        data,
+        _dir,
+    } = BusyRecording::start();
     rates.next(3);
     let traced = rates.median(5);
     send_signal(recorder.id(), libc::SIGKILL);
@@ -140,12 +163,13 @@ fn a_second_interrupt_ends_the_recording_at_once() {
     if !bpf_available("a_second_interrupt_ends_the_recording_at_once") {
         return;
     }
-    let busy = compile("busy.c", "busy", &[]);
-    let untraced = untraced_rate(&busy);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("interrupted.data");
-    let mut recorder = record_busy(&busy, &data, "5");
-    let mut rates = Rates::of(&mut recorder);
+    let BusyRecording {
+        untraced,
+        mut recorder,
+        mut rates,
+        data,
+        _dir,
+    } = BusyRecording::start();
     // The first line comes 100 ms after the program started, which is when recording began.
     rates.next(1);
     let first_line = Instant::now();
