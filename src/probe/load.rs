@@ -72,6 +72,9 @@ impl<'obj> LoadedProbes<'obj> {
         // them); what they serve is not asked for on such a kernel.
         open.progs.plt_call.set_autoload(strategy.sessions);
         open.progs.function_call.set_autoload(strategy.sessions);
+        // Only where sessions are missing do functions get a separate return probe; its
+        // verification costs tens of milliseconds at start-up (the shadow stack's code).
+        open.progs.function_exit.set_autoload(!strategy.sessions);
         open.progs.process_forked.set_autoload(strategy.follow);
         if strategy.mode == AttachMode::Single {
             for program in [
