@@ -107,6 +107,10 @@ pub trait CallSink {
     /// `note` (an [`Event::PROCESS_EXECED`]) came, after the calls it ended were finished. Only
     /// a sink that writes the events back needs it.
     fn process_execed(&mut self, _note: &Event) {}
+
+    /// `note` (an [`Event::UNWOUND`]) came, after the frames it closed were finished. Only a
+    /// sink that writes the events back needs it.
+    fn unwound(&mut self, _note: &Event) {}
 }
 
 /// A closure is a sink, which keeps one-off consumers and tests short.
@@ -200,6 +204,11 @@ impl Replayer {
         if event.function == Event::PROCESS_EXECED {
             self.close_process(event.pid, event.timestamp_ns, sink);
             sink.process_execed(event);
+            return;
+        }
+        if event.function == Event::UNWOUND {
+            self.close_unwound(event, sink);
+            sink.unwound(event);
             return;
         }
         let function = event.function_id();
@@ -329,6 +338,29 @@ impl Replayer {
         };
         for stack in self.stacks.iter_mut().filter(|stack| stack.pid == pid) {
             self.stats.unfinished_calls += stack.close(ts, sink, &mut ending);
+        }
+    }
+
+    /// The unwinder landed on the note's thread at the stack pointer in `note.stack`: the open
+    /// frames below it were skipped by the exception and never return. They end there, with
+    /// unknown time.
+    fn close_unwound<S: CallSink>(&mut self, note: &Event, sink: &mut S) {
+        let Some(&index) = self.index.get(&note.tid()) else {
+            return;
+        };
+        let stack = &mut self.stacks[index];
+        let mut ending = Ending {
+            costs: &self.costs,
+            spare_active: &mut self.spare_active,
+            clamped: &mut self.stats.clamped_times,
+        };
+        while stack
+            .frames
+            .last()
+            .is_some_and(|frame| frame.slot != 0 && height(note.stack, frame.slot) > 0)
+        {
+            stack.pop(FrameEnd::Unknown, sink, &mut ending);
+            self.stats.unknown_time_calls += 1;
         }
     }
 
