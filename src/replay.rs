@@ -233,6 +233,13 @@ impl Replayer {
             end_ns: ts,
             cpu: event.cpu(),
         };
+        if stack.awaiting_exit {
+            stack.awaiting_exit = false;
+            if !(event.is_exit() && stack.is_on_top(function, event.stack)) {
+                stack.pop(FrameEnd::Unknown, sink, &mut ending);
+                self.stats.unknown_time_calls += 1;
+            }
+        }
         if event.is_exit() && event.stack == 0 {
             if !stack.is_active(function) {
                 self.stats.unmatched_exits += 1;
@@ -252,6 +259,7 @@ impl Replayer {
             self.stats.unknown_time_calls += gone as u64;
             if matched {
                 stack.pop(returned, sink, &mut ending);
+                stack.awaiting_exit = stack.is_on_top(function, event.stack);
             } else {
                 self.stats.unmatched_exits += 1;
             }
@@ -431,6 +439,11 @@ struct CallStack {
     /// The functions of `frames`, kept apart so the path is a slice to hand to sinks.
     path: Vec<FunctionId>,
     frames: Vec<Frame>,
+    /// The frame on top called itself at its own slot (`jmp` to its own start, or a longjmp
+    /// back into its caller that called it again) and that call has returned: with uretprobes, a
+    /// tail call's return comes right after its callee's, so any other event means the frame
+    /// was left by a longjmp and is gone.
+    awaiting_exit: bool,
     /// How many frames of each function are open, indexed by function id; empty while the
     /// stack is empty (the vector then sits in the replayer's spares), so recursion and "is
     /// this exit's function on the stack" are O(1) without a table per idle thread.
@@ -444,12 +457,18 @@ impl CallStack {
             pid,
             path: Vec::new(),
             frames: Vec::new(),
+            awaiting_exit: false,
             active: Vec::new(),
         }
     }
 
     fn top(&self) -> Option<FunctionId> {
         self.path.last().copied()
+    }
+
+    /// Whether the frame on top is a call of `function` at `slot`.
+    fn is_on_top(&self, function: FunctionId, slot: u32) -> bool {
+        self.top() == Some(function) && self.frames.last().is_some_and(|frame| frame.slot == slot)
     }
 
     fn is_active(&self, function: FunctionId) -> bool {
@@ -473,17 +492,23 @@ impl CallStack {
 
     /// For an entry of `function` whose return address goes to `slot`: how many frames from the
     /// top are gone, since the call reuses their stack (a longjmp landed above them). The frame
-    /// on top at the same slot is a caller that tail-called, unless it is `function` again.
+    /// on top at the same slot is a caller that tail-called, even `function` itself (a self tail
+    /// call, whose return comes right after the callee's: see [`CallStack::awaiting_exit`]);
+    /// below frames that are gone, `function` again at the same slot is a new call after a
+    /// longjmp, and the old one is gone too.
     fn frames_called_over(&self, function: FunctionId, slot: u32) -> usize {
-        self.frames
+        let deeper = self
+            .frames
             .iter()
-            .zip(&self.path)
             .rev()
-            .take_while(|(frame, &open)| match height(slot, frame.slot) {
-                0 => open == function,
-                h => h > 0,
-            })
-            .count()
+            .take_while(|frame| height(slot, frame.slot) > 0)
+            .count();
+        let below = self.frames.len() - deeper;
+        let again = deeper > 0
+            && below > 0
+            && height(slot, self.frames[below - 1].slot) == 0
+            && self.path[below - 1] == function;
+        deeper + usize::from(again)
     }
 
     /// Opens a frame; `take_active` provides zeroed counters when the stack has none.
@@ -525,6 +550,7 @@ impl CallStack {
 
     /// Closes the top frame as `end` says and hands it to `sink`. The stack must not be empty.
     fn pop<S: CallSink>(&mut self, end: FrameEnd, sink: &mut S, ending: &mut Ending) {
+        self.awaiting_exit = false;
         let frame = self.frames.pop().expect("pop on an empty call stack");
         let depth = self.frames.len();
         let function = self.path[depth];
@@ -1233,7 +1259,8 @@ mod tests {
     #[test]
     fn replay_keeps_a_tail_call_at_its_callers_slot_inside_it() {
         // a jumps to b, so b's return address is a's; with uretprobes both exits come at b's
-        // return, b's first. Then a calls c at its own slot: c is a new call, not a tail call.
+        // return, b's first. Then a jumps to itself (a self tail call, as SQLite's
+        // sqlite3WhereSplit): nested and timed the same way.
         let events = [
             entry_at(0, MAIN, 0x1000),
             entry_at(10, A, 0x0f00),
@@ -1241,8 +1268,11 @@ mod tests {
             exit_at(30, B, 0x0f00),
             exit_at(31, A, 0x0f00),
             entry_at(40, A, 0x0f00),
+            entry_at(42, C, 0x0e00),
+            exit_at(43, C, 0x0e00),
             entry_at(45, A, 0x0f00),
             exit_at(50, A, 0x0f00),
+            exit_at(51, A, 0x0f00),
             exit_at(60, MAIN, 0x1000),
         ];
         let (calls, stats) = replay_slots(4, &events, 100);
@@ -1251,13 +1281,52 @@ mod tests {
             vec![
                 (call(B, 1, 15, 15, 15, 2, true, false), vec![MAIN, A, B]),
                 (call(A, 1, 10, 21, 6, 1, true, false), vec![MAIN, A]),
-                // The same function again at the same slot: the first one was left.
-                (skipped(A, 40, 1, false), vec![MAIN, A]),
-                (call(A, 1, 45, 5, 5, 1, true, false), vec![MAIN, A]),
-                (call(MAIN, 1, 0, 60, 34, 0, true, false), vec![MAIN]),
+                (call(C, 1, 42, 1, 1, 2, true, false), vec![MAIN, A, C]),
+                (call(A, 1, 45, 5, 5, 2, true, true), vec![MAIN, A, A]),
+                (call(A, 1, 40, 11, 5, 1, true, false), vec![MAIN, A]),
+                (call(MAIN, 1, 0, 60, 28, 0, true, false), vec![MAIN]),
             ]
         );
-        assert_eq!((stats.unknown_time_calls, stats.unmatched_exits), (1, 0));
+        assert_eq!((stats.unknown_time_calls, stats.unmatched_exits), (0, 0));
+    }
+
+    #[test]
+    fn replay_tells_a_call_again_after_a_longjmp_from_a_self_tail_call() {
+        // a at 0x0f00 calls b, which longjmps back into main; main calls a again at the same
+        // slot: the first a and its b are gone. Then a longjmps itself (b untraced) and main
+        // calls a again: nested under the first as a tail call would be, until any event but
+        // the first one's exit comes right after the second one's exit.
+        let events = [
+            entry_at(0, MAIN, 0x1000),
+            entry_at(10, A, 0x0f00),
+            entry_at(15, B, 0x0e00),
+            entry_at(20, A, 0x0f00),
+            entry_at(30, A, 0x0f00),
+            exit_at(35, A, 0x0f00),
+            entry_at(40, C, 0x0f00),
+            exit_at(45, C, 0x0f00),
+            exit_at(60, MAIN, 0x1000),
+        ];
+        let (calls, stats) = replay_slots(4, &events, 100);
+        assert_eq!(
+            calls,
+            vec![
+                (skipped(B, 15, 2, false), vec![MAIN, A, B]),
+                (skipped(A, 10, 1, false), vec![MAIN, A]),
+                (call(A, 1, 30, 5, 5, 2, true, true), vec![MAIN, A, A]),
+                // Untimed, and the recursive call inside it stands for it.
+                (
+                    FinishedCall {
+                        recursion_ns: 5,
+                        ..skipped(A, 20, 1, false)
+                    },
+                    vec![MAIN, A],
+                ),
+                (call(C, 1, 40, 5, 5, 1, true, false), vec![MAIN, C]),
+                (call(MAIN, 1, 0, 60, 50, 0, true, false), vec![MAIN]),
+            ]
+        );
+        assert_eq!((stats.unknown_time_calls, stats.unmatched_exits), (3, 0));
     }
 
     #[test]

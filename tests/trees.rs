@@ -110,3 +110,61 @@ fn calls_after_a_catch_are_the_catching_functions_with_ret_probes() {
          up to the end of the trace or to an outer return);",
     );
 }
+
+/// A function that ends in a `jmp` to itself: with uretprobes the kernel chains the callee's
+/// return probe to the caller's, and both exits come at the callee's `ret`, innermost first.
+/// Each call is nested in the one that tail-called it, timed, with no unmatched exit (the
+/// longjmp re-entry that the same slot could also mean is tests/pairing.rs's).
+#[test]
+fn a_self_tail_call_is_nested_and_timed() {
+    if !bpf_available("a_self_tail_call_is_nested_and_timed") {
+        return;
+    }
+    let program = compile("self_tail.c", "self_tail", &["-foptimize-sibling-calls"]);
+    let split = objdump(&program, "split");
+    let start = split
+        .lines()
+        .find_map(|line| line.strip_suffix(" <split>:"))
+        .expect("split's address");
+    let start = start.trim_start_matches('0');
+    assert!(
+        split.contains(&format!("jmp    {start} <split>")),
+        "no self tail call:\n{split}"
+    );
+    let recording = record_unchanged(&program, &["2"], &["--exit-probes=uretprobe"]);
+    assert_counts_match(
+        &own_counts(&recording.output.stdout),
+        &recording.traced_counts(),
+    );
+    let replay = recording.report(&["--format=replay"]);
+    assert_eq!(
+        tree(&recording, &[]),
+        "\
+main() {
+  strtol@plt();
+  split() {
+    leaf();
+    split() {
+      leaf();
+      split() {
+        leaf();
+      } /* split */
+    } /* split */
+  } /* split */
+  printf@plt();
+  printf@plt();
+  printf@plt();
+  printf@plt();
+} /* main */
+__cxa_finalize@plt();",
+        "{replay}"
+    );
+    // Every call timed: a duration on each line that closes one.
+    assert!(
+        replay
+            .lines()
+            .filter(|line| line.contains("} /* split */"))
+            .all(|line| !line.starts_with("           |")),
+        "{replay}"
+    );
+}

@@ -138,7 +138,9 @@ pub fn exit_sites(index: &CodeIndex, address: u64, size: u64) -> Result<Vec<u64>
             }
             FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
                 let target = instruction.near_branch_target();
-                if body.contains(&target) {
+                // A jump to its own start runs its entry probe again: a call, as a tail call
+                // to another function is (SQLite's sqlite3WhereSplit ends in one).
+                if body.contains(&target) && target != address {
                     continue;
                 }
                 if let Some(fragment) = index.fragment_at(target) {
@@ -388,6 +390,14 @@ mod tests {
         // The `jmp` back is no exit of f: the catch code GCC moved out returns from
         // __cxa_end_catch@plt onto it.
         assert_eq!(sites[&(BASE + 16)], Ok(vec![BASE + 5, BASE + 13]));
+    }
+
+    #[test]
+    fn a_jump_to_its_own_start_is_a_self_tail_call() {
+        // f at 0: call 0 (itself); 5: jmp 0 (its own start: the entry probe runs again)
+        let code = [0xe8, 0xfb, 0xff, 0xff, 0xff, 0xeb, 0xf9];
+        let index = index(&code, &[BASE], &[]);
+        assert_eq!(exit_sites(&index, BASE, 7), Ok(vec![BASE + 5]));
     }
 
     #[test]
