@@ -168,3 +168,29 @@ __cxa_finalize@plt();",
         "{replay}"
     );
 }
+
+/// `--max-depth` at record time and at report time show the same calls, counted the same, in
+/// the same tree; the times differ as the README says (the probes of the hidden calls ran at
+/// record time, and a file that does not hold them cannot have their cost taken out).
+#[test]
+fn record_time_and_report_time_depth_filters_show_the_same_calls() {
+    if !bpf_available("record_time_and_report_time_depth_filters_show_the_same_calls") {
+        return;
+    }
+    let program = compile("sort.c", "sort-depth", &[]);
+    let full = record_unchanged(&program, &["4"], &[]);
+    let filtered = record_unchanged(&program, &["4"], &["--max-depth", "3"]);
+    let at_report_time = tree(&full, &["--max-depth", "3"]);
+    assert_eq!(tree(&filtered, &[]), at_report_time);
+    assert!(at_report_time.contains("\n    merge_sort();\n"), "{at_report_time}");
+    assert!(!at_report_time.contains("\n      "), "deeper than 3:\n{at_report_time}");
+    let counts = |recording: &Recording, args: &[&str]| {
+        let mut args = args.to_vec();
+        args.push("--format=json");
+        counts_of(&serde_json::from_str(&recording.report(&args)).unwrap())
+    };
+    assert_eq!(
+        counts(&filtered, &[]),
+        counts(&full, &["--max-depth", "3"])
+    );
+}
