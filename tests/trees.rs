@@ -35,8 +35,7 @@ const NOTE_UNKNOWN: &str = "calls with unknown time (returns skipped by longjmp,
 
 /// One round of `catch_loop`: the frames an exception skipped end where it was caught, with
 /// unknown time, and the catch's calls and what follows are main's.
-const CATCH_LOOP_ROUND: &str = "\
-  thrower(int) {
+const CATCH_LOOP_ROUND: &str = "  thrower(int) {
     __cxa_allocate_exception@plt();
     std::runtime_error::runtime_error(char const*)@plt;
     __cxa_throw@plt(); /* time unknown */
