@@ -62,6 +62,22 @@ fn assert_catch_loop_tree(name: &str, extra: &[&str], after: &str) {
              {after} 4 {NOTE_UNKNOWN}"
         )
     );
+    // The flame graph's weight under the thrower is its own calls', no more.
+    let folded = recording.report(&["--format=flame-graph"]);
+    let under_thrower: Vec<&str> = folded
+        .lines()
+        .filter_map(|line| line.strip_prefix("main;thrower(int);"))
+        .filter_map(|line| line.rsplit_once(' ').map(|(stack, _)| stack))
+        .collect();
+    assert_eq!(
+        under_thrower,
+        [
+            "__cxa_allocate_exception@plt",
+            "std::runtime_error::runtime_error(char const*)@plt"
+        ],
+        "{folded}"
+    );
+    assert!(folded.contains("\nmain;work(int) "), "{folded}");
 }
 
 #[test]
