@@ -201,3 +201,39 @@ fn record_time_and_report_time_depth_filters_show_the_same_calls() {
     };
     assert_eq!(counts(&filtered, &[]), counts(&full, &["--max-depth", "3"]));
 }
+
+/// Two threads throwing at once, each through 5 to 150 `pass` frames: every catch_through is
+/// worker's call, timed (it caught), R per thread, whatever the other thread does meanwhile.
+#[test]
+fn threads_that_throw_at_once_keep_their_catches_in_their_own_trees() {
+    if !bpf_available("threads_that_throw_at_once_keep_their_catches_in_their_own_trees") {
+        return;
+    }
+    let program = compile("thread_exceptions.cpp", "thread_exceptions-trees", &[]);
+    for exits in ["--exit-probes=uretprobe", "--exit-probes=ret"] {
+        let recording = record_unchanged(&program, &["20"], &[exits]);
+        assert_counts_match(
+            &own_counts(&recording.output.stdout),
+            &recording.traced_counts(),
+        );
+        let replay = recording.report(&["--format=replay", "--max-depth", "3"]);
+        let mut per_thread = std::collections::BTreeMap::<&str, u32>::new();
+        for line in replay.lines() {
+            let Some((left, call)) = line.split_once(" | ") else {
+                continue;
+            };
+            if call.trim_start().starts_with("catch_through") {
+                assert_eq!(call, "    catch_through(int);", "{exits}:\n{replay}");
+                assert!(left.trim_start().ends_with(']'), "{exits}:\n{replay}");
+                let (duration, tid) = left.rsplit_once('[').unwrap();
+                assert!(!duration.trim().is_empty(), "untimed in {exits}:\n{replay}");
+                *per_thread.entry(tid).or_default() += 1;
+            }
+        }
+        assert_eq!(
+            per_thread.values().copied().collect::<Vec<_>>(),
+            [20, 20],
+            "{exits}:\n{replay}"
+        );
+    }
+}
