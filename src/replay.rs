@@ -14,8 +14,12 @@
 //!   `time_known == false`, no duration, and counted in [`ReplayStats::unknown_time_calls`];
 //! - an entry at or above the slot of open frames means those frames are gone (a longjmp landed
 //!   above them): they are closed the same way. A call at the very slot of the frame on top is a
-//!   tail call (that frame is still open, its uretprobe fires with the callee's) unless it is the
-//!   same function again, which is a new call after a longjmp;
+//!   tail call (that frame is still open, its uretprobe fires with the callee's), also of the
+//!   same function (a `jmp` to its own start), whose exit must then come right after the
+//!   callee's, or it was left by a longjmp; the same function at the slot of a frame below
+//!   frames that are gone is a new call after a longjmp;
+//! - an [`Event::UNWOUND`] note says where an exception or a panic landed: the frames below its
+//!   stack pointer are closed with unknown time;
 //! - entries without exits (the process exited, or we detached) stay open until
 //!   [`Replayer::finish`] closes them at the end of the trace with `complete == false`;
 //! - events without a slot (`stack == 0`: synthetic events, files of older versions) pair by
