@@ -43,6 +43,11 @@ impl Event {
     /// Kept in the data file, where it tells the replayer that the process's open calls will
     /// never return.
     pub const PROCESS_EXECED: u32 = 0x7fff_fffd;
+    /// `function` of the note that the unwinder landed on the thread (`EVENT_UNWOUND`): the
+    /// frames whose return-address slot lies below `stack` (low 32 bits of the landing's stack
+    /// pointer) were skipped by an exception or a panic. Kept in the data file, where it tells
+    /// the replayer to close them, with unknown time.
+    pub const UNWOUND: u32 = 0x7fff_fffc;
     /// Bits of the `tid` field that hold the thread id (`EVENT_TID_BITS`): pid_max is at most
     /// 2^22, which leaves 10 bits for the CPU.
     pub const TID_BITS: u32 = 22;

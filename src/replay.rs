@@ -14,8 +14,12 @@
 //!   `time_known == false`, no duration, and counted in [`ReplayStats::unknown_time_calls`];
 //! - an entry at or above the slot of open frames means those frames are gone (a longjmp landed
 //!   above them): they are closed the same way. A call at the very slot of the frame on top is a
-//!   tail call (that frame is still open, its uretprobe fires with the callee's) unless it is the
-//!   same function again, which is a new call after a longjmp;
+//!   tail call (that frame is still open, its uretprobe fires with the callee's), also of the
+//!   same function (a `jmp` to its own start), whose exit must then come right after the
+//!   callee's, or it was left by a longjmp; the same function at the slot of a frame below
+//!   frames that are gone is a new call after a longjmp;
+//! - an [`Event::UNWOUND`] note says where an exception or a panic landed: the frames below its
+//!   stack pointer are closed with unknown time;
 //! - entries without exits (the process exited, or we detached) stay open until
 //!   [`Replayer::finish`] closes them at the end of the trace with `complete == false`;
 //! - events without a slot (`stack == 0`: synthetic events, files of older versions) pair by
@@ -107,6 +111,10 @@ pub trait CallSink {
     /// `note` (an [`Event::PROCESS_EXECED`]) came, after the calls it ended were finished. Only
     /// a sink that writes the events back needs it.
     fn process_execed(&mut self, _note: &Event) {}
+
+    /// `note` (an [`Event::UNWOUND`]) came, after the frames it closed were finished. Only a
+    /// sink that writes the events back needs it.
+    fn unwound(&mut self, _note: &Event) {}
 }
 
 /// A closure is a sink, which keeps one-off consumers and tests short.
@@ -202,6 +210,11 @@ impl Replayer {
             sink.process_execed(event);
             return;
         }
+        if event.function == Event::UNWOUND {
+            self.close_unwound(event, sink);
+            sink.unwound(event);
+            return;
+        }
         let function = event.function_id();
         if function as usize >= self.function_count {
             self.stats.unknown_function_events += 1;
@@ -224,6 +237,13 @@ impl Replayer {
             end_ns: ts,
             cpu: event.cpu(),
         };
+        if stack.awaiting_exit {
+            stack.awaiting_exit = false;
+            if !(event.is_exit() && stack.is_on_top(function, event.stack)) {
+                stack.pop(FrameEnd::Unknown, sink, &mut ending);
+                self.stats.unknown_time_calls += 1;
+            }
+        }
         if event.is_exit() && event.stack == 0 {
             if !stack.is_active(function) {
                 self.stats.unmatched_exits += 1;
@@ -243,6 +263,7 @@ impl Replayer {
             self.stats.unknown_time_calls += gone as u64;
             if matched {
                 stack.pop(returned, sink, &mut ending);
+                stack.awaiting_exit = stack.is_on_top(function, event.stack);
             } else {
                 self.stats.unmatched_exits += 1;
             }
@@ -332,6 +353,29 @@ impl Replayer {
         }
     }
 
+    /// The unwinder landed on the note's thread at the stack pointer in `note.stack`: the open
+    /// frames below it were skipped by the exception and never return. They end there, with
+    /// unknown time.
+    fn close_unwound<S: CallSink>(&mut self, note: &Event, sink: &mut S) {
+        let Some(&index) = self.index.get(&note.tid()) else {
+            return;
+        };
+        let stack = &mut self.stacks[index];
+        let mut ending = Ending {
+            costs: &self.costs,
+            spare_active: &mut self.spare_active,
+            clamped: &mut self.stats.clamped_times,
+        };
+        while stack
+            .frames
+            .last()
+            .is_some_and(|frame| frame.slot != 0 && height(note.stack, frame.slot) > 0)
+        {
+            stack.pop(FrameEnd::Unknown, sink, &mut ending);
+            self.stats.unknown_time_calls += 1;
+        }
+    }
+
     fn thread_index(&mut self, tid: u32, pid: u32) -> usize {
         let recent = &mut self.recent_threads[tid as usize % RECENT_THREADS];
         if recent.0 == tid {
@@ -399,6 +443,11 @@ struct CallStack {
     /// The functions of `frames`, kept apart so the path is a slice to hand to sinks.
     path: Vec<FunctionId>,
     frames: Vec<Frame>,
+    /// The frame on top called itself at its own slot (`jmp` to its own start, or a longjmp
+    /// back into its caller that called it again) and that call has returned: with uretprobes, a
+    /// tail call's return comes right after its callee's, so any other event means the frame
+    /// was left by a longjmp and is gone.
+    awaiting_exit: bool,
     /// How many frames of each function are open, indexed by function id; empty while the
     /// stack is empty (the vector then sits in the replayer's spares), so recursion and "is
     /// this exit's function on the stack" are O(1) without a table per idle thread.
@@ -412,12 +461,18 @@ impl CallStack {
             pid,
             path: Vec::new(),
             frames: Vec::new(),
+            awaiting_exit: false,
             active: Vec::new(),
         }
     }
 
     fn top(&self) -> Option<FunctionId> {
         self.path.last().copied()
+    }
+
+    /// Whether the frame on top is a call of `function` at `slot`.
+    fn is_on_top(&self, function: FunctionId, slot: u32) -> bool {
+        self.top() == Some(function) && self.frames.last().is_some_and(|frame| frame.slot == slot)
     }
 
     fn is_active(&self, function: FunctionId) -> bool {
@@ -441,17 +496,23 @@ impl CallStack {
 
     /// For an entry of `function` whose return address goes to `slot`: how many frames from the
     /// top are gone, since the call reuses their stack (a longjmp landed above them). The frame
-    /// on top at the same slot is a caller that tail-called, unless it is `function` again.
+    /// on top at the same slot is a caller that tail-called, even `function` itself (a self tail
+    /// call, whose return comes right after the callee's: see [`CallStack::awaiting_exit`]);
+    /// below frames that are gone, `function` again at the same slot is a new call after a
+    /// longjmp, and the old one is gone too.
     fn frames_called_over(&self, function: FunctionId, slot: u32) -> usize {
-        self.frames
+        let deeper = self
+            .frames
             .iter()
-            .zip(&self.path)
             .rev()
-            .take_while(|(frame, &open)| match height(slot, frame.slot) {
-                0 => open == function,
-                h => h > 0,
-            })
-            .count()
+            .take_while(|frame| height(slot, frame.slot) > 0)
+            .count();
+        let below = self.frames.len() - deeper;
+        let again = deeper > 0
+            && below > 0
+            && height(slot, self.frames[below - 1].slot) == 0
+            && self.path[below - 1] == function;
+        deeper + usize::from(again)
     }
 
     /// Opens a frame; `take_active` provides zeroed counters when the stack has none.
@@ -493,6 +554,7 @@ impl CallStack {
 
     /// Closes the top frame as `end` says and hands it to `sink`. The stack must not be empty.
     fn pop<S: CallSink>(&mut self, end: FrameEnd, sink: &mut S, ending: &mut Ending) {
+        self.awaiting_exit = false;
         let frame = self.frames.pop().expect("pop on an empty call stack");
         let depth = self.frames.len();
         let function = self.path[depth];
@@ -1201,7 +1263,8 @@ mod tests {
     #[test]
     fn replay_keeps_a_tail_call_at_its_callers_slot_inside_it() {
         // a jumps to b, so b's return address is a's; with uretprobes both exits come at b's
-        // return, b's first. Then a calls c at its own slot: c is a new call, not a tail call.
+        // return, b's first. Then a jumps to itself (a self tail call, as SQLite's
+        // sqlite3WhereSplit): nested and timed the same way.
         let events = [
             entry_at(0, MAIN, 0x1000),
             entry_at(10, A, 0x0f00),
@@ -1209,8 +1272,11 @@ mod tests {
             exit_at(30, B, 0x0f00),
             exit_at(31, A, 0x0f00),
             entry_at(40, A, 0x0f00),
+            entry_at(42, C, 0x0e00),
+            exit_at(43, C, 0x0e00),
             entry_at(45, A, 0x0f00),
             exit_at(50, A, 0x0f00),
+            exit_at(51, A, 0x0f00),
             exit_at(60, MAIN, 0x1000),
         ];
         let (calls, stats) = replay_slots(4, &events, 100);
@@ -1219,13 +1285,52 @@ mod tests {
             vec![
                 (call(B, 1, 15, 15, 15, 2, true, false), vec![MAIN, A, B]),
                 (call(A, 1, 10, 21, 6, 1, true, false), vec![MAIN, A]),
-                // The same function again at the same slot: the first one was left.
-                (skipped(A, 40, 1, false), vec![MAIN, A]),
-                (call(A, 1, 45, 5, 5, 1, true, false), vec![MAIN, A]),
-                (call(MAIN, 1, 0, 60, 34, 0, true, false), vec![MAIN]),
+                (call(C, 1, 42, 1, 1, 2, true, false), vec![MAIN, A, C]),
+                (call(A, 1, 45, 5, 5, 2, true, true), vec![MAIN, A, A]),
+                (call(A, 1, 40, 11, 5, 1, true, false), vec![MAIN, A]),
+                (call(MAIN, 1, 0, 60, 28, 0, true, false), vec![MAIN]),
             ]
         );
-        assert_eq!((stats.unknown_time_calls, stats.unmatched_exits), (1, 0));
+        assert_eq!((stats.unknown_time_calls, stats.unmatched_exits), (0, 0));
+    }
+
+    #[test]
+    fn replay_tells_a_call_again_after_a_longjmp_from_a_self_tail_call() {
+        // a at 0x0f00 calls b, which longjmps back into main; main calls a again at the same
+        // slot: the first a and its b are gone. Then a longjmps itself (b untraced) and main
+        // calls a again: nested under the first as a tail call would be, until any event but
+        // the first one's exit comes right after the second one's exit.
+        let events = [
+            entry_at(0, MAIN, 0x1000),
+            entry_at(10, A, 0x0f00),
+            entry_at(15, B, 0x0e00),
+            entry_at(20, A, 0x0f00),
+            entry_at(30, A, 0x0f00),
+            exit_at(35, A, 0x0f00),
+            entry_at(40, C, 0x0f00),
+            exit_at(45, C, 0x0f00),
+            exit_at(60, MAIN, 0x1000),
+        ];
+        let (calls, stats) = replay_slots(4, &events, 100);
+        assert_eq!(
+            calls,
+            vec![
+                (skipped(B, 15, 2, false), vec![MAIN, A, B]),
+                (skipped(A, 10, 1, false), vec![MAIN, A]),
+                (call(A, 1, 30, 5, 5, 2, true, true), vec![MAIN, A, A]),
+                // Untimed, and the recursive call inside it stands for it.
+                (
+                    FinishedCall {
+                        recursion_ns: 5,
+                        ..skipped(A, 20, 1, false)
+                    },
+                    vec![MAIN, A],
+                ),
+                (call(C, 1, 40, 5, 5, 1, true, false), vec![MAIN, C]),
+                (call(MAIN, 1, 0, 60, 50, 0, true, false), vec![MAIN]),
+            ]
+        );
+        assert_eq!((stats.unknown_time_calls, stats.unmatched_exits), (3, 0));
     }
 
     #[test]

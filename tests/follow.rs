@@ -276,3 +276,52 @@ fn assert_forkexec_counts(
     assert_counts_match(&child_counts, &processes[&child]);
     (target, child, processes)
 }
+
+/// A child that execs its own program (`/proc/self/exe`): the probes it got at the fork already
+/// cover that file, and probing it again at the exec would count every call twice.
+#[test]
+fn a_child_that_execs_its_own_program_is_counted_once() {
+    if !bpf_available("a_child_that_execs_its_own_program_is_counted_once") {
+        return;
+    }
+    let program = compile("reexec.c", "reexec", &[]);
+    let recording = record_unchanged(&program, &[], &["--follow"]);
+    let stdout = &recording.output.stdout;
+    let json = recording.json();
+    let (target, child) = target_and_child(&json);
+    let processes = counts_by_pid(&json);
+    assert_counts_match(&role_counts(stdout, "parent"), &processes[&target]);
+    assert_counts_match(&role_counts(stdout, "child"), &processes[&child]);
+
+    let replay = recording.report(&["--format=replay"]);
+    let child_tree: Vec<&str> = replay
+        .lines()
+        .filter(|line| line.contains(&format!(" {child} [")))
+        .map(|line| line.split_once("| ").unwrap().1)
+        .collect();
+    assert_eq!(
+        child_tree,
+        [
+            "execl@plt(); /* no exit */",
+            "main() {",
+            "  strcmp@plt();",
+            "  work();",
+            "  work();",
+            "  work();",
+            "  printf@plt();",
+            "  printf@plt();",
+            "} /* main */",
+            "__cxa_finalize@plt();",
+        ],
+        "{replay}"
+    );
+    // The one unmatched exit is the child's return from fork, a call its parent made.
+    assert!(
+        replay.ends_with(
+            "# note: 1 unmatched exit ignored (calls already running when tracing started, or \
+             setjmp returning again); 1 unfinished call (no exit seen: timed up to the end of \
+             the trace or to an outer return)\n"
+        ),
+        "{replay}"
+    );
+}

@@ -29,6 +29,10 @@ enum special_function {
 	/* A followed process exec'ed (--follow): it is stopped until the recorder has probed the new
 	 * program. */
 	EVENT_PROCESS_EXECED = 0x7ffffffd,
+	/* The unwinder handed control back to the thread (a catch, a cleanup: shadow.bpf.h): the
+	 * frames whose return-address slot lies below `stack` (low 32 bits of the landing's stack
+	 * pointer) were skipped and will never return. Comes before the event that found it. */
+	EVENT_UNWOUND = 0x7ffffffc,
 };
 
 /* The 24-byte event. */

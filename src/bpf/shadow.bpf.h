@@ -202,11 +202,37 @@ static __always_inline void send_stack_writes(struct stack_write_request *reques
 	bpf_ringbuf_submit(request, BPF_RB_FORCE_WAKEUP);
 }
 
+/* Tells the replayer where the unwinder landed: the frames whose slot lies below `landing_sp`
+ * were skipped (EVENT_UNWOUND). Written before the event that found the landing, so that event
+ * is not among them. */
+static __always_inline void note_unwound(__u64 landing_sp)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct event *e;
+
+	if (!recording)
+		return;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_lost((__u32)pid_tgid);
+		return;
+	}
+	e->timestamp_ns = bpf_ktime_get_ns();
+	e->tid = ((__u32)pid_tgid & ((1u << EVENT_TID_BITS) - 1)) |
+		 (bpf_get_smp_processor_id() << EVENT_TID_BITS);
+	e->function = EVENT_UNWOUND;
+	e->stack = (__u32)landing_sp;
+	e->pid = pid_tgid >> 32;
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
 /* At the thread's event whose frame is at `slot`: if the unwinder ran and this event is at or
- * above its frame, it has handed control back; the frames it restored that are still alive (all
- * the frames left, the dead ones dropped) get the trampoline again. A slot that no longer holds
- * the original (a frame gone without the shadow stack seeing it) is left alone. */
-static __always_inline void shadow_rearm(struct shadow_stack *stack, __u64 slot)
+ * above its frame, it has handed control back at a stack pointer of `landing_sp` (above `slot`
+ * for an entry, whose call pushed its return address there; `slot` itself for an exit, whose
+ * frame is still alive); the frames it restored that are still alive (all the frames left, the
+ * dead ones dropped) get the trampoline again. A slot that no longer holds the original (a frame
+ * gone without the shadow stack seeing it) is left alone. */
+static __always_inline void shadow_rearm(struct shadow_stack *stack, __u64 slot, __u64 landing_sp)
 {
 	struct stack_write_request *request;
 	__u64 trampoline;
@@ -217,6 +243,7 @@ static __always_inline void shadow_rearm(struct shadow_stack *stack, __u64 slot)
 	if (!request)
 		return;
 	stack->unwind_slot = 0;
+	note_unwound(landing_sp);
 	trampoline = trampoline_address();
 	for (__u32 n = 0; n < SHADOW_DEPTH && n < stack->depth; n++) {
 		__u32 i = frame_index(n);
@@ -250,7 +277,7 @@ static __always_inline void shadow_entered(__u64 slot)
 	 * the frame already here stands for both. */
 	chained = ret == trampoline_address();
 	shadow_drop(stack, slot, !chained);
-	shadow_rearm(stack, slot);
+	shadow_rearm(stack, slot, slot + 8);
 	depth = stack->depth;
 	if (chained || depth >= SHADOW_DEPTH)
 		return;
@@ -270,7 +297,7 @@ static __always_inline void shadow_left(__u64 slot)
 	if (!stack)
 		return;
 	shadow_drop(stack, slot, true);
-	shadow_rearm(stack, slot);
+	shadow_rearm(stack, slot, slot);
 }
 
 /* At the entry of an unwinder function (_Unwind_RaiseException, _Unwind_Resume, ...), which walks

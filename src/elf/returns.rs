@@ -109,6 +109,14 @@ impl<'a> CodeIndex<'a> {
         let (&start, &size) = self.fragments.range(..=address).next_back()?;
         (address - start < size).then_some((start, size))
     }
+
+    /// Whether a jump from the code at `from` (a function's or a fragment's start) to `target`
+    /// outside it stays in the same function: between a function and a `.cold` fragment (the
+    /// catch code GCC moves out jumps back into its function), to no function's start.
+    fn same_function(&self, from: u64, target: u64) -> bool {
+        !self.starts.contains(&target)
+            && (self.fragments.contains_key(&from) || self.fragment_at(target).is_some())
+    }
 }
 
 /// The addresses of the instructions that leave the function at `address` with `size` bytes:
@@ -130,7 +138,9 @@ pub fn exit_sites(index: &CodeIndex, address: u64, size: u64) -> Result<Vec<u64>
             }
             FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
                 let target = instruction.near_branch_target();
-                if body.contains(&target) {
+                // A jump to its own start runs its entry probe again: a call, as a tail call
+                // to another function is (SQLite's sqlite3WhereSplit ends in one).
+                if body.contains(&target) && target != address {
                     continue;
                 }
                 if let Some(fragment) = index.fragment_at(target) {
@@ -219,7 +229,7 @@ pub fn plt_return_sites(
                 }
                 FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
                     landings.insert(target);
-                    if !(start..end).contains(&target) {
+                    if !(start..end).contains(&target) && !index.same_function(start, target) {
                         landings.insert(instruction.ip());
                     }
                 }
@@ -364,6 +374,30 @@ mod tests {
             sites[&(BASE + 24)],
             Err(NoExitSites::UnprobeableReturnSite { address: BASE + 12 })
         );
+    }
+
+    #[test]
+    fn a_stub_called_in_a_cold_fragment_returns_where_it_jumps_back() {
+        // f at 0: call 16 (stub); 5: nop; 6: ret; 7: nop;
+        // f.cold at 8: call 16 (stub); 13: jmp 6 (back into f); stub at 16
+        let mut code = vec![
+            0xe8, 0x0b, 0, 0, 0, 0x90, 0xc3, 0x90, 0xe8, 0x03, 0, 0, 0, 0xeb, 0xf7,
+        ];
+        code.resize(24, 0x90);
+        let index = index(&code, &[BASE, BASE + 16], &[(BASE + 8, 7)]);
+        let stubs = BTreeSet::from([BASE + 16]);
+        let sites = plt_return_sites(&index, &[(BASE, 8), (BASE + 8, 7)], &stubs);
+        // The `jmp` back is no exit of f: the catch code GCC moved out returns from
+        // __cxa_end_catch@plt onto it.
+        assert_eq!(sites[&(BASE + 16)], Ok(vec![BASE + 5, BASE + 13]));
+    }
+
+    #[test]
+    fn a_jump_to_its_own_start_is_a_self_tail_call() {
+        // f at 0: call 0 (itself); 5: jmp 0 (its own start: the entry probe runs again)
+        let code = [0xe8, 0xfb, 0xff, 0xff, 0xff, 0xeb, 0xf9];
+        let index = index(&code, &[BASE], &[]);
+        assert_eq!(exit_sites(&index, BASE, 7), Ok(vec![BASE + 5]));
     }
 
     #[test]

@@ -136,6 +136,10 @@ impl<S: CallSink> CallSink for FilteredSink<'_, S> {
         self.inner.process_execed(note);
     }
 
+    fn unwound(&mut self, note: &Event) {
+        self.inner.unwound(note);
+    }
+
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
         let index = self.thread_index(entry.tid, entry.pid);
         let thread = &mut self.threads[index];

@@ -53,6 +53,7 @@ const _: () = {
     assert!(Event::LIBRARY_LOADED == types::special_function::EVENT_LIBRARY_LOADED.0);
     assert!(Event::PROCESS_FORKED == types::special_function::EVENT_PROCESS_FORKED.0);
     assert!(Event::PROCESS_EXECED == types::special_function::EVENT_PROCESS_EXECED.0);
+    assert!(Event::UNWOUND == types::special_function::EVENT_UNWOUND.0);
 };
 
 /// Set in an entry probe's cookie when the entry instruction is also one of the function's exit

@@ -28,6 +28,11 @@ impl CallSink for CallEvents<'_> {
         self.out.borrow_mut().push(*note);
     }
 
+    /// Kept, so the file's replay closes the frames the unwinder skipped there too.
+    fn unwound(&mut self, note: &Event) {
+        self.out.borrow_mut().push(*note);
+    }
+
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
         self.out.borrow_mut().push(
             Event::entry(entry.start_ns, entry.tid, entry.function)

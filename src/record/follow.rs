@@ -41,7 +41,8 @@ impl ProcessChange {
 /// One traced process: watched for its end, and what its probes cover.
 struct TracedProcess {
     process: RunningProcess,
-    /// The modules (indices into the function table) probed for this process.
+    /// The modules (indices into the function table) probed for this process: those of every
+    /// program it ran, since links stay until the process ends.
     modules: Vec<usize>,
 }
 
@@ -87,11 +88,21 @@ impl TracedProcesses {
         Ok(())
     }
 
-    /// `pid` exec'ed: its probes now cover `modules`.
-    pub fn replace_modules(&mut self, pid: u32, modules: Vec<usize>) {
-        if let Some(traced) = self.processes.get_mut(&pid) {
-            traced.modules = modules;
-        }
+    /// `pid` exec'ed a program made of `modules`: returns those it has no probes for yet. The
+    /// links attached for its old program stay (they go when the process ends), and a file it
+    /// runs again (its own executable, through `/proc/self/exe`) is probed already: probing it
+    /// twice would count each call twice.
+    pub fn unprobed_after_exec(&mut self, pid: u32, modules: &[usize]) -> Vec<usize> {
+        let Some(traced) = self.processes.get_mut(&pid) else {
+            return modules.to_vec();
+        };
+        let unprobed: Vec<usize> = modules
+            .iter()
+            .copied()
+            .filter(|module| !traced.modules.contains(module))
+            .collect();
+        traced.modules.extend(&unprobed);
+        unprobed
     }
 
     /// Whether every followed process (the target aside, whose end the session sees itself)

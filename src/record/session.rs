@@ -337,10 +337,8 @@ impl Session {
                 (child, modules)
             }
             ProcessChange::Execed { pid } => {
-                // Whatever the outcome, the old program's modules are gone from the process.
-                let planned = self.plan_program(pid, drain);
-                traced.replace_modules(pid, planned.as_deref().unwrap_or_default().to_vec());
-                (pid, planned?)
+                let planned = self.plan_program(pid, drain)?;
+                (pid, traced.unprobed_after_exec(pid, &planned))
             }
         };
         if debug_enabled() {
