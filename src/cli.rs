@@ -191,7 +191,7 @@ pub struct ReportArgs {
     #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
     pub input: PathBuf,
     /// summary | flame-graph (folded stacks) | svg (flame graph) | json | replay (call tree) |
-    /// chrome (trace-event JSON for Perfetto)
+    /// chrome (trace-event JSON for Perfetto) | stacks (the call paths to each -f function)
     #[arg(long, value_name = "FORMAT", default_value = "summary")]
     pub format: Format,
     /// Write the report to FILE instead of standard output.
@@ -209,6 +209,9 @@ pub struct ReportArgs {
     /// Flame graphs: weigh each call by its self time, or count it once (time | calls).
     #[arg(long, value_name = "WEIGHT", default_value = "time")]
     pub weight: Weight,
+    /// Stacks: the paths as folded stacks weighted by calls (flamegraph.pl input).
+    #[arg(long)]
+    pub folded: bool,
     /// Replay: show when each line's event happened (CLOCK_MONOTONIC seconds).
     #[arg(long)]
     pub timestamp: bool,
@@ -317,6 +320,9 @@ impl ReportArgs {
         if self.weight != Weight::Time && !matches!(format, Format::FlameGraph | Format::Svg) {
             bail!("--weight applies to --format=flame-graph and svg, not {format}");
         }
+        if self.folded && format != Format::Stacks {
+            bail!("--folded applies to --format=stacks, not {format} (--format=flame-graph folds every path)");
+        }
         Ok(ReportRequest {
             options: ReportOptions {
                 sort: self.sort,
@@ -326,6 +332,7 @@ impl ReportArgs {
                 filter: self.filter.spec()?,
                 show_timestamps: self.timestamp,
                 show_cpus: self.cpuid,
+                folded: self.folded,
                 ..ReportOptions::default()
             },
             input: self.input,

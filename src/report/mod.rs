@@ -14,6 +14,7 @@ mod no_calls;
 mod output;
 pub mod progress;
 mod run;
+pub mod stacks;
 pub mod summary;
 pub mod svg;
 pub mod tree;
@@ -35,6 +36,7 @@ use crate::table::{FunctionId, FunctionTable};
 use chrome::ChromeTrace;
 use flame_graph::{FoldedStacks, Weight};
 pub use run::{run, ReportRequest};
+use stacks::CallPaths;
 use summary::{GroupedSummaries, Grouping, SortKey, Summary, TableLayout};
 use tree::{Columns, TreePrinter};
 
@@ -74,16 +76,19 @@ pub enum Format {
     Replay,
     /// Chrome trace-event JSON, for Perfetto (`chrome`).
     Chrome,
+    /// The distinct call paths to each shown function (`stacks`).
+    Stacks,
 }
 
 impl Format {
-    pub const ALL: [Format; 6] = [
+    pub const ALL: [Format; 7] = [
         Format::Summary,
         Format::FlameGraph,
         Format::Svg,
         Format::Json,
         Format::Replay,
         Format::Chrome,
+        Format::Stacks,
     ];
 
     /// The name the CLI uses.
@@ -95,6 +100,7 @@ impl Format {
             Format::Json => "json",
             Format::Replay => "replay",
             Format::Chrome => "chrome",
+            Format::Stacks => "stacks",
         }
     }
 }
@@ -114,7 +120,7 @@ impl fmt::Display for Format {
 
 /// A report format name that is not one of [`Format::ALL`].
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("unknown report format `{0}`: use one of summary, flame-graph, svg, json, replay, chrome")]
+#[error("unknown report format `{0}`: use one of summary, flame-graph, svg, json, replay, chrome, stacks")]
 pub struct UnknownFormat(pub String);
 
 impl FromStr for Format {
@@ -140,6 +146,8 @@ pub enum ReportError {
          (check that the traced functions ran, or use --format=summary)"
     )]
     NothingToDraw,
+    #[error(transparent)]
+    TooManyFunctions(#[from] stacks::TooManyFunctions),
 }
 
 /// What replaying the events for a report found.
@@ -177,6 +185,8 @@ pub struct ReportOptions {
     pub show_cpus: bool,
     /// Every format: the probe costs to take out of durations; `None` shows them raw.
     pub probe_costs: Option<ProbeCosts>,
+    /// Stacks: folded stacks weighted by calls rather than the text report (`--folded`).
+    pub folded: bool,
 }
 
 impl ReportOptions {
@@ -389,6 +399,18 @@ where
             let mut trace = ChromeTrace::new(table, &info(source), &mut *out)?;
             let outcome = replay_filtered(source, table, filter, costs, &mut trace)?;
             trace.finish(&info(source), &outcome.replay)?;
+            Ok(outcome)
+        }
+        Format::Stacks => {
+            stacks::check_selection(filter, table)?;
+            let mut paths = CallPaths::new(filter, table);
+            let replay_filter = stacks::without_function_globs(filter);
+            let outcome = replay_filtered(source, table, &replay_filter, costs, &mut paths)?;
+            if options.folded {
+                paths.write_folded(table, out)?;
+            } else {
+                paths.write_text(table, out)?;
+            }
             Ok(outcome)
         }
     }

@@ -131,7 +131,7 @@ fn name_the_file(error: ReportError, input: &Path, output: Option<&Path>) -> any
     let file = match (&error, output) {
         (ReportError::Read(_), _) | (ReportError::Write(_), None) => None,
         (ReportError::Write(_), Some(output)) => Some(output),
-        (ReportError::NothingToDraw, _) => Some(input),
+        (ReportError::NothingToDraw | ReportError::TooManyFunctions(_), _) => Some(input),
     };
     match file {
         Some(file) => anyhow::Error::new(error).context(file.display().to_string()),

@@ -470,7 +470,7 @@ pub(crate) fn replay_note(replay: &ReplayStats) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
-fn plural(n: u64, one: &str, many: &str) -> String {
+pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
