@@ -85,3 +85,96 @@ fn stacks_hide_frames_and_calls_as_the_filters_say() {
     let none = recording.report(&["--format=stacks", "-f", "target", "--tid-filter", "1"]);
     assert_eq!(none, "");
 }
+
+/// The edges of a dot graph by function name: (caller, callee) → calls.
+fn dot_edges(dot: &str) -> BTreeMap<(String, String), u64> {
+    let mut names = BTreeMap::new();
+    let mut edges = BTreeMap::new();
+    for line in dot.lines().map(str::trim) {
+        if let Some((node, rest)) = line.split_once(" [label=\"") {
+            if !node.contains(' ') {
+                let name = rest.split("\\n").next().unwrap();
+                names.insert(node.to_owned(), name.to_owned());
+            }
+        }
+        if let Some((caller, rest)) = line.split_once(" -> ") {
+            let (callee, rest) = rest.split_once(" [label=\"").unwrap();
+            let calls: u64 = rest.split('"').next().unwrap().parse().unwrap();
+            edges.insert((caller.to_owned(), callee.to_owned()), calls);
+        }
+    }
+    edges
+        .into_iter()
+        .map(|((caller, callee), calls)| ((names[&caller].clone(), names[&callee].clone()), calls))
+        .collect()
+}
+
+/// The caller→callee counts the replay gives, from its folded paths weighted by calls.
+fn replay_edges(folded_by_calls: &str) -> BTreeMap<(String, String), u64> {
+    let mut edges = BTreeMap::new();
+    for (path, calls) in folded(folded_by_calls) {
+        let frames: Vec<&str> = path.split(';').collect();
+        if let [.., caller, callee] = frames[..] {
+            *edges
+                .entry((caller.to_owned(), callee.to_owned()))
+                .or_default() += calls;
+        }
+    }
+    edges
+}
+
+#[test]
+fn dot_graph_renders_and_its_edges_count_the_replayed_calls() {
+    if !bpf_available("dot_graph_renders_and_its_edges_count_the_replayed_calls") {
+        return;
+    }
+    let paths = compile("paths.c", "paths", &[]);
+    let recording = record_unchanged(&paths, &["3"], &[]);
+    let dot = recording.report(&["--format=dot"]);
+    let edges = dot_edges(&dot);
+    assert_eq!(
+        edges,
+        replay_edges(&recording.report(&["--format=flame-graph", "--weight=calls"]))
+    );
+    for (caller, callee, calls) in [
+        ("main", "a", 30),
+        ("main", "b", 60),
+        ("b", "c", 60),
+        ("a", "target", 30),
+        ("c", "target", 60),
+        ("main", "target", 15),
+    ] {
+        assert_eq!(
+            edges.get(&(caller.to_owned(), callee.to_owned())),
+            Some(&calls),
+            "{caller} -> {callee} in\n{dot}"
+        );
+    }
+    // Graphviz reads it and draws it.
+    let file = recording.dir.path().join("graph.dot");
+    std::fs::write(&file, &dot).unwrap();
+    let rendered = match std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .arg(&file)
+        .output()
+    {
+        Ok(output) => output,
+        Err(error) if std::env::var_os("UTRACE_REQUIRE_BPF").is_none() => {
+            eprintln!("skipped: dot (graphviz) cannot run: {error}; tools/setup.sh installs it");
+            return;
+        }
+        Err(error) => panic!("dot (graphviz) cannot run: {error}; tools/setup.sh installs it"),
+    };
+    assert_success(&rendered);
+    let svg = String::from_utf8(rendered.stdout).unwrap();
+    assert!(
+        svg.contains("<svg") && svg.contains(">target</text>"),
+        "{svg}"
+    );
+    // Only the edges between shown functions with -f: b's calls reach target through c.
+    let filtered = dot_edges(&recording.report(&["--format=dot", "-f", "main,b,target"]));
+    assert_eq!(
+        filtered.get(&("b".to_owned(), "target".to_owned())),
+        Some(&60)
+    );
+}

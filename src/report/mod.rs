@@ -7,6 +7,7 @@
 //! are borrowed from the reader one at a time, so reports stream a trace of any length.
 
 pub mod chrome;
+pub mod dot;
 pub mod flame_graph;
 pub mod flat;
 pub mod json;
@@ -34,6 +35,7 @@ use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats, Replayer};
 use crate::table::{FunctionId, FunctionTable};
 
 use chrome::ChromeTrace;
+use dot::CallGraph;
 use flame_graph::{FoldedStacks, Weight};
 pub use run::{run, ReportRequest};
 use stacks::CallPaths;
@@ -78,10 +80,12 @@ pub enum Format {
     Chrome,
     /// The distinct call paths to each shown function (`stacks`).
     Stacks,
+    /// The call graph in graphviz's language (`dot`).
+    Dot,
 }
 
 impl Format {
-    pub const ALL: [Format; 7] = [
+    pub const ALL: [Format; 8] = [
         Format::Summary,
         Format::FlameGraph,
         Format::Svg,
@@ -89,6 +93,7 @@ impl Format {
         Format::Replay,
         Format::Chrome,
         Format::Stacks,
+        Format::Dot,
     ];
 
     /// The name the CLI uses.
@@ -101,6 +106,7 @@ impl Format {
             Format::Replay => "replay",
             Format::Chrome => "chrome",
             Format::Stacks => "stacks",
+            Format::Dot => "dot",
         }
     }
 }
@@ -120,7 +126,7 @@ impl fmt::Display for Format {
 
 /// A report format name that is not one of [`Format::ALL`].
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("unknown report format `{0}`: use one of summary, flame-graph, svg, json, replay, chrome, stacks")]
+#[error("unknown report format `{0}`: use one of summary, flame-graph, svg, json, replay, chrome, stacks, dot")]
 pub struct UnknownFormat(pub String);
 
 impl FromStr for Format {
@@ -411,6 +417,12 @@ where
             } else {
                 paths.write_text(table, out)?;
             }
+            Ok(outcome)
+        }
+        Format::Dot => {
+            let mut graph = CallGraph::new(function_count);
+            let outcome = replay_filtered(source, table, filter, costs, &mut graph)?;
+            graph.write_dot(table, &info(source).command, out)?;
             Ok(outcome)
         }
     }
