@@ -191,7 +191,7 @@ pub struct ReportArgs {
     #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
     pub input: PathBuf,
     /// summary | flame-graph (folded stacks) | svg (flame graph) | json | replay (call tree) |
-    /// chrome (trace-event JSON for Perfetto) | stacks (the call paths to each -f function) | dot (call graph for graphviz)
+    /// chrome (trace-event JSON for Perfetto) | stacks (the call paths to each -f function) | dot (call graph for graphviz) | graph (text call graph of each -f function's callees)
     #[arg(long, value_name = "FORMAT", default_value = "summary")]
     pub format: Format,
     /// Write the report to FILE instead of standard output.

@@ -178,3 +178,41 @@ fn dot_graph_renders_and_its_edges_count_the_replayed_calls() {
         Some(&60)
     );
 }
+
+#[test]
+fn graph_shows_the_callees_of_each_chosen_function() {
+    if !bpf_available("graph_shows_the_callees_of_each_chosen_function") {
+        return;
+    }
+    let paths = compile("paths.c", "paths", &[]);
+    let recording = record_unchanged(&paths, &["2"], &[]);
+    // The times vary, and with them the order of the graphs; the trees and their counts do not.
+    let tree = |glob: &str| -> Vec<String> {
+        let graph = recording.report(&["--format=graph", "-f", glob]);
+        graph
+            .lines()
+            .skip(2)
+            .map(|line| line.split_once(" : ").unwrap().1.to_owned())
+            .collect()
+    };
+    assert_eq!(tree("b"), ["(40) b", " +-(40) c", "    +-(40) target"]);
+    assert_eq!(tree("a"), ["(20) a", " +-(20) target"]);
+    // Under main the branches' order follows their times: compare without the drawing.
+    let main: Vec<String> = tree("main")
+        .iter()
+        .map(|line| line.replace(['|', ' '], ""))
+        .collect();
+    for node in [
+        "+-(20)a",
+        "+-(20)target",
+        "+-(40)b",
+        "+-(40)c",
+        "+-(40)target",
+        "+-(10)target",
+    ] {
+        assert!(
+            main.iter().any(|line| line == node),
+            "{node:?} in {main:#?}"
+        );
+    }
+}

@@ -10,6 +10,7 @@ pub mod chrome;
 pub mod dot;
 pub mod flame_graph;
 pub mod flat;
+pub mod graph;
 pub mod json;
 mod no_calls;
 mod output;
@@ -37,6 +38,7 @@ use crate::table::{FunctionId, FunctionTable};
 use chrome::ChromeTrace;
 use dot::CallGraph;
 use flame_graph::{FoldedStacks, Weight};
+use graph::CalleeGraphs;
 pub use run::{run, ReportRequest};
 use stacks::CallPaths;
 use summary::{GroupedSummaries, Grouping, SortKey, Summary, TableLayout};
@@ -82,10 +84,12 @@ pub enum Format {
     Stacks,
     /// The call graph in graphviz's language (`dot`).
     Dot,
+    /// uftrace's text call graph of each shown function's callees (`graph`).
+    Graph,
 }
 
 impl Format {
-    pub const ALL: [Format; 8] = [
+    pub const ALL: [Format; 9] = [
         Format::Summary,
         Format::FlameGraph,
         Format::Svg,
@@ -94,6 +98,7 @@ impl Format {
         Format::Chrome,
         Format::Stacks,
         Format::Dot,
+        Format::Graph,
     ];
 
     /// The name the CLI uses.
@@ -107,6 +112,7 @@ impl Format {
             Format::Chrome => "chrome",
             Format::Stacks => "stacks",
             Format::Dot => "dot",
+            Format::Graph => "graph",
         }
     }
 }
@@ -126,7 +132,7 @@ impl fmt::Display for Format {
 
 /// A report format name that is not one of [`Format::ALL`].
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("unknown report format `{0}`: use one of summary, flame-graph, svg, json, replay, chrome, stacks, dot")]
+#[error("unknown report format `{0}`: use one of summary, flame-graph, svg, json, replay, chrome, stacks, dot, graph")]
 pub struct UnknownFormat(pub String);
 
 impl FromStr for Format {
@@ -423,6 +429,14 @@ where
             let mut graph = CallGraph::new(function_count);
             let outcome = replay_filtered(source, table, filter, costs, &mut graph)?;
             graph.write_dot(table, &info(source).command, out)?;
+            Ok(outcome)
+        }
+        Format::Graph => {
+            stacks::check_selection(filter, table)?;
+            let mut graphs = CalleeGraphs::new(filter, table);
+            let replay_filter = stacks::without_function_globs(filter);
+            let outcome = replay_filtered(source, table, &replay_filter, costs, &mut graphs)?;
+            graphs.write_text(table, out)?;
             Ok(outcome)
         }
     }

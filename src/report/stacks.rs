@@ -21,6 +21,7 @@
 //! - `--folded`: the same paths as folded stacks weighted by calls (`main;a;target 10`), the
 //!   input of flamegraph.pl, with a process frame first when there are several processes.
 
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use super::flame_graph::{frame_name, process_frame};
@@ -61,7 +62,7 @@ pub struct CallPaths {
     /// Whether `-f` shows each function id.
     shown: Vec<bool>,
     /// Per process, per path (outermost first, ending with the shown function), its calls.
-    processes: FastHashMap<u32, FastHashMap<Vec<FunctionId>, PathStats>>,
+    processes: FastHashMap<u32, PathCounts>,
 }
 
 /// `--format=stacks` without `-f` on a large trace.
@@ -222,14 +223,21 @@ impl CallSink for CallPaths {
         {
             return;
         }
-        let paths = self.processes.entry(call.pid).or_default();
-        match paths.get_mut(stack) {
-            Some(stats) => stats.add(call),
-            None => {
-                let mut stats = PathStats::default();
-                stats.add(call);
-                paths.insert(stack.to_vec(), stats);
-            }
+        count_call(self.processes.entry(call.pid).or_default(), stack, call);
+    }
+}
+
+/// Calls per call path, in the order of the paths (so a path's extensions follow it).
+pub type PathCounts = BTreeMap<Vec<FunctionId>, PathStats>;
+
+/// Adds `call` to the calls of `path`; the path is copied only the first time it is seen.
+pub fn count_call(paths: &mut PathCounts, path: &[FunctionId], call: &FinishedCall) {
+    match paths.get_mut(path) {
+        Some(stats) => stats.add(call),
+        None => {
+            let mut stats = PathStats::default();
+            stats.add(call);
+            paths.insert(path.to_vec(), stats);
         }
     }
 }
