@@ -191,7 +191,8 @@ pub struct ReportArgs {
     #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
     pub input: PathBuf,
     /// summary | flame-graph (folded stacks) | svg (flame graph) | json | replay (call tree) |
-    /// chrome (trace-event JSON for Perfetto) | stacks (the call paths to each -f function) | dot (call graph for graphviz) | graph (text call graph of each -f function's callees)
+    /// chrome (trace-event JSON for Perfetto) | stacks (the call paths to each -f function) | dot (call graph for graphviz) | graph (text call graph of each -f function's callees) | histogram (log2 histogram of
+    /// each function's durations)
     #[arg(long, value_name = "FORMAT", default_value = "summary")]
     pub format: Format,
     /// Write the report to FILE instead of standard output.
@@ -206,6 +207,9 @@ pub struct ReportArgs {
     /// Summary: average, minimum and maximum of each function's self time instead of its total.
     #[arg(long)]
     pub avg_self: bool,
+    /// Summary: the p50, p90 and p99 of each function's durations (json always has them).
+    #[arg(long)]
+    pub percentiles: bool,
     /// Flame graphs: weigh each call by its self time, or count it once (time | calls).
     #[arg(long, value_name = "WEIGHT", default_value = "time")]
     pub weight: Weight,
@@ -308,8 +312,10 @@ impl ReportArgs {
     /// The report these flags ask for, each format-specific flag checked against the format.
     pub fn request(self) -> Result<ReportRequest> {
         let format = self.format;
-        if (self.per_thread || self.avg_self) && format != Format::Summary {
-            bail!("--per-thread and --avg-self apply to --format=summary, not {format}");
+        if (self.per_thread || self.avg_self || self.percentiles) && format != Format::Summary {
+            bail!(
+                "--per-thread, --avg-self and --percentiles apply to --format=summary, not {format}"
+            );
         }
         if self.sort != SortKey::Total && !matches!(format, Format::Summary | Format::Json) {
             bail!("--sort applies to --format=summary and json, not {format}");
@@ -333,6 +339,7 @@ impl ReportArgs {
                 show_timestamps: self.timestamp,
                 show_cpus: self.cpuid,
                 folded: self.folded,
+                percentiles: self.percentiles,
                 ..ReportOptions::default()
             },
             input: self.input,

@@ -1020,3 +1020,124 @@ fn report_chrome_ends_calls_of_unknown_time_at_their_threads_latest_event() {
     );
     assert_eq!(value["metadata"]["unknown_time_calls"], 2);
 }
+
+/// main calls cmp 100 times, one after the other, lasting 1, 2, …, 100 ns.
+fn spread_events() -> Vec<Event> {
+    let mut events = vec![Event::entry(0, 7, MAIN)];
+    let mut now = 10;
+    for ns in 1..=100 {
+        events.push(Event::entry(now, 7, CMP));
+        events.push(Event::exit(now + ns, 7, CMP));
+        now += ns + 10;
+    }
+    events.push(Event::exit(now, 7, MAIN));
+    events
+}
+
+#[test]
+fn report_percentiles_of_known_durations_are_exact() {
+    let options = ReportOptions {
+        percentiles: true,
+        ..ReportOptions::default()
+    };
+    let text = report_of(&spread_events(), Format::Summary, &options);
+    let cmp = text.lines().find(|line| line.ends_with(" cmp")).unwrap();
+    let columns: Vec<&str> = cmp
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    // Calls, average, minimum, maximum, then p50, p90, p99.
+    assert_eq!(
+        &columns[3..10],
+        ["100", "50 ns", "1 ns", "100 ns", "50 ns", "90 ns", "99 ns"],
+        "{text}"
+    );
+    assert!(text
+        .lines()
+        .next()
+        .unwrap()
+        .contains("P50         P90         P99  Function"));
+    let json: serde_json::Value = serde_json::from_str(&report_of(
+        &spread_events(),
+        Format::Json,
+        &ReportOptions::default(),
+    ))
+    .unwrap();
+    let cmp = &json["functions"][1];
+    assert_eq!(cmp["name"], "cmp");
+    assert_eq!(
+        (&cmp["p50_ns"], &cmp["p90_ns"], &cmp["p99_ns"]),
+        (&50.into(), &90.into(), &99.into())
+    );
+}
+
+#[test]
+fn report_percentiles_stay_within_one_percent_and_below_the_maximum() {
+    let mut spread = distribution::Distributions::new(None);
+    let call = |duration_ns| FinishedCall {
+        function: CMP,
+        tid: 7,
+        pid: 7,
+        cpu: 0,
+        start_ns: 0,
+        end_ns: duration_ns,
+        duration_ns,
+        self_ns: duration_ns,
+        depth: 0,
+        complete: true,
+        time_known: true,
+        recursive: false,
+        slot: 0,
+        recursion_ns: 0,
+    };
+    for i in 1..=1000u64 {
+        spread.call_finished(&call(i * 1_000_003), &[CMP]);
+    }
+    let p = spread.percentiles(0, CMP);
+    for (value, exact) in [(p.p50_ns, 500), (p.p90_ns, 900), (p.p99_ns, 990)] {
+        let exact = exact * 1_000_003u64;
+        assert!(value.abs_diff(exact) * 100 <= exact, "{value} for {exact}");
+    }
+    spread.call_finished(&call(7), &[CMP]);
+    assert!(spread.percentiles(0, CMP).p99_ns <= 1_000 * 1_000_003);
+    assert_eq!(spread.percentiles(0, MAIN), Default::default());
+}
+
+#[test]
+fn report_histogram_buckets_are_log2_as_funclatency_prints_them() {
+    let options = ReportOptions {
+        filter: spec(&["cmp"], &[], None, None),
+        ..ReportOptions::default()
+    };
+    let text = report_of(&spread_events(), Format::Histogram, &options);
+    // 1..=100 ns: 1 in 0-1, 2 in 2-3, 4 in 4-7, … 32 in 32-63, and 37 in 64-127.
+    let expected = "\
+Function = cmp
+     nsecs               : count     distribution
+         0 -> 1          : 1        |*                                       |
+         2 -> 3          : 2        |**                                      |
+         4 -> 7          : 4        |****                                    |
+         8 -> 15         : 8        |********                                |
+        16 -> 31         : 16       |*****************                       |
+        32 -> 63         : 32       |**********************************      |
+        64 -> 127        : 37       |****************************************|
+
+avg = 50 nsecs, total: 5050 nsecs, count: 100
+";
+    assert_eq!(text, expected);
+}
+
+#[test]
+fn report_histogram_counts_calls_of_unknown_time_apart() {
+    let options = ReportOptions {
+        filter: spec(&["sort"], &[], None, None),
+        ..ReportOptions::default()
+    };
+    let text = report_of(&longjmp_events(), Format::Histogram, &options);
+    assert!(text.contains("   256 -> 511        : 1 "), "{text}");
+    assert!(
+        text.ends_with("avg = 500 nsecs, total: 500 nsecs, count: 1 (and 1 of unknown time)\n"),
+        "{text}"
+    );
+}
