@@ -207,6 +207,10 @@ pub struct ReportArgs {
     /// Summary: average, minimum and maximum of each function's self time instead of its total.
     #[arg(long)]
     pub avg_self: bool,
+    /// Compare with the recording in FILE (the base): per function, the change from it to
+    /// this one (--format=summary, or json).
+    #[arg(long, value_name = "FILE")]
+    pub diff: Option<PathBuf>,
     /// Summary: the p50, p90 and p99 of each function's durations (json always has them).
     #[arg(long)]
     pub percentiles: bool,
@@ -326,6 +330,9 @@ impl ReportArgs {
         if self.weight != Weight::Time && !matches!(format, Format::FlameGraph | Format::Svg) {
             bail!("--weight applies to --format=flame-graph and svg, not {format}");
         }
+        if self.diff.is_some() && !matches!(format, Format::Summary | Format::Json) {
+            bail!("--diff compares summaries: use it with --format=summary or json, not {format}");
+        }
         if self.folded && format != Format::Stacks {
             bail!("--folded applies to --format=stacks, not {format} (--format=flame-graph folds every path)");
         }
@@ -347,6 +354,7 @@ impl ReportArgs {
             format,
             raw_times: self.raw_times,
             on_damage: self.damage.on_damage(),
+            diff: self.diff,
         })
     }
 }

@@ -7,6 +7,7 @@
 //! are borrowed from the reader one at a time, so reports stream a trace of any length.
 
 pub mod chrome;
+pub mod diff;
 pub mod distribution;
 pub mod dot;
 pub mod flame_graph;
