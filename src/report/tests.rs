@@ -395,22 +395,7 @@ fn report_summary_sorts_by_total_then_name() {
     };
     let mut summary = Summary::new(4);
     for (function, duration_ns) in [(0, 5), (1, 5), (2, 9), (3, 5)] {
-        let call = FinishedCall {
-            function,
-            tid: 1,
-            pid: 1,
-            cpu: 0,
-            start_ns: 0,
-            end_ns: duration_ns,
-            duration_ns,
-            self_ns: duration_ns,
-            depth: 0,
-            complete: true,
-            time_known: true,
-            recursive: false,
-            slot: 0,
-            recursion_ns: 0,
-        };
+        let call = timed_call(function, duration_ns);
         summary.call_finished(&call, &[function]);
     }
     let order: Vec<FunctionId> = summary
@@ -1075,22 +1060,7 @@ fn report_percentiles_of_known_durations_are_exact() {
 #[test]
 fn report_percentiles_stay_within_one_percent_and_below_the_maximum() {
     let mut spread = distribution::Distributions::new(None);
-    let call = |duration_ns| FinishedCall {
-        function: CMP,
-        tid: 7,
-        pid: 7,
-        cpu: 0,
-        start_ns: 0,
-        end_ns: duration_ns,
-        duration_ns,
-        self_ns: duration_ns,
-        depth: 0,
-        complete: true,
-        time_known: true,
-        recursive: false,
-        slot: 0,
-        recursion_ns: 0,
-    };
+    let call = |duration_ns| timed_call(CMP, duration_ns);
     for i in 1..=1000u64 {
         spread.call_finished(&call(i * 1_000_003), &[CMP]);
     }
@@ -1140,4 +1110,25 @@ fn report_histogram_counts_calls_of_unknown_time_apart() {
         text.ends_with("avg = 500 nsecs, total: 500 nsecs, count: 1 (and 1 of unknown time)\n"),
         "{text}"
     );
+}
+
+/// A complete outermost call of `function` on thread 1 that lasted `duration_ns`, all of it its
+/// own.
+fn timed_call(function: FunctionId, duration_ns: u64) -> FinishedCall {
+    FinishedCall {
+        function,
+        tid: 1,
+        pid: 1,
+        cpu: 0,
+        start_ns: 0,
+        end_ns: duration_ns,
+        duration_ns,
+        self_ns: duration_ns,
+        depth: 0,
+        complete: true,
+        time_known: true,
+        recursive: false,
+        slot: 0,
+        recursion_ns: 0,
+    }
 }
