@@ -459,7 +459,7 @@ where
             Ok(outcome)
         }
         Format::Stacks => {
-            stacks::check_selection(filter, table)?;
+            stacks::check_selection(format, filter, table)?;
             let mut paths = CallPaths::new(filter, table);
             let replay_filter = stacks::without_function_globs(filter);
             let outcome = replay_filtered(source, table, &replay_filter, costs, &mut paths)?;
@@ -477,7 +477,7 @@ where
             Ok(outcome)
         }
         Format::Graph => {
-            stacks::check_selection(filter, table)?;
+            stacks::check_selection(format, filter, table)?;
             let mut graphs = CalleeGraphs::new(filter, table);
             let replay_filter = stacks::without_function_globs(filter);
             let outcome = replay_filtered(source, table, &replay_filter, costs, &mut graphs)?;

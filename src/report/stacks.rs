@@ -26,6 +26,7 @@ use std::io::{self, Write};
 
 use super::flame_graph::{frame_name, process_frame};
 use super::summary::{plural, HumanDuration};
+use super::Format;
 use crate::fast_hash::FastHashMap;
 use crate::filter::FilterSpec;
 use crate::replay::{CallSink, FinishedCall};
@@ -68,17 +69,24 @@ pub struct CallPaths {
 /// `--format=stacks` without `-f` on a large trace.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error(
-    "--format=stacks shows the call paths of each shown function, and this trace has {0} \
+    "--format={format} shows one table per function, and this trace has {functions} \
      functions: choose some with -f GLOB"
 )]
-pub struct TooManyFunctions(pub usize);
+pub struct TooManyFunctions {
+    pub format: Format,
+    pub functions: usize,
+}
 
 /// Whether `filter`'s `-f` chooses the functions to show on `table`, or the table is small
 /// enough to show them all.
-pub fn check_selection(filter: &FilterSpec, table: &FunctionTable) -> Result<(), TooManyFunctions> {
-    let count = table.functions.len();
-    if filter.functions.is_empty() && count > MAX_FUNCTIONS_WITHOUT_GLOB {
-        return Err(TooManyFunctions(count));
+pub fn check_selection(
+    format: Format,
+    filter: &FilterSpec,
+    table: &FunctionTable,
+) -> Result<(), TooManyFunctions> {
+    let functions = table.functions.len();
+    if filter.functions.is_empty() && functions > MAX_FUNCTIONS_WITHOUT_GLOB {
+        return Err(TooManyFunctions { format, functions });
     }
     Ok(())
 }

@@ -1132,3 +1132,144 @@ fn timed_call(function: FunctionId, duration_ns: u64) -> FinishedCall {
         recursion_ns: 0,
     }
 }
+
+/// Two processes: in 10, main → sort → cmp twice and main → cmp once; in 20, main → cmp once.
+fn two_process_events() -> Vec<Event> {
+    let p = |event: Event, pid: u32| event.in_process(pid);
+    vec![
+        p(Event::entry(0, 10, MAIN), 10),
+        p(Event::entry(10, 10, SORT), 10),
+        p(Event::entry(20, 10, CMP), 10),
+        p(Event::exit(30, 10, CMP), 10), // 10
+        p(Event::entry(40, 10, CMP), 10),
+        p(Event::exit(60, 10, CMP), 10), // 20
+        p(Event::exit(70, 10, SORT), 10),
+        p(Event::entry(80, 10, CMP), 10),
+        p(Event::exit(85, 10, CMP), 10), // 5
+        p(Event::exit(100, 10, MAIN), 10),
+        p(Event::entry(200, 20, MAIN), 20),
+        p(Event::entry(210, 20, CMP), 20),
+        p(Event::exit(250, 20, CMP), 20), // 40
+        p(Event::exit(300, 20, MAIN), 20),
+    ]
+}
+
+fn only(globs: &[&str]) -> ReportOptions {
+    ReportOptions {
+        filter: spec(globs, &[], None, None),
+        ..ReportOptions::default()
+    }
+}
+
+#[test]
+fn report_stacks_count_paths_per_process_most_frequent_first() {
+    let text = report_of(&two_process_events(), Format::Stacks, &only(&["cmp"]));
+    let expected = "\
+cmp [pid 10]: 3 calls, 2 paths
+       Calls  Total time  Path
+           2       30 ns  main → sort → cmp
+           1        5 ns  main → cmp
+
+cmp [pid 20]: 1 call, 1 path
+       Calls  Total time  Path
+           1       40 ns  main → cmp
+";
+    assert_eq!(text, expected);
+    let folded = report_of(
+        &two_process_events(),
+        Format::Stacks,
+        &ReportOptions {
+            folded: true,
+            ..only(&["cmp"])
+        },
+    );
+    assert_eq!(
+        folded,
+        "sort [pid 10];main;cmp 1\nsort [pid 10];main;sort;cmp 2\nsort [pid 20];main;cmp 1\n"
+    );
+}
+
+#[test]
+fn report_stacks_count_calls_of_unknown_time_without_time() {
+    let text = report_of(&longjmp_events(), Format::Stacks, &only(&["sort"]));
+    // The sort the longjmp skipped and the one timed after it share a path.
+    assert!(
+        text.ends_with("           2      500 ns  main → sort  (1 of unknown time)\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn report_stacks_without_a_glob_on_a_large_table_ask_for_one() {
+    let mut table = sort_table();
+    for i in table.functions.len()..=stacks::MAX_FUNCTIONS_WITHOUT_GLOB {
+        table.functions.push(function(&format!("f{i}"), 0));
+    }
+    for format in [Format::Stacks, Format::Graph] {
+        let error = write_report(
+            format,
+            &ReportOptions::default(),
+            |_| sort_info(),
+            &table,
+            &mut IterBlocks::new([&sort_events()[..]]),
+            &mut Vec::new(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "--format={format} shows one table per function, and this trace has 65 \
+                 functions: choose some with -f GLOB"
+            )
+        );
+    }
+}
+
+#[test]
+fn report_graph_merges_each_functions_callees() {
+    let text = report_of(&two_process_events(), Format::Graph, &only(&["main"]));
+    let expected = "\
+# Function call graph for 'main' (pid 10)
+# TOTAL TIME   FUNCTION
+      100 ns : (1) main
+       60 ns :  +-(1) sort
+       30 ns :  |  +-(2) cmp
+        5 ns :  +-(1) cmp
+
+# Function call graph for 'main' (pid 20)
+# TOTAL TIME   FUNCTION
+      100 ns : (1) main
+       40 ns :  +-(1) cmp
+";
+    assert_eq!(text, expected);
+}
+
+#[test]
+fn report_dot_has_a_cluster_per_process_and_counts_each_edge() {
+    let text = report_of(
+        &two_process_events(),
+        Format::Dot,
+        &ReportOptions::default(),
+    );
+    assert!(
+        text.starts_with("digraph \"utrace: ./sort -n input.txt\" {\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  subgraph cluster_10 {\n") && text.contains("  subgraph cluster_20 {\n")
+    );
+    for edge in [
+        "  p10_f0 -> p10_f1 [label=\"1\"",
+        "  p10_f1 -> p10_f2 [label=\"2\"",
+        "  p10_f0 -> p10_f2 [label=\"1\"",
+        "  p20_f0 -> p20_f2 [label=\"1\"",
+    ] {
+        assert!(text.contains(edge), "{edge} in {text}");
+    }
+    assert_eq!(text.matches(" -> ").count(), 4, "{text}");
+    // main of pid 20 and of pid 10 both last 100 ns, the most: the hottest red.
+    assert!(
+        text.contains("    p20_f0 [label=\"main\\ncalls 1\\ntotal 100 ns\\nself 60 ns\", fillcolor=\"0.000 0.550 1.000\"];"),
+        "{text}"
+    );
+}
