@@ -333,6 +333,9 @@ impl ReportArgs {
         if self.diff.is_some() && !matches!(format, Format::Summary | Format::Json) {
             bail!("--diff compares summaries: use it with --format=summary or json, not {format}");
         }
+        if self.diff.is_some() && (self.per_thread || self.avg_self || self.percentiles) {
+            bail!("--diff compares calls, total and self times: it takes no --per-thread, --avg-self or --percentiles");
+        }
         if self.folded && format != Format::Stacks {
             bail!("--folded applies to --format=stacks, not {format} (--format=flame-graph folds every path)");
         }

@@ -34,6 +34,8 @@ pub struct CalleeGraphs {
     shown: Vec<bool>,
     /// Per process, per path from a shown function (first) down to a call, its calls.
     processes: FastHashMap<u32, PathCounts>,
+    /// The calls of shown functions (a recursive one counted once, at its outermost call).
+    shown_calls: u64,
 }
 
 impl CalleeGraphs {
@@ -42,7 +44,13 @@ impl CalleeGraphs {
         CalleeGraphs {
             shown: filter.function_mask(table),
             processes: FastHashMap::default(),
+            shown_calls: 0,
         }
+    }
+
+    /// The calls of the functions shown: with none, the report is empty.
+    pub fn shown_calls(&self) -> u64 {
+        self.shown_calls
     }
 
     /// Writes one graph per process and shown function, roots by total time, largest first.
@@ -139,6 +147,9 @@ impl CallSink for CalleeGraphs {
             // A recursive function's tree starts at its outermost call.
             if !shown || stack[..i].contains(&function) {
                 continue;
+            }
+            if i + 1 == stack.len() {
+                self.shown_calls += 1;
             }
             count_call(paths, &stack[i..], call);
         }

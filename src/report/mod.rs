@@ -468,7 +468,10 @@ where
             } else {
                 paths.write_text(table, out)?;
             }
-            Ok(outcome)
+            // The callers' calls went through too; only those shown count for the warning
+            // that nothing was.
+            let calls = paths.shown_calls();
+            Ok(ReportOutcome { calls, ..outcome })
         }
         Format::Dot => {
             let mut graph = CallGraph::new(function_count);
@@ -482,7 +485,8 @@ where
             let replay_filter = stacks::without_function_globs(filter);
             let outcome = replay_filtered(source, table, &replay_filter, costs, &mut graphs)?;
             graphs.write_text(table, out)?;
-            Ok(outcome)
+            let calls = graphs.shown_calls();
+            Ok(ReportOutcome { calls, ..outcome })
         }
     }
 }

@@ -64,6 +64,8 @@ pub struct CallPaths {
     shown: Vec<bool>,
     /// Per process, per path (outermost first, ending with the shown function), its calls.
     processes: FastHashMap<u32, PathCounts>,
+    /// The calls of shown functions.
+    shown_calls: u64,
 }
 
 /// `--format=stacks` without `-f` on a large trace.
@@ -106,7 +108,13 @@ impl CallPaths {
         CallPaths {
             shown: filter.function_mask(table),
             processes: FastHashMap::default(),
+            shown_calls: 0,
         }
+    }
+
+    /// The calls of the functions shown: with none, the report is empty.
+    pub fn shown_calls(&self) -> u64 {
+        self.shown_calls
     }
 
     /// The paths of process `pid` to `function`, most calls first.
@@ -231,6 +239,7 @@ impl CallSink for CallPaths {
         {
             return;
         }
+        self.shown_calls += 1;
         count_call(self.processes.entry(call.pid).or_default(), stack, call);
     }
 }

@@ -1273,3 +1273,15 @@ fn report_dot_has_a_cluster_per_process_and_counts_each_edge() {
         "{text}"
     );
 }
+
+#[test]
+fn report_stacks_and_graph_count_only_the_calls_they_show() {
+    for format in [Format::Stacks, Format::Graph] {
+        let (text, outcome) = sort_report_with(format, &only(&["no_such_function"]));
+        assert_eq!((text.as_str(), outcome.calls), ("", 0), "{format}");
+        let (_, outcome) = sort_report_with(format, &only(&["fib"]));
+        // fib: 4 calls, 3 of them inside the outermost one (the graph merges them there).
+        let expected = if format == Format::Stacks { 4 } else { 1 };
+        assert_eq!(outcome.calls, expected, "{format}");
+    }
+}
