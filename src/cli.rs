@@ -191,7 +191,8 @@ pub struct ReportArgs {
     #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
     pub input: PathBuf,
     /// summary | flame-graph (folded stacks) | svg (flame graph) | json | replay (call tree) |
-    /// chrome (trace-event JSON for Perfetto)
+    /// chrome (trace-event JSON for Perfetto) | stacks (the call paths to each -f function) | dot (call graph for graphviz) | graph (text call graph of each -f function's callees) | histogram (log2 histogram of
+    /// each function's durations)
     #[arg(long, value_name = "FORMAT", default_value = "summary")]
     pub format: Format,
     /// Write the report to FILE instead of standard output.
@@ -206,9 +207,19 @@ pub struct ReportArgs {
     /// Summary: average, minimum and maximum of each function's self time instead of its total.
     #[arg(long)]
     pub avg_self: bool,
+    /// Compare with the recording in FILE (the base): per function, the change from it to
+    /// this one (--format=summary, or json).
+    #[arg(long, value_name = "FILE")]
+    pub diff: Option<PathBuf>,
+    /// Summary: the p50, p90 and p99 of each function's durations (json always has them).
+    #[arg(long)]
+    pub percentiles: bool,
     /// Flame graphs: weigh each call by its self time, or count it once (time | calls).
     #[arg(long, value_name = "WEIGHT", default_value = "time")]
     pub weight: Weight,
+    /// Stacks: the paths as folded stacks weighted by calls (flamegraph.pl input).
+    #[arg(long)]
+    pub folded: bool,
     /// Replay: show when each line's event happened (CLOCK_MONOTONIC seconds).
     #[arg(long)]
     pub timestamp: bool,
@@ -305,8 +316,10 @@ impl ReportArgs {
     /// The report these flags ask for, each format-specific flag checked against the format.
     pub fn request(self) -> Result<ReportRequest> {
         let format = self.format;
-        if (self.per_thread || self.avg_self) && format != Format::Summary {
-            bail!("--per-thread and --avg-self apply to --format=summary, not {format}");
+        if (self.per_thread || self.avg_self || self.percentiles) && format != Format::Summary {
+            bail!(
+                "--per-thread, --avg-self and --percentiles apply to --format=summary, not {format}"
+            );
         }
         if self.sort != SortKey::Total && !matches!(format, Format::Summary | Format::Json) {
             bail!("--sort applies to --format=summary and json, not {format}");
@@ -317,6 +330,15 @@ impl ReportArgs {
         if self.weight != Weight::Time && !matches!(format, Format::FlameGraph | Format::Svg) {
             bail!("--weight applies to --format=flame-graph and svg, not {format}");
         }
+        if self.diff.is_some() && !matches!(format, Format::Summary | Format::Json) {
+            bail!("--diff compares summaries: use it with --format=summary or json, not {format}");
+        }
+        if self.diff.is_some() && (self.per_thread || self.avg_self || self.percentiles) {
+            bail!("--diff compares calls, total and self times: it takes no --per-thread, --avg-self or --percentiles");
+        }
+        if self.folded && format != Format::Stacks {
+            bail!("--folded applies to --format=stacks, not {format} (--format=flame-graph folds every path)");
+        }
         Ok(ReportRequest {
             options: ReportOptions {
                 sort: self.sort,
@@ -326,6 +348,8 @@ impl ReportArgs {
                 filter: self.filter.spec()?,
                 show_timestamps: self.timestamp,
                 show_cpus: self.cpuid,
+                folded: self.folded,
+                percentiles: self.percentiles,
                 ..ReportOptions::default()
             },
             input: self.input,
@@ -333,6 +357,7 @@ impl ReportArgs {
             format,
             raw_times: self.raw_times,
             on_damage: self.damage.on_damage(),
+            diff: self.diff,
         })
     }
 }

@@ -160,7 +160,7 @@ impl CallSink for FoldedStacks {
 
 /// The root frame of a path of process `pid`: `prog [pid 123];`, after the file of the path's
 /// outermost function (a process that exec'ed has paths in both programs).
-fn process_frame(table: &FunctionTable, pid: u32, stack: &[FunctionId]) -> String {
+pub(crate) fn process_frame(table: &FunctionTable, pid: u32, stack: &[FunctionId]) -> String {
     let program = stack
         .first()
         .and_then(|&id| table.functions.get(id as usize))

@@ -4,11 +4,13 @@
 //! {"command": "...", "pid": N, "duration_ns": N, "events": N, "lost_events": N,
 //!  "damaged_chunks": N,
 //!  "functions": [{"name": "fib", "module": "sort", "calls": N, "unknown_time_calls": N,
-//!                 "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N}]}
+//!                 "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N,
+//!                 "p50_ns": N, "p90_ns": N, "p99_ns": N}]}
 //! ```
 //! The header comes from [`TraceInfo`] (`damaged_chunks` only when the data file had any: then
 //! `events` counts those read, not those recorded); `functions` are in the summary's order (`--sort`) with the same
-//! figures (see [`super::summary`]); `module` is the file name of the function's module.
+//! figures (see [`super::summary`]); `module` is the file name of the function's module; the percentiles are those of
+//! [`super::distribution`].
 //! When the trace holds more than one process (`--follow`), each function has one entry per
 //! process that called it, with a `"pid"`, by pid then in the summary's order.
 //! Written pretty-printed, with a final line end.
@@ -17,6 +19,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
+use super::distribution::Distributions;
 use super::summary::{GroupedSummaries, SortKey};
 use super::TraceInfo;
 use crate::table::FunctionTable;
@@ -48,12 +51,16 @@ struct JsonFunction<'a> {
     avg_ns: u64,
     min_ns: u64,
     max_ns: u64,
+    p50_ns: u64,
+    p90_ns: u64,
+    p99_ns: u64,
 }
 
 pub fn write_json(
     info: &TraceInfo,
     table: &FunctionTable,
     processes: &GroupedSummaries,
+    spread: &Distributions,
     sort: SortKey,
     out: &mut dyn Write,
 ) -> io::Result<()> {
@@ -63,12 +70,12 @@ pub fn write_json(
         .into_iter()
         .flat_map(|(process, summary)| {
             let pid = several.then_some(process.pid);
-            summary
-                .rows(table, sort)
-                .into_iter()
-                .map(move |row| (pid, row))
+            summary.rows(table, sort).into_iter().map(move |row| {
+                let percentiles = spread.percentiles(process.pid, row.id);
+                (pid, row, percentiles)
+            })
         })
-        .map(|(pid, row)| JsonFunction {
+        .map(|(pid, row, percentiles)| JsonFunction {
             pid,
             name: &row.function.name,
             module: table.module_name(row.function),
@@ -79,6 +86,9 @@ pub fn write_json(
             avg_ns: row.stats.avg_ns(),
             min_ns: row.stats.min_ns,
             max_ns: row.stats.max_ns,
+            p50_ns: percentiles.p50_ns,
+            p90_ns: percentiles.p90_ns,
+            p99_ns: percentiles.p99_ns,
         })
         .collect();
     let report = JsonReport {

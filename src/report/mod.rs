@@ -7,13 +7,18 @@
 //! are borrowed from the reader one at a time, so reports stream a trace of any length.
 
 pub mod chrome;
+pub mod diff;
+pub mod distribution;
+pub mod dot;
 pub mod flame_graph;
 pub mod flat;
+pub mod graph;
 pub mod json;
 mod no_calls;
 mod output;
 pub mod progress;
 mod run;
+pub mod stacks;
 pub mod summary;
 pub mod svg;
 pub mod tree;
@@ -33,8 +38,12 @@ use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats, Replayer};
 use crate::table::{FunctionId, FunctionTable};
 
 use chrome::ChromeTrace;
+use distribution::{Both, Distributions};
+use dot::CallGraph;
 use flame_graph::{FoldedStacks, Weight};
+use graph::CalleeGraphs;
 pub use run::{run, ReportRequest};
+use stacks::CallPaths;
 use summary::{GroupedSummaries, Grouping, SortKey, Summary, TableLayout};
 use tree::{Columns, TreePrinter};
 
@@ -74,16 +83,28 @@ pub enum Format {
     Replay,
     /// Chrome trace-event JSON, for Perfetto (`chrome`).
     Chrome,
+    /// The distinct call paths to each shown function (`stacks`).
+    Stacks,
+    /// The call graph in graphviz's language (`dot`).
+    Dot,
+    /// uftrace's text call graph of each shown function's callees (`graph`).
+    Graph,
+    /// A log2 histogram of each function's durations, as bcc's funclatency (`histogram`).
+    Histogram,
 }
 
 impl Format {
-    pub const ALL: [Format; 6] = [
+    pub const ALL: [Format; 10] = [
         Format::Summary,
         Format::FlameGraph,
         Format::Svg,
         Format::Json,
         Format::Replay,
         Format::Chrome,
+        Format::Stacks,
+        Format::Dot,
+        Format::Graph,
+        Format::Histogram,
     ];
 
     /// The name the CLI uses.
@@ -95,6 +116,10 @@ impl Format {
             Format::Json => "json",
             Format::Replay => "replay",
             Format::Chrome => "chrome",
+            Format::Stacks => "stacks",
+            Format::Dot => "dot",
+            Format::Graph => "graph",
+            Format::Histogram => "histogram",
         }
     }
 }
@@ -114,7 +139,7 @@ impl fmt::Display for Format {
 
 /// A report format name that is not one of [`Format::ALL`].
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("unknown report format `{0}`: use one of summary, flame-graph, svg, json, replay, chrome")]
+#[error("unknown report format `{0}`: use one of summary, flame-graph, svg, json, replay, chrome, stacks, dot, graph, histogram")]
 pub struct UnknownFormat(pub String);
 
 impl FromStr for Format {
@@ -140,6 +165,8 @@ pub enum ReportError {
          (check that the traced functions ran, or use --format=summary)"
     )]
     NothingToDraw,
+    #[error(transparent)]
+    TooManyFunctions(#[from] stacks::TooManyFunctions),
 }
 
 /// What replaying the events for a report found.
@@ -177,13 +204,18 @@ pub struct ReportOptions {
     pub show_cpus: bool,
     /// Every format: the probe costs to take out of durations; `None` shows them raw.
     pub probe_costs: Option<ProbeCosts>,
+    /// Stacks: folded stacks weighted by calls rather than the text report (`--folded`).
+    pub folded: bool,
+    /// Summary: p50, p90 and p99 columns (`--percentiles`).
+    pub percentiles: bool,
 }
 
 impl ReportOptions {
-    fn table_layout(&self) -> TableLayout {
+    fn table_layout<'d>(&self, distributions: &'d Distributions) -> TableLayout<'d> {
         TableLayout {
             sort: self.sort,
             avg_self: self.avg_self,
+            percentiles: self.percentiles.then_some(distributions),
         }
     }
 }
@@ -274,6 +306,27 @@ where
     })
 }
 
+/// [`replay_filtered`] into `sink`, and into `spread` too when it is wanted.
+fn replay_spread<E, S>(
+    source: &mut E,
+    table: &FunctionTable,
+    filter: &FilterSpec,
+    probe_costs: Option<&ProbeCosts>,
+    sink: &mut S,
+    spread: Option<&mut Distributions>,
+) -> Result<ReportOutcome, ReportError>
+where
+    E: EventSource + ?Sized,
+    S: CallSink,
+{
+    match spread {
+        Some(spread) => {
+            replay_filtered(source, table, filter, probe_costs, &mut Both(sink, spread))
+        }
+        None => replay_filtered(source, table, filter, probe_costs, sink),
+    }
+}
+
 /// What one pass over the events found: their number and the threads they ran on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ThreadScan {
@@ -339,25 +392,39 @@ where
     match format {
         Format::Summary if options.per_thread => {
             let mut summaries = GroupedSummaries::new(Grouping::Thread, function_count);
-            let outcome = replay_filtered(source, table, filter, costs, &mut summaries)?;
+            let mut spread = Distributions::new(Some(Grouping::Thread));
+            let wanted = options.percentiles.then_some(&mut spread);
+            let outcome = replay_spread(source, table, filter, costs, &mut summaries, wanted)?;
             let lost = info(source).lost_by_thread;
             if outcome.calls > 0 {
-                summaries.write_text(table, &outcome.replay, &lost, options.table_layout(), out)?;
+                let layout = options.table_layout(&spread);
+                summaries.write_text(table, &outcome.replay, &lost, layout, out)?;
             }
             Ok(outcome)
         }
         Format::Summary => {
             let mut summary = Summary::new(function_count);
-            let outcome = replay_filtered(source, table, filter, costs, &mut summary)?;
+            let mut spread = Distributions::new(None);
+            let wanted = options.percentiles.then_some(&mut spread);
+            let outcome = replay_spread(source, table, filter, costs, &mut summary, wanted)?;
             if outcome.calls > 0 {
-                summary.write_text(table, &outcome.replay, options.table_layout(), out)?;
+                let layout = options.table_layout(&spread);
+                summary.write_text(table, &outcome.replay, layout, out)?;
             }
             Ok(outcome)
         }
         Format::Json => {
             let mut processes = GroupedSummaries::new(Grouping::Process, function_count);
-            let outcome = replay_filtered(source, table, filter, costs, &mut processes)?;
-            json::write_json(&info(source), table, &processes, options.sort, out)?;
+            let mut spread = Distributions::new(Some(Grouping::Process));
+            let sink = &mut Both(&mut processes, &mut spread);
+            let outcome = replay_filtered(source, table, filter, costs, sink)?;
+            json::write_json(&info(source), table, &processes, &spread, options.sort, out)?;
+            Ok(outcome)
+        }
+        Format::Histogram => {
+            let mut spread = Distributions::new(Some(Grouping::Process));
+            let outcome = replay_filtered(source, table, filter, costs, &mut spread)?;
+            spread.write_histograms(table, out)?;
             Ok(outcome)
         }
         Format::FlameGraph => {
@@ -390,6 +457,36 @@ where
             let outcome = replay_filtered(source, table, filter, costs, &mut trace)?;
             trace.finish(&info(source), &outcome.replay)?;
             Ok(outcome)
+        }
+        Format::Stacks => {
+            stacks::check_selection(format, filter, table)?;
+            let mut paths = CallPaths::new(filter, table);
+            let replay_filter = stacks::without_function_globs(filter);
+            let outcome = replay_filtered(source, table, &replay_filter, costs, &mut paths)?;
+            if options.folded {
+                paths.write_folded(table, out)?;
+            } else {
+                paths.write_text(table, out)?;
+            }
+            // The callers' calls went through too; only those shown count for the warning
+            // that nothing was.
+            let calls = paths.shown_calls();
+            Ok(ReportOutcome { calls, ..outcome })
+        }
+        Format::Dot => {
+            let mut graph = CallGraph::new(function_count);
+            let outcome = replay_filtered(source, table, filter, costs, &mut graph)?;
+            graph.write_dot(table, &info(source).command, out)?;
+            Ok(outcome)
+        }
+        Format::Graph => {
+            stacks::check_selection(format, filter, table)?;
+            let mut graphs = CalleeGraphs::new(filter, table);
+            let replay_filter = stacks::without_function_globs(filter);
+            let outcome = replay_filtered(source, table, &replay_filter, costs, &mut graphs)?;
+            graphs.write_text(table, out)?;
+            let calls = graphs.shown_calls();
+            Ok(ReportOutcome { calls, ..outcome })
         }
     }
 }

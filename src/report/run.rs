@@ -6,15 +6,18 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use super::diff::{self, DiffSide};
 use super::no_calls::NoCalls;
 use super::output::PendingFile;
 use super::progress::{ProgressBar, WithProgress};
+use super::summary::Summary;
 use super::{
-    scan_threads, write_report, Format, ReportError, ReportOptions, ReportOutcome, ThreadScan,
-    TraceInfo,
+    replay_filtered, scan_threads, write_report, Format, ReportError, ReportOptions, ReportOutcome,
+    ThreadScan, TraceInfo,
 };
 use crate::data::{DataReader, OnDamage, Statistics};
 use crate::filter::FilterSpec;
+use crate::table::FunctionTable;
 
 /// What `utrace report` was asked for.
 pub struct ReportRequest {
@@ -30,10 +33,15 @@ pub struct ReportRequest {
     pub raw_times: bool,
     /// Skip a damaged chunk with a warning, or fail (`--strict`).
     pub on_damage: OnDamage,
+    /// Compare with this recording, the base (`--diff FILE`): summary and json only.
+    pub diff: Option<PathBuf>,
 }
 
 /// Writes the report `request` asks for, with a progress bar on a terminal while the file is read.
 pub fn run(request: ReportRequest) -> Result<()> {
+    if let Some(base) = &request.diff {
+        return run_diff(&request, base);
+    }
     let mut options = request.options;
     // The call tree's thread column needs the threads before its first line: a first pass.
     if request.format == Format::Replay {
@@ -52,8 +60,96 @@ pub fn run(request: ReportRequest) -> Result<()> {
         && request.format.writes_while_reading()
         && std::io::stdout().is_terminal());
     let mut source = with_progress(&request.input, bar_wanted, "reading", reader);
-    // A report file is put in place once whole: a report that fails leaves none.
-    let mut file = match &request.output {
+    let mut outcome = ReportOutcome::default();
+    write_output(request.output.as_deref(), &request.input, |out| {
+        outcome = write_report(
+            request.format,
+            &options,
+            |source: &WithProgress<DataReader, _>| trace_info(source.source()),
+            &table,
+            &mut source,
+            out,
+        )?;
+        Ok(())
+    })?;
+    warn_after_report(&request.input, source.source(), &options.filter, &outcome);
+    Ok(())
+}
+
+/// One recording replayed into a summary, for a diff.
+struct Summarized {
+    table: FunctionTable,
+    command: String,
+    summary: Summary,
+}
+
+impl Summarized {
+    fn side<'a>(&'a self, file: &'a str) -> DiffSide<'a> {
+        DiffSide {
+            file,
+            command: &self.command,
+            table: &self.table,
+            summary: &self.summary,
+        }
+    }
+}
+
+/// `report --diff BASE`: the input against `base`, with a warning when they traced different
+/// programs.
+fn run_diff(request: &ReportRequest, base: &Path) -> Result<()> {
+    let new_file = request.input.display().to_string();
+    let base_file = base.display().to_string();
+    let new = summarize(&request.input, request)?;
+    let base = summarize(base, request)?;
+    let (base_side, new_side) = (base.side(&base_file), new.side(&new_file));
+    if diff::different_programs(&base_side, &new_side) {
+        log::warn!(
+            "{base_file} recorded `{}` and {new_file} `{}`: another program, so the functions \
+             are matched by name only",
+            base.command,
+            new.command
+        );
+    }
+    write_output(request.output.as_deref(), &request.input, |out| {
+        match request.format {
+            Format::Json => diff::write_json(&base_side, &new_side, out),
+            _ => diff::write_text(&base_side, &new_side, out),
+        }
+        .map_err(ReportError::from)
+    })
+}
+
+/// Replays the recording at `input` into a summary, with the request's filters and, unless it
+/// asks for raw times, the recording's own probe costs.
+fn summarize(input: &Path, request: &ReportRequest) -> Result<Summarized> {
+    let reader = DataReader::open(input)?.on_damage(request.on_damage);
+    let costs = match request.raw_times {
+        true => None,
+        false => reader.metadata().probe_costs.clone(),
+    };
+    let table = reader.functions().clone();
+    let command = reader.metadata().command_line();
+    let mut source = with_progress(input, true, "reading", reader);
+    let mut summary = Summary::new(table.functions.len());
+    let filter = &request.options.filter;
+    let outcome = replay_filtered(&mut source, &table, filter, costs.as_ref(), &mut summary)
+        .map_err(|error| name_the_file(error, input, None))?;
+    warn_after_report(input, source.source(), filter, &outcome);
+    Ok(Summarized {
+        table,
+        command,
+        summary,
+    })
+}
+
+/// Runs `write` on the report file at `output`, or on standard output. A report file is put in
+/// place once whole: a report that fails leaves none.
+fn write_output(
+    output: Option<&Path>,
+    input: &Path,
+    write: impl FnOnce(&mut dyn Write) -> Result<(), ReportError>,
+) -> Result<()> {
+    let mut file = match output {
         Some(path) => Some(
             PendingFile::create(path)
                 .with_context(|| format!("cannot create {}", path.display()))?,
@@ -65,22 +161,12 @@ pub fn run(request: ReportRequest) -> Result<()> {
         Some(file) => file,
         None => &mut stdout,
     };
-    let outcome = write_report(
-        request.format,
-        &options,
-        |source: &WithProgress<DataReader, _>| trace_info(source.source()),
-        &table,
-        &mut source,
-        out,
-    )
-    .map_err(|error| name_the_file(error, &request.input, request.output.as_deref()))?;
+    write(out).map_err(|error| name_the_file(error, input, output))?;
     match file {
         Some(file) => file.commit(),
         None => stdout.flush(),
     }
-    .map_err(|error| name_the_file(error.into(), &request.input, request.output.as_deref()))?;
-    warn_after_report(&request.input, source.source(), &options.filter, &outcome);
-    Ok(())
+    .map_err(|error| name_the_file(error.into(), input, output))
 }
 
 /// The warnings a report ends with: the damage skipped, why no call was shown if none was, and
@@ -131,7 +217,7 @@ fn name_the_file(error: ReportError, input: &Path, output: Option<&Path>) -> any
     let file = match (&error, output) {
         (ReportError::Read(_), _) | (ReportError::Write(_), None) => None,
         (ReportError::Write(_), Some(output)) => Some(output),
-        (ReportError::NothingToDraw, _) => Some(input),
+        (ReportError::NothingToDraw | ReportError::TooManyFunctions(_), _) => Some(input),
     };
     match file {
         Some(file) => anyhow::Error::new(error).context(file.display().to_string()),

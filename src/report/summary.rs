@@ -28,6 +28,7 @@ use std::str::FromStr;
 
 use thiserror::Error;
 
+use super::distribution::Distributions;
 use crate::fast_hash::FastHashMap;
 use crate::replay::{CallSink, FinishedCall, ReplayStats};
 use crate::table::{FunctionId, FunctionTable, TracedFunction};
@@ -159,11 +160,14 @@ impl FunctionStats {
 }
 
 /// How the summary table is laid out.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TableLayout {
+#[derive(Clone, Copy, Default)]
+pub struct TableLayout<'d> {
     pub sort: SortKey,
     /// Average, minimum and maximum of self times rather than of total times (`--avg-self`).
     pub avg_self: bool,
+    /// p50, p90 and p99 columns from these distributions (`--percentiles`), grouped as the
+    /// tables are.
+    pub percentiles: Option<&'d Distributions>,
 }
 
 /// Collects [`FunctionStats`] per function id; a [`CallSink`].
@@ -223,7 +227,7 @@ impl Summary {
         layout: TableLayout,
         out: &mut dyn Write,
     ) -> io::Result<()> {
-        self.write_table(table, replay.span_ns(), layout, out)?;
+        self.write_table(table, replay.span_ns(), layout, 0, out)?;
         write_note(replay, out)
     }
 
@@ -232,6 +236,7 @@ impl Summary {
         table: &FunctionTable,
         span_ns: u64,
         layout: TableLayout,
+        group: u32,
         out: &mut dyn Write,
     ) -> io::Result<()> {
         let [average, minimum, maximum] = if layout.avg_self {
@@ -239,22 +244,30 @@ impl Summary {
         } else {
             ["Average", "Minimum", "Maximum"]
         };
+        let percentile_heads = match layout.percentiles {
+            Some(_) => format!("  {:>10}  {:>10}  {:>10}", "P50", "P90", "P99"),
+            None => String::new(),
+        };
         writeln!(
             out,
-            "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  Function",
+            "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}{percentile_heads}  Function",
             "Total time", "Total %", "Self time", "Calls", average, minimum, maximum
         )?;
         let rule = "==========";
+        let percentile_rules = match layout.percentiles {
+            Some(_) => format!("  {rule}  {rule}  {rule}"),
+            None => String::new(),
+        };
         writeln!(
             out,
-            "  {rule}  =======  {rule}  {rule}  {rule}  {rule}  {rule}  ===================="
+            "  {rule}  =======  {rule}  {rule}  {rule}  {rule}  {rule}{percentile_rules}  ===================="
         )?;
         for row in self.rows(table, layout.sort) {
             let s = &row.stats;
             let [average, minimum, maximum] = s.spread(layout.avg_self);
-            writeln!(
+            write!(
                 out,
-                "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {}",
+                "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}",
                 HumanDuration(s.total_ns),
                 Percent::of(s.total_ns, span_ns),
                 HumanDuration(s.self_ns),
@@ -262,8 +275,18 @@ impl Summary {
                 HumanDuration(average),
                 HumanDuration(minimum),
                 HumanDuration(maximum),
-                row.function.name
             )?;
+            if let Some(distributions) = layout.percentiles {
+                let p = distributions.percentiles(group, row.id);
+                write!(
+                    out,
+                    "  {:>10}  {:>10}  {:>10}",
+                    HumanDuration(p.p50_ns),
+                    HumanDuration(p.p90_ns),
+                    HumanDuration(p.p99_ns)
+                )?;
+            }
+            writeln!(out, "  {}", row.function.name)?;
         }
         Ok(())
     }
@@ -372,7 +395,11 @@ impl GroupedSummaries {
                 }
                 (Grouping::Process, _) => writeln!(out, "Process {}", group.pid)?,
             }
-            summary.write_table(table, replay.span_ns(), layout, out)?;
+            let key = match self.grouping {
+                Grouping::Thread => group.tid,
+                Grouping::Process => group.pid,
+            };
+            summary.write_table(table, replay.span_ns(), layout, key, out)?;
         }
         write_note(replay, out)
     }
@@ -470,7 +497,7 @@ pub(crate) fn replay_note(replay: &ReplayStats) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
-fn plural(n: u64, one: &str, many: &str) -> String {
+pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 

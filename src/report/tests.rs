@@ -395,22 +395,7 @@ fn report_summary_sorts_by_total_then_name() {
     };
     let mut summary = Summary::new(4);
     for (function, duration_ns) in [(0, 5), (1, 5), (2, 9), (3, 5)] {
-        let call = FinishedCall {
-            function,
-            tid: 1,
-            pid: 1,
-            cpu: 0,
-            start_ns: 0,
-            end_ns: duration_ns,
-            duration_ns,
-            self_ns: duration_ns,
-            depth: 0,
-            complete: true,
-            time_known: true,
-            recursive: false,
-            slot: 0,
-            recursion_ns: 0,
-        };
+        let call = timed_call(function, duration_ns);
         summary.call_finished(&call, &[function]);
     }
     let order: Vec<FunctionId> = summary
@@ -1019,4 +1004,284 @@ fn report_chrome_ends_calls_of_unknown_time_at_their_threads_latest_event() {
         ]
     );
     assert_eq!(value["metadata"]["unknown_time_calls"], 2);
+}
+
+/// main calls cmp 100 times, one after the other, lasting 1, 2, …, 100 ns.
+fn spread_events() -> Vec<Event> {
+    let mut events = vec![Event::entry(0, 7, MAIN)];
+    let mut now = 10;
+    for ns in 1..=100 {
+        events.push(Event::entry(now, 7, CMP));
+        events.push(Event::exit(now + ns, 7, CMP));
+        now += ns + 10;
+    }
+    events.push(Event::exit(now, 7, MAIN));
+    events
+}
+
+#[test]
+fn report_percentiles_of_known_durations_are_exact() {
+    let options = ReportOptions {
+        percentiles: true,
+        ..ReportOptions::default()
+    };
+    let text = report_of(&spread_events(), Format::Summary, &options);
+    let cmp = text.lines().find(|line| line.ends_with(" cmp")).unwrap();
+    let columns: Vec<&str> = cmp
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    // Calls, average, minimum, maximum, then p50, p90, p99.
+    assert_eq!(
+        &columns[3..10],
+        ["100", "50 ns", "1 ns", "100 ns", "50 ns", "90 ns", "99 ns"],
+        "{text}"
+    );
+    assert!(text
+        .lines()
+        .next()
+        .unwrap()
+        .contains("P50         P90         P99  Function"));
+    let json: serde_json::Value = serde_json::from_str(&report_of(
+        &spread_events(),
+        Format::Json,
+        &ReportOptions::default(),
+    ))
+    .unwrap();
+    let cmp = &json["functions"][1];
+    assert_eq!(cmp["name"], "cmp");
+    assert_eq!(
+        (&cmp["p50_ns"], &cmp["p90_ns"], &cmp["p99_ns"]),
+        (&50.into(), &90.into(), &99.into())
+    );
+}
+
+#[test]
+fn report_percentiles_stay_within_one_percent_and_below_the_maximum() {
+    let mut spread = distribution::Distributions::new(None);
+    let call = |duration_ns| timed_call(CMP, duration_ns);
+    for i in 1..=1000u64 {
+        spread.call_finished(&call(i * 1_000_003), &[CMP]);
+    }
+    let p = spread.percentiles(0, CMP);
+    for (value, exact) in [(p.p50_ns, 500), (p.p90_ns, 900), (p.p99_ns, 990)] {
+        let exact = exact * 1_000_003u64;
+        assert!(value.abs_diff(exact) * 100 <= exact, "{value} for {exact}");
+    }
+    spread.call_finished(&call(7), &[CMP]);
+    assert!(spread.percentiles(0, CMP).p99_ns <= 1_000 * 1_000_003);
+    assert_eq!(spread.percentiles(0, MAIN), Default::default());
+}
+
+#[test]
+fn report_histogram_buckets_are_log2_as_funclatency_prints_them() {
+    let options = ReportOptions {
+        filter: spec(&["cmp"], &[], None, None),
+        ..ReportOptions::default()
+    };
+    let text = report_of(&spread_events(), Format::Histogram, &options);
+    // 1..=100 ns: 1 in 0-1, 2 in 2-3, 4 in 4-7, … 32 in 32-63, and 37 in 64-127.
+    let expected = "\
+Function = cmp
+     nsecs               : count     distribution
+         0 -> 1          : 1        |*                                       |
+         2 -> 3          : 2        |**                                      |
+         4 -> 7          : 4        |****                                    |
+         8 -> 15         : 8        |********                                |
+        16 -> 31         : 16       |*****************                       |
+        32 -> 63         : 32       |**********************************      |
+        64 -> 127        : 37       |****************************************|
+
+avg = 50 nsecs, total: 5050 nsecs, count: 100
+";
+    assert_eq!(text, expected);
+}
+
+#[test]
+fn report_histogram_counts_calls_of_unknown_time_apart() {
+    let options = ReportOptions {
+        filter: spec(&["sort"], &[], None, None),
+        ..ReportOptions::default()
+    };
+    let text = report_of(&longjmp_events(), Format::Histogram, &options);
+    assert!(text.contains("   256 -> 511        : 1 "), "{text}");
+    assert!(
+        text.ends_with("avg = 500 nsecs, total: 500 nsecs, count: 1 (and 1 of unknown time)\n"),
+        "{text}"
+    );
+}
+
+/// A complete outermost call of `function` on thread 1 that lasted `duration_ns`, all of it its
+/// own.
+fn timed_call(function: FunctionId, duration_ns: u64) -> FinishedCall {
+    FinishedCall {
+        function,
+        tid: 1,
+        pid: 1,
+        cpu: 0,
+        start_ns: 0,
+        end_ns: duration_ns,
+        duration_ns,
+        self_ns: duration_ns,
+        depth: 0,
+        complete: true,
+        time_known: true,
+        recursive: false,
+        slot: 0,
+        recursion_ns: 0,
+    }
+}
+
+/// Two processes: in 10, main → sort → cmp twice and main → cmp once; in 20, main → cmp once.
+fn two_process_events() -> Vec<Event> {
+    let p = |event: Event, pid: u32| event.in_process(pid);
+    vec![
+        p(Event::entry(0, 10, MAIN), 10),
+        p(Event::entry(10, 10, SORT), 10),
+        p(Event::entry(20, 10, CMP), 10),
+        p(Event::exit(30, 10, CMP), 10), // 10
+        p(Event::entry(40, 10, CMP), 10),
+        p(Event::exit(60, 10, CMP), 10), // 20
+        p(Event::exit(70, 10, SORT), 10),
+        p(Event::entry(80, 10, CMP), 10),
+        p(Event::exit(85, 10, CMP), 10), // 5
+        p(Event::exit(100, 10, MAIN), 10),
+        p(Event::entry(200, 20, MAIN), 20),
+        p(Event::entry(210, 20, CMP), 20),
+        p(Event::exit(250, 20, CMP), 20), // 40
+        p(Event::exit(300, 20, MAIN), 20),
+    ]
+}
+
+fn only(globs: &[&str]) -> ReportOptions {
+    ReportOptions {
+        filter: spec(globs, &[], None, None),
+        ..ReportOptions::default()
+    }
+}
+
+#[test]
+fn report_stacks_count_paths_per_process_most_frequent_first() {
+    let text = report_of(&two_process_events(), Format::Stacks, &only(&["cmp"]));
+    let expected = "\
+cmp [pid 10]: 3 calls, 2 paths
+       Calls  Total time  Path
+           2       30 ns  main → sort → cmp
+           1        5 ns  main → cmp
+
+cmp [pid 20]: 1 call, 1 path
+       Calls  Total time  Path
+           1       40 ns  main → cmp
+";
+    assert_eq!(text, expected);
+    let folded = report_of(
+        &two_process_events(),
+        Format::Stacks,
+        &ReportOptions {
+            folded: true,
+            ..only(&["cmp"])
+        },
+    );
+    assert_eq!(
+        folded,
+        "sort [pid 10];main;cmp 1\nsort [pid 10];main;sort;cmp 2\nsort [pid 20];main;cmp 1\n"
+    );
+}
+
+#[test]
+fn report_stacks_count_calls_of_unknown_time_without_time() {
+    let text = report_of(&longjmp_events(), Format::Stacks, &only(&["sort"]));
+    // The sort the longjmp skipped and the one timed after it share a path.
+    assert!(
+        text.ends_with("           2      500 ns  main → sort  (1 of unknown time)\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn report_stacks_without_a_glob_on_a_large_table_ask_for_one() {
+    let mut table = sort_table();
+    for i in table.functions.len()..=stacks::MAX_FUNCTIONS_WITHOUT_GLOB {
+        table.functions.push(function(&format!("f{i}"), 0));
+    }
+    for format in [Format::Stacks, Format::Graph] {
+        let error = write_report(
+            format,
+            &ReportOptions::default(),
+            |_| sort_info(),
+            &table,
+            &mut IterBlocks::new([&sort_events()[..]]),
+            &mut Vec::new(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "--format={format} shows one table per function, and this trace has 65 \
+                 functions: choose some with -f GLOB"
+            )
+        );
+    }
+}
+
+#[test]
+fn report_graph_merges_each_functions_callees() {
+    let text = report_of(&two_process_events(), Format::Graph, &only(&["main"]));
+    let expected = "\
+# Function call graph for 'main' (pid 10)
+# TOTAL TIME   FUNCTION
+      100 ns : (1) main
+       60 ns :  +-(1) sort
+       30 ns :  |  +-(2) cmp
+        5 ns :  +-(1) cmp
+
+# Function call graph for 'main' (pid 20)
+# TOTAL TIME   FUNCTION
+      100 ns : (1) main
+       40 ns :  +-(1) cmp
+";
+    assert_eq!(text, expected);
+}
+
+#[test]
+fn report_dot_has_a_cluster_per_process_and_counts_each_edge() {
+    let text = report_of(
+        &two_process_events(),
+        Format::Dot,
+        &ReportOptions::default(),
+    );
+    assert!(
+        text.starts_with("digraph \"utrace: ./sort -n input.txt\" {\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  subgraph cluster_10 {\n") && text.contains("  subgraph cluster_20 {\n")
+    );
+    for edge in [
+        "  p10_f0 -> p10_f1 [label=\"1\"",
+        "  p10_f1 -> p10_f2 [label=\"2\"",
+        "  p10_f0 -> p10_f2 [label=\"1\"",
+        "  p20_f0 -> p20_f2 [label=\"1\"",
+    ] {
+        assert!(text.contains(edge), "{edge} in {text}");
+    }
+    assert_eq!(text.matches(" -> ").count(), 4, "{text}");
+    // main of pid 20 and of pid 10 both last 100 ns, the most: the hottest red.
+    assert!(
+        text.contains("    p20_f0 [label=\"main\\ncalls 1\\ntotal 100 ns\\nself 60 ns\", fillcolor=\"0.000 0.550 1.000\"];"),
+        "{text}"
+    );
+}
+
+#[test]
+fn report_stacks_and_graph_count_only_the_calls_they_show() {
+    for format in [Format::Stacks, Format::Graph] {
+        let (text, outcome) = sort_report_with(format, &only(&["no_such_function"]));
+        assert_eq!((text.as_str(), outcome.calls), ("", 0), "{format}");
+        let (_, outcome) = sort_report_with(format, &only(&["fib"]));
+        // fib: 4 calls, 3 of them inside the outermost one (the graph merges them there).
+        let expected = if format == Format::Stacks { 4 } else { 1 };
+        assert_eq!(outcome.calls, expected, "{format}");
+    }
 }
