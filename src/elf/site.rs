@@ -43,6 +43,10 @@ pub enum SiteKind {
     /// Past a leading `endbr64`, which the kernel single-steps (tens of µs in a VM), onto the
     /// next instruction, which it often emulates (a `push`: under a µs).
     AfterEndbr64,
+    /// Past the stack-bound check that opens a Go function (`cmp rsp, g.stackguard0; jbe
+    /// morestack`): when the stack must grow, `morestack` jumps back to the entry, which a probe
+    /// there would count twice (see `src/elf/go.rs`).
+    AfterGoStackCheck,
 }
 
 /// Which sites [`choose`] may pick.
