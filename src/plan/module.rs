@@ -109,8 +109,8 @@ fn warn_unprobeable(unprobeable: &[Unprobeable]) {
         names.push("…");
     }
     log::warn!(
-        "{} functions cannot be probed (their first instruction has a LOCK or \
-         segment prefix and no equivalent site follows): {}",
+        "{} functions cannot be probed (their first instruction is a trap or has a \
+         LOCK or segment prefix, and no equivalent site follows): {}",
         unprobeable.len(),
         names.join(", ")
     );
