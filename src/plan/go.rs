@@ -18,8 +18,9 @@ pub enum Pairing {
     /// By thread and return-address slot.
     #[default]
     ReturnSlot,
-    /// By goroutine (the `g` that Go's ABI keeps in `r14`) and function: the slot moves when Go
-    /// copies the stack, and a goroutine moves between threads.
+    /// By goroutine (the `g` that Go's ABI keeps in `r14`) and the slot's distance from the top
+    /// of the goroutine's stack: the slot itself moves when Go copies the stack, and a goroutine
+    /// moves between threads.
     Goroutine,
 }
 
@@ -55,7 +56,7 @@ pub(super) fn say_go_program(exits: &[ExitProbe]) {
         .count();
     log::warn!(
         "Go program: exits seen at ret instructions ({entry_only} of {} functions entry only, \
-         their durations unknown); calls paired by goroutine and function",
+         their durations unknown); calls paired by goroutine",
         exits.len()
     );
 }
