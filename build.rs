@@ -25,4 +25,5 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=src/bpf/interface.h");
     println!("cargo:rerun-if-changed=src/bpf/shadow.bpf.h");
+    println!("cargo:rerun-if-changed=src/bpf/go.bpf.h");
 }

@@ -93,6 +93,8 @@ struct settings {
 	/* The recorder's process id: its exit stops the recording (process_exit). 64 bits, so the
 	 * struct has no padding. */
 	__u64 recorder_tgid;
+	/* Non-zero for a Go program: entries and exits are paired by goroutine (see go.bpf.h). 64 bits, so the struct has no padding. */
+	__u64 go_goroutines;
 };
 
 /* Not used by the programs: one object of each type above that no global holds, so that the

@@ -100,7 +100,8 @@ static __always_inline bool is_traced(__u32 tgid)
 	       (settings.follow && bpf_map_lookup_elem(&followed_processes, &tgid));
 }
 
-static __always_inline int record(__u32 function, __u64 stack)
+/* An event of `function` on `thread` (a thread id, or a goroutine's number: see go.bpf.h). */
+static __always_inline int record_on(__u32 function, __u64 stack, __u32 thread)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -119,7 +120,7 @@ static __always_inline int record(__u32 function, __u64 stack)
 		return 0;
 	}
 	e->timestamp_ns = now;
-	e->tid = ((__u32)pid_tgid & ((1u << EVENT_TID_BITS) - 1)) |
+	e->tid = (thread & ((1u << EVENT_TID_BITS) - 1)) |
 		 (bpf_get_smp_processor_id() << EVENT_TID_BITS);
 	e->function = function;
 	e->stack = (__u32)stack;
@@ -131,6 +132,13 @@ static __always_inline int record(__u32 function, __u64 stack)
 		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 	return 0;
 }
+
+static __always_inline int record(__u32 function, __u64 stack)
+{
+	return record_on(function, stack, (__u32)bpf_get_current_pid_tgid());
+}
+
+#include "go.bpf.h"
 
 /* At the return of dlopen: tells the recorder a library may have been mapped. */
 SEC("uretprobe.multi")
@@ -169,9 +177,9 @@ int function_entry(struct pt_regs *ctx)
 	__u64 slot = PT_REGS_SP(ctx);
 
 	shadow_entered(slot);
-	record((__u32)cookie, slot);
+	record_call(ctx, (__u32)cookie, slot);
 	if (cookie & COOKIE_ALSO_EXIT)
-		record((__u32)cookie | EVENT_EXIT, slot);
+		record_call(ctx, (__u32)cookie | EVENT_EXIT, slot);
 	return 0;
 }
 
@@ -242,7 +250,7 @@ int function_exit_site(struct pt_regs *ctx)
 	if (cookie & COOKIE_AFTER_RETURN)
 		slot -= 8;
 	shadow_left(slot);
-	return record((__u32)cookie | EVENT_EXIT, slot);
+	return record_call(ctx, (__u32)cookie | EVENT_EXIT, slot);
 }
 
 /* A function whose exit a return probe sees, where the kernel has uprobe sessions: its entry

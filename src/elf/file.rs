@@ -28,6 +28,8 @@ pub struct ElfFile {
     pub(super) stubs: Vec<PltStub>,
     /// The stubs whose addresses a data relocation stores (function pointers to stubs).
     pub(super) stubs_in_data: BTreeSet<u64>,
+    /// The file has a `.go.buildinfo` section: the Go toolchain built it.
+    pub(super) go_buildinfo: bool,
 }
 
 impl ElfFile {
@@ -47,6 +49,7 @@ impl ElfFile {
         let entry = elf.entry;
         let position_independent = elf.header.e_type == ET_DYN;
         let segments = ExecutableSegments::new(&elf.program_headers);
+        let go_buildinfo = super::go::has_buildinfo_section(&elf);
         Ok(ElfFile {
             path: path.to_owned(),
             bytes,
@@ -56,6 +59,7 @@ impl ElfFile {
             symbols,
             stubs,
             stubs_in_data,
+            go_buildinfo,
         })
     }
 

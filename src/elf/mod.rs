@@ -21,11 +21,13 @@
 //! - `returns`: the instructions that leave each function, where exit probes go when no
 //!   uretprobe may touch the stack;
 //! - `unwinder`: where the stack unwinder's entry points are;
+//! - `go`: whether the Go toolchain built the file;
 //! - `loader`, `ldcache`: the libraries a program will load, found as the dynamic loader does.
 
 pub mod binding;
 mod demangle;
 mod file;
+mod go;
 pub mod ldcache;
 pub mod loader;
 mod plt;

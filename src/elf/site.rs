@@ -43,6 +43,10 @@ pub enum SiteKind {
     /// Past a leading `endbr64`, which the kernel single-steps (tens of µs in a VM), onto the
     /// next instruction, which it often emulates (a `push`: under a µs).
     AfterEndbr64,
+    /// Past the stack-bound check that opens a Go function (`cmp rsp, g.stackguard0; jbe
+    /// morestack`): when the stack must grow, `morestack` jumps back to the entry, which a probe
+    /// there would count twice (see `src/elf/go.rs`).
+    AfterGoStackCheck,
 }
 
 /// Which sites [`choose`] may pick.
@@ -172,11 +176,18 @@ fn walk_to_site(code: &[u8]) -> Result<u64, NoSite> {
 /// Whether the kernel accepts a uprobe on the instruction that starts `code`, as far as its
 /// prefixes go: none of its legacy prefixes may be LOCK or a CS/DS/ES/SS segment override
 /// (`is_prefix_bad` in `arch/x86/kernel/uprobes.c`). FS and GS overrides (`0x64`, `0x65`),
-/// operand and address size (`0x66`, `0x67`) and REP (`0xf2`, `0xf3`) are fine.
+/// operand and address size (`0x66`, `0x67`) and REP (`0xf2`, `0xf3`) are fine. Nor may it be a
+/// trap (`int3`, `int n`, `into`, `int1`, which `good_insns_64` leaves out): Go's
+/// `runtime.abort` starts with `int $3`. A command utrace starts maps its files after the probes
+/// are attached, so the kernel skips such a probe without a word; a process utrace attaches to
+/// fails the whole attach.
 pub fn kernel_can_probe(code: &[u8]) -> bool {
-    code.iter()
+    let prefixes_fine = code
+        .iter()
         .take_while(|&&byte| is_legacy_prefix(byte))
-        .all(|&byte| !matches!(byte, 0xf0 | 0x2e | 0x3e | 0x26 | 0x36))
+        .all(|&byte| !matches!(byte, 0xf0 | 0x2e | 0x3e | 0x26 | 0x36));
+    let opcode = code.iter().find(|&&byte| !is_legacy_prefix(byte));
+    prefixes_fine && !matches!(opcode, Some(0xcc | 0xcd | 0xce | 0xf1))
 }
 
 /// How the kernel runs the instruction that starts `code` under a uprobe: emulated when

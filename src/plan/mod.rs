@@ -9,11 +9,13 @@
 //! - `libraries`: the library globs (`--nest-lib`, `--lib`, `--no-lib`, `--libname`);
 //! - `module`: the functions of one traced file: probe sites, PLT stubs, the name filter, exits;
 //! - `exits`: how function exits are seen (`--exit-probes`);
+//! - `go`: Go programs, which get no return probe and pair calls by goroutine;
 //! - `landings`: the executable's PLT calls probed in the library function they land in;
 //! - `watches`: where the recorder watches `dlopen` and the unwinder;
 //! - `planner`: the [`Planner`].
 
 mod exits;
+mod go;
 mod landings;
 mod libraries;
 mod module;
@@ -25,6 +27,7 @@ mod watches;
 mod tests;
 
 pub use exits::{ExitPolicy, UnknownExitPolicy};
+pub use go::Pairing;
 pub use landings::{LandedCall, Landings, StubKept};
 pub use libraries::{LibraryPatterns, PltLibraries};
 pub use planner::{Extension, Loaded, Planner};
@@ -99,6 +102,8 @@ pub struct ProbePlan {
     /// The files that define the unwinder's entry points, with their offsets; empty for a
     /// program without an unwinder (plain C).
     pub unwinder_sites: Vec<WatchSites>,
+    /// How exits pair with entries: by goroutine for a Go program (see [`Pairing`]).
+    pub pairing: Pairing,
 }
 
 /// Why planning failed. Each message says what failed, on which file and what to do about it.

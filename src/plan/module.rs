@@ -3,6 +3,7 @@
 //! is probed.
 
 use super::exits::exit_probes;
+use super::go;
 use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, SiteKind, Unprobeable};
@@ -37,7 +38,13 @@ pub(super) fn plan(
         .plt_libraries
         .apply(&file.path, read.functions, scope);
     functions.retain(|f| options.functions.shows_name(&f.name));
-    let exits = exit_probes(elf, &functions, exit_policy);
+    if elf.is_go() {
+        elf.move_sites_past_go_stack_checks(&mut functions);
+    }
+    let exits = match elf.is_go() {
+        true => go::go_exit_probes(elf, &functions),
+        false => exit_probes(elf, &functions, exit_policy),
+    };
     Ok(PlannedModule {
         file: file.clone(),
         functions,
@@ -79,10 +86,11 @@ fn say_sites(path: &str, functions: &[FunctionSymbol]) {
     let count = |kind| functions.iter().filter(|f| f.site.kind == kind).count();
     log::debug!(
         "probe sites in {path}: {} at the entry, {} after endbr64, {} after an \
-         unprobeable prefix",
+         unprobeable prefix, {} after a Go stack check",
         count(SiteKind::Entry),
         count(SiteKind::AfterEndbr64),
-        count(SiteKind::AfterUnprobeablePrefix)
+        count(SiteKind::AfterUnprobeablePrefix),
+        count(SiteKind::AfterGoStackCheck)
     );
 }
 
@@ -101,8 +109,8 @@ fn warn_unprobeable(unprobeable: &[Unprobeable]) {
         names.push("…");
     }
     log::warn!(
-        "{} functions cannot be probed (their first instruction has a LOCK or \
-         segment prefix and no equivalent site follows): {}",
+        "{} functions cannot be probed (their first instruction is a trap or has a \
+         LOCK or segment prefix, and no equivalent site follows): {}",
         unprobeable.len(),
         names.join(", ")
     );

@@ -2,8 +2,8 @@
 //! traced processes load while they are recorded.
 
 use super::program::{ProgramFiles, UnmatchedPatterns};
-use super::{landings, module, watches};
-use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, Program, TracedFile};
+use super::{go, landings, module, watches};
+use super::{ExitPolicy, Pairing, PlanError, PlanOptions, ProbePlan, Program, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::elf::{ElfFile, ExitProbe};
 use crate::table::{Execution, FunctionTable};
@@ -52,8 +52,14 @@ impl Planner {
             UnmatchedPatterns::Warn,
         );
         let unwinder_sites = watches::unwinder_sites(&files.opened);
-        let exit_policy =
-            ExitPolicy::chosen_or_default(options.exits, options.origin, &unwinder_sites);
+        let is_go = files.executable().elf.as_ref().is_ok_and(ElfFile::is_go);
+        let (exit_policy, pairing) = match is_go {
+            true => (go::exit_policy(options.exits), Pairing::Goroutine),
+            false => (
+                ExitPolicy::chosen_or_default(options.exits, options.origin, &unwinder_sites),
+                Pairing::ReturnSlot,
+            ),
+        };
         let dlopen_sites = match options.nest_libs.is_empty() {
             true => None,
             false => watches::dlopen_sites(files.libraries()),
@@ -97,6 +103,7 @@ impl Planner {
             executable_code_vaddr,
             dlopen_sites,
             unwinder_sites,
+            pairing,
         };
         for module in modules {
             plan.add(module);
@@ -104,6 +111,9 @@ impl Planner {
         // Their probe costs are those of the emulated site in the library, not of the stub.
         for id in plan.landings.functions() {
             plan.table.functions[id as usize].probes.entry = Execution::Emulated;
+        }
+        if is_go {
+            go::say_go_program(&plan.exits);
         }
         say_planned(&plan);
         Ok(Planner {

@@ -506,6 +506,7 @@ fn ids_are_dense_across_modules() {
         executable_code_vaddr: 0,
         dlopen_sites: None,
         unwinder_sites: Vec::new(),
+        pairing: Default::default(),
     };
     plan.add(planned(
         "/bin/prog",

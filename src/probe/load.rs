@@ -10,6 +10,7 @@ use libbpf_rs::{AsRawLibbpf, OpenObject};
 use super::error::{load_error, ProbeError};
 use super::interface::skel::{types, OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
 use super::{AttachMode, AttachStrategy};
+use crate::plan::Pairing;
 
 /// What the loader needs to know before the programs are loaded: the BPF side's `struct
 /// settings`, and the ring buffer's size.
@@ -32,6 +33,8 @@ pub struct ProbeConfig {
     /// Keep a shadow stack of the return addresses uretprobes replace, for the unwinder (the
     /// program maps one).
     pub unwind_shadow: bool,
+    /// How exits pair with entries: by goroutine in a Go program.
+    pub pairing: Pairing,
 }
 
 /// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
@@ -162,6 +165,7 @@ fn settings(config: &ProbeConfig) -> types::settings {
         wakeup_bytes: u64::from(config.buffer_bytes / 8),
         executable_code_vaddr: config.executable_code_vaddr,
         recorder_tgid: u64::from(std::process::id()),
+        go_goroutines: u64::from(config.pairing == Pairing::Goroutine),
     }
 }
 

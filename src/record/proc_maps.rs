@@ -46,8 +46,6 @@ fn find_offset(pid: u32, maps: &str, address: u64) -> Option<(MappedFile, u64)> 
 
 /// One line of `/proc/PID/maps` that maps a file with execute permission.
 struct ExecutableMapping<'a> {
-    /// `START-END`, as the line has it.
-    range: &'a str,
     start: u64,
     end: u64,
     /// File offset of `start`.
@@ -64,7 +62,12 @@ impl ExecutableMapping<'_> {
         };
         MappedFile {
             path: path.to_string(),
-            open_path: PathBuf::from(format!("/proc/{pid}/map_files/{}", self.range)),
+            // Without the leading zeros that /proc/PID/maps pads addresses below 2^32 with (a
+            // program linked at 0x400000, as Go links them): map_files has none.
+            open_path: PathBuf::from(format!(
+                "/proc/{pid}/map_files/{:x}-{:x}",
+                self.start, self.end
+            )),
             deleted,
         }
     }
@@ -83,7 +86,6 @@ fn executable_mappings(maps: &str) -> impl Iterator<Item = ExecutableMapping<'_>
         }
         let (start, end) = range.split_once('-')?;
         Some(ExecutableMapping {
-            range,
             start: u64::from_str_radix(start, 16).ok()?,
             end: u64::from_str_radix(end, 16).ok()?,
             offset,
@@ -154,6 +156,15 @@ mod tests {
         assert_eq!(
             std::os::unix::fs::MetadataExt::ino(&via_map),
             std::os::unix::fs::MetadataExt::ino(&direct)
+        );
+    }
+
+    #[test]
+    fn a_low_mapping_opens_without_leading_zeros() {
+        let maps = "00400000-00487000 r-xp 00000000 08:01 1234 /tmp/goprog\n";
+        assert_eq!(
+            parse_maps(7, maps)[0].open_path,
+            PathBuf::from("/proc/7/map_files/400000-487000")
         );
     }
 }

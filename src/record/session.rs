@@ -169,6 +169,7 @@ impl Session {
                 follow: options.follow,
                 executable_code_vaddr: plan.executable_code_vaddr,
                 unwind_shadow,
+                pairing: plan.pairing,
             },
         )?;
         // Before any return probe: from the first replaced return address on, an exception
