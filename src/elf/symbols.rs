@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use goblin::elf::section_header::SHN_UNDEF;
 use goblin::elf::sym::{STB_GLOBAL, STB_GNU_UNIQUE, STB_LOCAL, STB_WEAK, STT_FUNC, STT_GNU_IFUNC};
-use goblin::elf::Elf;
+use goblin::elf::{Elf, Symtab};
+use goblin::strtab::Strtab;
 
 /// A function symbol of `.symtab` or `.dynsym` (`STT_FUNC` or `STT_GNU_IFUNC`, named), read
 /// once from the file: what every question about the file's functions starts from.
@@ -26,12 +27,16 @@ pub(super) struct Symbol {
 
 /// The function symbols of `.symtab`, then those of `.dynsym`, in the order of each table.
 pub(super) fn function_symbols(elf: &Elf) -> Vec<Symbol> {
-    let symtab = elf.syms.iter().map(|sym| (sym, &elf.strtab, false));
-    let dynsym = elf.dynsyms.iter().map(|sym| (sym, &elf.dynstrtab, true));
-    symtab
-        .chain(dynsym)
-        .filter(|(sym, _, _)| matches!(sym.st_type(), STT_FUNC | STT_GNU_IFUNC))
-        .filter_map(|(sym, strtab, dynamic)| {
+    let mut symbols = table_functions(&elf.syms, &elf.strtab, false);
+    symbols.extend(table_functions(&elf.dynsyms, &elf.dynstrtab, true));
+    symbols
+}
+
+/// The function symbols of one symbol table, in its order; `dynamic` says it is `.dynsym`.
+pub(super) fn table_functions(syms: &Symtab, strtab: &Strtab, dynamic: bool) -> Vec<Symbol> {
+    syms.iter()
+        .filter(|sym| matches!(sym.st_type(), STT_FUNC | STT_GNU_IFUNC))
+        .filter_map(|sym| {
             let name = strtab.get_at(sym.st_name).filter(|name| !name.is_empty())?;
             Some(Symbol {
                 name: name.to_owned(),

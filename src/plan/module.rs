@@ -31,6 +31,7 @@ pub(super) fn plan(
             path: file.path.clone(),
             source,
         })?;
+    log::debug!("symbols of {}: {}", file.path, elf.symbol_origin());
     warn_unprobeable(&read.unprobeable);
     say_sites(&file.path, &read.functions);
     let mut functions = options

@@ -45,12 +45,7 @@ impl Planner {
     /// where the recorder watches dlopen and the unwinder. Fails when a traced file cannot be
     /// read, or when no function is left to trace.
     pub fn new(options: PlanOptions, program: Program) -> Result<Planner, PlanError> {
-        let files = ProgramFiles::select(
-            program,
-            &options.nest_libs,
-            &options.plt_libraries,
-            UnmatchedPatterns::Warn,
-        );
+        let files = ProgramFiles::select(program, &options, UnmatchedPatterns::Warn);
         let unwinder_sites = watches::unwinder_sites(&files.opened);
         let exit_policy =
             ExitPolicy::chosen_or_default(options.exits, options.origin, &unwinder_sites);
@@ -149,10 +144,12 @@ impl Planner {
             .filter(|file| self.options.nest_libs.matches(&file.path))
             .filter(|file| self.module_of(file).is_none())
             .map(|file| {
-                let elf = ElfFile::open(&file.open_path).map_err(|source| PlanError::Symbols {
-                    path: file.path.clone(),
-                    source,
-                })?;
+                let mut elf =
+                    ElfFile::open(&file.open_path).map_err(|source| PlanError::Symbols {
+                        path: file.path.clone(),
+                        source,
+                    })?;
+                elf.load_debug_symbols(&self.options.debug);
                 let exits = self.plan.exit_policy;
                 module::plan(&file, &elf, &self.options, exits, &self.scope)
             })
@@ -166,12 +163,7 @@ impl Planner {
         &self,
         program: Program,
     ) -> Result<(Vec<usize>, Vec<module::PlannedModule>), PlanError> {
-        let files = ProgramFiles::select(
-            program,
-            &self.options.nest_libs,
-            &self.options.plt_libraries,
-            UnmatchedPatterns::Ignore,
-        );
+        let files = ProgramFiles::select(program, &self.options, UnmatchedPatterns::Ignore);
         let exits = ExitPolicy::for_execed_program(
             self.options.exits,
             self.plan.exit_policy,
