@@ -45,6 +45,7 @@ impl Planner {
     /// where the recorder watches dlopen and the unwinder. Fails when a traced file cannot be
     /// read, or when no function is left to trace.
     pub fn new(options: PlanOptions, program: Program) -> Result<Planner, PlanError> {
+        let started = std::time::Instant::now();
         let files = ProgramFiles::select(program, &options, UnmatchedPatterns::Warn);
         let unwinder_sites = watches::unwinder_sites(&files.opened);
         let exit_policy =
@@ -101,6 +102,10 @@ impl Planner {
             plan.table.functions[id as usize].probes.entry = Execution::Emulated;
         }
         say_planned(&plan);
+        log::debug!(
+            "planned in {:.1} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        );
         Ok(Planner {
             options,
             scope: files.scope,
