@@ -102,10 +102,7 @@ impl Planner {
             plan.table.functions[id as usize].probes.entry = Execution::Emulated;
         }
         say_planned(&plan);
-        log::debug!(
-            "planned in {:.1} ms",
-            started.elapsed().as_secs_f64() * 1e3
-        );
+        log::debug!("planned in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
         Ok(Planner {
             options,
             scope: files.scope,
