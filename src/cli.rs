@@ -362,6 +362,22 @@ pub struct InfoArgs {
     pub input: PathBuf,
     #[command(flatten)]
     pub damage: DamageArgs,
+    /// Also say where the symbols of each traced file come from (its .symtab, a debug file,
+    /// debuginfod, MiniDebugInfo) and how many functions each table gives, reading the files as
+    /// they are now.
+    #[arg(long)]
+    pub symbols: bool,
+    /// With --symbols: also look for debug files under this folder (repeatable), as record does.
+    #[arg(long = "debug-dir", value_name = "DIR", requires = "symbols")]
+    pub debug_dir: Vec<PathBuf>,
+}
+
+impl InfoArgs {
+    /// Where `--symbols` looks for debug files; `None` without it.
+    pub fn symbol_lookup(&self) -> Option<DebugLookup> {
+        self.symbols
+            .then(|| DebugLookup::with_dirs(&self.debug_dir))
+    }
 }
 
 /// Parses a recording's length: a duration with its unit (`5s`, `250ms`, `2m`), since a bare

@@ -80,7 +80,7 @@ fn move_to(from: &Path, to: &Path) {
 }
 
 /// Records the stripped `prog`, checks that it ran as untraced, that every static function was
-/// counted exactly, and that `record -d` said where the symbols came from.
+/// counted exactly, and that `record -d` and `info --symbols` said where the symbols came from.
 fn assert_statics_counted(prog: &Path, extra: &[&str], source: &str) {
     let mut flags = vec!["-d"];
     flags.extend_from_slice(extra);
@@ -91,6 +91,17 @@ fn assert_statics_counted(prog: &Path, extra: &[&str], source: &str) {
     let stderr = String::from_utf8_lossy(&recording.output.stderr);
     let said = format!("symbols of {}: 5 functions from {source}", prog.display());
     assert!(stderr.contains(&said), "expected {said:?} in: {stderr}");
+    let mut info = utrace();
+    info.args(["info", "--symbols", "-i"]).arg(recording.data());
+    info.args(extra.iter().filter(|flag| flag.starts_with("--debug-dir")));
+    let output = info.output().unwrap();
+    assert_success(&output);
+    let info = String::from_utf8_lossy(&output.stdout);
+    let said = format!(
+        "  {}: 5 functions from {source}, 0 from .dynsym, ",
+        prog.display()
+    );
+    assert!(info.contains(&said), "expected {said:?} in: {info}");
 }
 
 #[test]
