@@ -50,7 +50,7 @@ pub fn write_symbol_origins(
     for module in modules {
         match ElfFile::open(Path::new(module)) {
             Ok(mut elf) => {
-                elf.load_debug_symbols(lookup);
+                elf.load_debug_symbols(lookup, Path::new(module));
                 writeln!(out, "  {module}: {}", elf.symbol_origin())?;
             }
             Err(error) => writeln!(out, "  {module}: cannot be read now ({error})")?,

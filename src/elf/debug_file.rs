@@ -318,3 +318,30 @@ fn section_bytes<'a>(bytes: &'a [u8], section: &SectionHeader) -> Option<&'a [u8
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(name: &[u8], kind: u32, desc: &[u8]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend((name.len() as u32).to_le_bytes());
+        bytes.extend((desc.len() as u32).to_le_bytes());
+        bytes.extend(kind.to_le_bytes());
+        for part in [name, desc] {
+            bytes.extend(part);
+            bytes.resize(bytes.len().next_multiple_of(4), 0);
+        }
+        bytes
+    }
+
+    #[test]
+    fn the_build_id_is_the_gnu_note_of_its_type() {
+        let mut notes = note(b"GNU\0", 1, &[0; 16]); // NT_GNU_ABI_TAG
+        notes.extend(note(b"Go\0\0", NT_GNU_BUILD_ID, b"not this"));
+        notes.extend(note(b"GNU\0", NT_GNU_BUILD_ID, &[0x93, 0xac, 0x61]));
+        let id = note_desc(&notes, NT_GNU_BUILD_ID, b"GNU\0").unwrap();
+        assert_eq!(hex(&id), "93ac61");
+        assert_eq!(note_desc(&notes[..20], NT_GNU_BUILD_ID, b"GNU\0"), None);
+    }
+}

@@ -99,15 +99,17 @@ impl ElfFile {
 
     /// Where the file has no `.symtab` function symbols, takes those of its separate debug
     /// file or MiniDebugInfo, as `lookup` finds them (see [`debug_file`](super::debug_file)).
-    pub fn load_debug_symbols(&mut self, lookup: &DebugLookup) {
+    /// `known_as` is the file's real path, where its debug link is looked for (a running
+    /// process's file is opened through `/proc/PID/map_files`).
+    pub fn load_debug_symbols(&mut self, lookup: &DebugLookup, known_as: &Path) {
         if self.symbol_source != SymbolSource::DynsymOnly {
             return;
         }
         let started = std::time::Instant::now();
-        let found = lookup.symbols_for(&self.path, &self.bytes, &self.debug_links);
+        let found = lookup.symbols_for(known_as, &self.bytes, &self.debug_links);
         log::debug!(
             "looked for the symbols of stripped {} in {:.1} ms",
-            self.path.display(),
+            known_as.display(),
             started.elapsed().as_secs_f64() * 1e3
         );
         if let Some((source, mut symbols)) = found {

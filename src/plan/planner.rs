@@ -1,6 +1,8 @@
 //! The [`Planner`]: builds the [`ProbePlan`] of a program, and extends it with the code the
 //! traced processes load while they are recorded.
 
+use std::path::Path;
+
 use super::program::{ProgramFiles, UnmatchedPatterns};
 use super::{landings, module, watches};
 use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, Program, TracedFile};
@@ -151,7 +153,7 @@ impl Planner {
                         path: file.path.clone(),
                         source,
                     })?;
-                elf.load_debug_symbols(&self.options.debug);
+                elf.load_debug_symbols(&self.options.debug, Path::new(&file.path));
                 let exits = self.plan.exit_policy;
                 module::plan(&file, &elf, &self.options, exits, &self.scope)
             })

@@ -105,8 +105,9 @@ impl ProgramFiles {
         let libraries = selected_libraries(nest_libs, &opened[1..], unmatched);
         traced.extend(libraries.into_iter().map(|i| i + 1));
         for &index in &traced {
-            if let Ok(elf) = &mut opened[index].elf {
-                elf.load_debug_symbols(&options.debug);
+            let OpenedFile { file, elf } = &mut opened[index];
+            if let Ok(elf) = elf {
+                elf.load_debug_symbols(&options.debug, Path::new(&file.path));
             }
         }
         let scope = binding_scope(plt_libraries, &opened, unmatched);
