@@ -56,6 +56,13 @@ fn split(prog: &Path) -> PathBuf {
     debug
 }
 
+/// A copy of test/statics.c's build in `dir`, split: the program and its debug file.
+fn split_statics(dir: &Path) -> (PathBuf, PathBuf) {
+    let prog = statics_in(dir, false);
+    let debug = split(&prog);
+    (prog, debug)
+}
+
 /// The build id of `file`, in hexadecimal.
 fn build_id(file: &Path) -> String {
     let notes = run("readelf", &["-n", path_str(file)]);
@@ -104,59 +111,78 @@ fn assert_statics_counted(prog: &Path, extra: &[&str], source: &str) {
     assert!(info.contains(&said), "expected {said:?} in: {info}");
 }
 
-#[test]
-fn debug_file_next_to_the_program() {
-    if !bpf_available("debug_file_next_to_the_program") {
+/// Where a test put the debug file, the record flags that find it there, and what to clean up
+/// after the recording.
+struct Placed {
+    at: PathBuf,
+    flags: Vec<String>,
+    /// Dropped after the recording: a folder to remove.
+    _cleanup: Box<dyn std::any::Any>,
+}
+
+/// Splits a copy of test/statics.c's build in a folder of its own, lets `place` move its debug
+/// file (given the program's folder and the debug file) and checks that recording the stripped
+/// program counts every static function exactly, with the symbols of the debug file there.
+fn assert_found(test: &str, place: impl FnOnce(&Path, PathBuf) -> Placed) {
+    if !bpf_available(test) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let prog = statics_in(dir.path(), false);
-    let debug = split(&prog);
-    assert_statics_counted(&prog, &[], &format!("debug file {}", debug.display()));
+    let (prog, debug) = split_statics(dir.path());
+    let placed = place(dir.path(), debug);
+    let flags: Vec<&str> = placed.flags.iter().map(String::as_str).collect();
+    let source = format!("debug file {}", placed.at.display());
+    assert_statics_counted(&prog, &flags, &source);
+}
+
+#[test]
+fn debug_file_next_to_the_program() {
+    assert_found("debug_file_next_to_the_program", |_, debug| Placed {
+        at: debug,
+        flags: vec![],
+        _cleanup: Box::new(()),
+    });
 }
 
 #[test]
 fn debug_file_in_the_debug_folder() {
-    if !bpf_available("debug_file_in_the_debug_folder") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let prog = statics_in(dir.path(), false);
-    let debug = split(&prog);
-    let moved = dir.path().join(".debug/prog.debug");
-    move_to(&debug, &moved);
-    assert_statics_counted(&prog, &[], &format!("debug file {}", moved.display()));
+    assert_found("debug_file_in_the_debug_folder", |dir, debug| {
+        let at = dir.join(".debug/prog.debug");
+        move_to(&debug, &at);
+        Placed {
+            at,
+            flags: vec![],
+            _cleanup: Box::new(()),
+        }
+    });
 }
 
 #[test]
 fn debug_file_under_usr_lib_debug_by_path() {
-    if !bpf_available("debug_file_under_usr_lib_debug_by_path") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let prog = statics_in(dir.path(), false);
-    let debug = split(&prog);
-    let relative = dir.path().strip_prefix("/").unwrap();
-    let system = Path::new("/usr/lib/debug").join(relative);
-    let moved = system.join("prog.debug");
-    move_to(&debug, &moved);
-    let _cleanup = RemoveOnDrop(system);
-    assert_statics_counted(&prog, &[], &format!("debug file {}", moved.display()));
+    assert_found("debug_file_under_usr_lib_debug_by_path", |dir, debug| {
+        let system = Path::new("/usr/lib/debug").join(dir.strip_prefix("/").unwrap());
+        let at = system.join("prog.debug");
+        move_to(&debug, &at);
+        Placed {
+            at,
+            flags: vec![],
+            _cleanup: Box::new(RemoveOnDrop(system)),
+        }
+    });
 }
 
 #[test]
 fn debug_file_by_build_id_under_debug_dir() {
-    if !bpf_available("debug_file_by_build_id_under_debug_dir") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let prog = statics_in(dir.path(), false);
-    let debug = split(&prog);
-    let root = tempfile::tempdir().unwrap();
-    let moved = build_id_path(root.path(), &prog);
-    move_to(&debug, &moved);
-    let flag = format!("--debug-dir={}", root.path().display());
-    assert_statics_counted(&prog, &[&flag], &format!("debug file {}", moved.display()));
+    assert_found("debug_file_by_build_id_under_debug_dir", |dir, debug| {
+        let root = tempfile::tempdir().unwrap();
+        let at = build_id_path(root.path(), &dir.join("prog"));
+        move_to(&debug, &at);
+        Placed {
+            at,
+            flags: vec![format!("--debug-dir={}", root.path().display())],
+            _cleanup: Box::new(root),
+        }
+    });
 }
 
 #[test]
@@ -165,8 +191,7 @@ fn debug_file_of_another_build_is_refused() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let prog = statics_in(dir.path(), false);
-    let debug = split(&prog);
+    let (prog, debug) = split_statics(dir.path());
     std::fs::remove_file(&debug).unwrap();
     let other_dir = tempfile::tempdir().unwrap();
     let other = split(&statics_in(other_dir.path(), true));
@@ -232,8 +257,7 @@ fn debug_file_fetched_from_a_local_debuginfod() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let prog = statics_in(dir.path(), false);
-    let debug = split(&prog);
+    let (prog, debug) = split_statics(dir.path());
     // The server's folder holds the debug file alone; the program's folder keeps no copy.
     let served = tempfile::tempdir().unwrap();
     move_to(&debug, &served.path().join("prog.debug"));
