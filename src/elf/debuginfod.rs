@@ -51,6 +51,10 @@ impl Debuginfod {
             return Some(cached);
         }
         for url in &self.urls {
+            if !url.starts_with("http://") {
+                warn_once_unsupported(url);
+                continue;
+            }
             let address = format!("{}/buildid/{hex}/debuginfo", url.trim_end_matches('/'));
             log::info!(
                 "fetching the debug file of {} from {address}",
@@ -66,6 +70,17 @@ impl Debuginfod {
         }
         None
     }
+}
+
+/// Says once per run that `url` is not fetched from (Debian's default server is `https://`).
+fn warn_once_unsupported(url: &str) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        log::warn!(
+            "debuginfod server {url} is not asked: utrace fetches only from http:// servers \
+             (fetch with debuginfod-find, whose cache utrace reads)"
+        )
+    });
 }
 
 /// The body of `GET url`, an `http://` URL, when the server answers 200.
