@@ -61,12 +61,14 @@ pub(super) struct RawFunction<'a> {
 }
 
 /// Every `STT_FUNC` symbol of `.symtab` and `.dynsym` that is defined and has a size, without
-/// `.cold` fragments, one per address (see [`merge_aliases`]), sorted by address.
+/// `.cold` fragments and trampolines that are returned to, one per address (see
+/// [`merge_aliases`]), sorted by address.
 pub(super) fn defined_functions(symbols: &[Symbol]) -> Vec<RawFunction<'_>> {
     let functions = symbols
         .iter()
         .filter_map(function)
-        .filter(|function| !is_cold_fragment(function.name));
+        .filter(|function| !is_cold_fragment(function.name))
+        .filter(|function| !RETURNED_TO.contains(&function.name));
     merge_aliases(functions)
 }
 
@@ -90,6 +92,13 @@ fn function(symbol: &Symbol) -> Option<RawFunction<'_>> {
         binding: symbol.binding,
     })
 }
+
+/// glibc's trampolines that code returns to rather than calls, named only in its `.symtab` (so
+/// in its debug file): where a return address would be, their stack holds what they read
+/// (`__start_context`, where a function started by `makecontext` returns, reads its `uc_link`
+/// there), which a return probe would overwrite. `__restore_rt`, where a signal handler
+/// returns, has no size and is left out already.
+const RETURNED_TO: [&str; 2] = ["__start_context", "__restore_rt"];
 
 /// Whether a symbol names a fragment that GCC split off a function (`foo.cold`, `foo.cold.3`,
 /// `_Z3fooi.isra.0.cold`). Such code is jumped into, never called: a return probe there would
