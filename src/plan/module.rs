@@ -103,7 +103,7 @@ fn warn_unprobeable(unprobeable: &[Unprobeable]) {
     }
     log::warn!(
         "{} functions cannot be probed (their first instruction has a LOCK or \
-         segment prefix and no equivalent site follows): {}",
+         segment prefix, or is AVX-encoded, and no equivalent site follows): {}",
         unprobeable.len(),
         names.join(", ")
     );
