@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use utrace::data::OnDamage;
-use utrace::elf::SitePolicy;
+use utrace::elf::{DebugLookup, SitePolicy};
 use utrace::filter::{FilterError, FilterSpec};
 use utrace::plan::{ExitPolicy, LibraryPatterns, PltLibraries};
 use utrace::record::{self, split_command, ChildSetup, TargetSpec, TraceOptions, UserIds};
@@ -105,6 +105,11 @@ pub struct TraceArgs {
     /// (repeatable; comma-separated lists; e.g. 'libc.so*').
     #[arg(long = "nest-lib", value_name = "GLOB")]
     pub nest_lib: Vec<String>,
+    /// Also look for the separate debug files of stripped files under this folder, before
+    /// /usr/lib/debug: by build id (DIR/.build-id/xx/yyyy.debug) and by debug link
+    /// (DIR/<the file's folder>/NAME) (repeatable).
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dir: Vec<PathBuf>,
     /// Trace only the PLT calls into the shared libraries whose file name matches the glob
     /// (repeatable; comma-separated lists; e.g. 'libm*').
     #[arg(short = 'l', long = "lib", value_name = "GLOB")]
@@ -291,6 +296,7 @@ impl TraceArgs {
             buffer_bytes: record::ring_buffer_size(args.buffer_size)?,
             duration: args.duration,
             nest_libs: LibraryPatterns::parse("--nest-lib", &args.nest_lib)?,
+            debug: DebugLookup::with_dirs(&args.debug_dir),
             sites: if args.probe_at_entry {
                 SitePolicy::Entry
             } else {
@@ -381,6 +387,22 @@ pub struct InfoArgs {
     pub input: PathBuf,
     #[command(flatten)]
     pub damage: DamageArgs,
+    /// Also say where the symbols of each traced file come from (its .symtab, a debug file,
+    /// debuginfod, MiniDebugInfo) and how many functions each table gives, reading the files as
+    /// they are now.
+    #[arg(long)]
+    pub symbols: bool,
+    /// With --symbols: also look for debug files under this folder (repeatable), as record does.
+    #[arg(long = "debug-dir", value_name = "DIR", requires = "symbols")]
+    pub debug_dir: Vec<PathBuf>,
+}
+
+impl InfoArgs {
+    /// Where `--symbols` looks for debug files; `None` without it.
+    pub fn symbol_lookup(&self) -> Option<DebugLookup> {
+        self.symbols
+            .then(|| DebugLookup::with_dirs(&self.debug_dir))
+    }
 }
 
 /// Parses a recording's length: a duration with its unit (`5s`, `250ms`, `2m`), since a bare

@@ -7,6 +7,7 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::data::{DamagedChunk, DataError, DataReader, Metadata, OnDamage, Statistics};
+use crate::elf::{DebugLookup, ElfFile};
 use crate::filter::FilterSpec;
 use crate::report::summary::HumanDuration;
 use crate::report::{scan_threads, ReportError, ThreadScan};
@@ -22,15 +23,40 @@ pub enum InfoError {
 }
 
 /// `utrace info`: says what the data file at `input` holds, on standard output, with a warning
-/// for each damaged chunk (or an error, `on_damage` says).
-pub fn run(input: &Path, on_damage: OnDamage) -> anyhow::Result<()> {
+/// for each damaged chunk (or an error, `on_damage` says). With `symbols` (`--symbols`), also
+/// where the symbols of each traced file come from, the files read now as `symbols` looks.
+pub fn run(input: &Path, on_damage: OnDamage, symbols: Option<&DebugLookup>) -> anyhow::Result<()> {
     use anyhow::Context;
     // Every error names the file already.
     let info = DataFileInfo::read(input, on_damage)?;
     let mut out = io::BufWriter::new(io::stdout().lock());
     info.write_text(&mut out)
+        .and_then(|()| match symbols {
+            Some(lookup) => write_symbol_origins(&info.functions.modules, lookup, &mut out),
+            None => Ok(()),
+        })
         .and_then(|()| out.flush())
         .context("cannot write to standard output")
+}
+
+/// Where the symbols of each of `modules` come from, and how many functions each table gives:
+/// the files as they are now, looked up as `record` does.
+pub fn write_symbol_origins(
+    modules: &[String],
+    lookup: &DebugLookup,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    writeln!(out, "symbols:     of the traced files, as they are now")?;
+    for module in modules {
+        match ElfFile::open(Path::new(module)) {
+            Ok(mut elf) => {
+                elf.load_debug_symbols(lookup, Path::new(module));
+                writeln!(out, "  {module}: {}", elf.symbol_origin())?;
+            }
+            Err(error) => writeln!(out, "  {module}: cannot be read now ({error})")?,
+        }
+    }
+    Ok(())
 }
 
 /// What [`DataFileInfo::read`] found.

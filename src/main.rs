@@ -19,7 +19,10 @@ fn main() -> ExitCode {
         Command::Record(args) => run_record(args),
         Command::Live(args) => run_live(args),
         Command::Report(args) => args.request().and_then(report::run).map(|()| 0),
-        Command::Info(args) => info::run(&args.input, args.damage.on_damage()).map(|()| 0),
+        Command::Info(args) => {
+            let symbols = args.symbol_lookup();
+            info::run(&args.input, args.damage.on_damage(), symbols.as_ref()).map(|()| 0)
+        }
     };
     match result {
         Ok(code) => ExitCode::from(code),

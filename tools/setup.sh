@@ -2,7 +2,9 @@
 # Installs what building and testing utrace needs on Debian/Ubuntu, skipping what is there.
 # Needs root for apt-get; Rust (cargo) must already be installed (https://rustup.rs).
 set -euo pipefail
-packages=(clang libelf-dev zlib1g-dev pkg-config gcc g++ make binutils graphviz golang-go)
+# libc6-dbg: libc's .symtab for --nest-lib 'libc.so*' (tests/stripped_programs.rs); debuginfod: the
+# server tests/debug_files.rs fetches a debug file from; xz-utils: MiniDebugInfo made as Fedora does.
+packages=(clang libelf-dev zlib1g-dev pkg-config gcc g++ make binutils graphviz golang-go libc6-dbg debuginfod xz-utils)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

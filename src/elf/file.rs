@@ -6,10 +6,37 @@ use std::path::{Path, PathBuf};
 use goblin::elf::header::{self, Header, ET_DYN};
 use goblin::elf::Elf;
 
+use super::debug_file::{DebugLinks, DebugLookup, SymbolSource};
 use super::plt::{self, PltStub};
 use super::segments::ExecutableSegments;
 use super::symbols::{self, Symbol};
 use super::{plt_calls, ElfError};
+
+/// Where the symbols of a file came from, and how many functions each table gave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SymbolOrigin {
+    /// The `.symtab` read: the file's own, a debug file's, MiniDebugInfo's, or none.
+    pub source: SymbolSource,
+    /// The functions of that `.symtab`.
+    pub from_source: usize,
+    /// The functions of `.dynsym`.
+    pub from_dynsym: usize,
+    pub plt_stubs: usize,
+}
+
+impl std::fmt::Display for SymbolOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.source {
+            SymbolSource::DynsymOnly => write!(f, "{}", self.source)?,
+            _ => write!(f, "{} functions from {}", self.from_source, self.source)?,
+        }
+        write!(
+            f,
+            ", {} from .dynsym, {} PLT stubs",
+            self.from_dynsym, self.plt_stubs
+        )
+    }
+}
 
 /// One x86_64 ELF file (executable or shared library): its bytes, and what goblin parsed of
 /// them, kept so that each question (its functions, their exits, its exports, its PLT stubs'
@@ -30,6 +57,10 @@ pub struct ElfFile {
     pub(super) stubs_in_data: BTreeSet<u64>,
     /// The file has a `.go.buildinfo` section: the Go toolchain built it.
     pub(super) go_buildinfo: bool,
+    /// What points to the file's symbols elsewhere (build id, debug link, MiniDebugInfo).
+    debug_links: DebugLinks,
+    /// Where the symbols beside `.dynsym` came from.
+    symbol_source: SymbolSource,
 }
 
 impl ElfFile {
@@ -50,6 +81,11 @@ impl ElfFile {
         let position_independent = elf.header.e_type == ET_DYN;
         let segments = ExecutableSegments::new(&elf.program_headers);
         let go_buildinfo = super::go::has_buildinfo_section(&elf);
+        let debug_links = DebugLinks::of(&elf, &bytes);
+        let symbol_source = match symbols.iter().any(|s| !s.dynamic) {
+            true => SymbolSource::OwnSymtab,
+            false => SymbolSource::DynsymOnly,
+        };
         Ok(ElfFile {
             path: path.to_owned(),
             bytes,
@@ -60,7 +96,51 @@ impl ElfFile {
             stubs,
             stubs_in_data,
             go_buildinfo,
+            debug_links,
+            symbol_source,
         })
+    }
+
+    /// Where the file has no `.symtab` function symbols, takes those of its separate debug
+    /// file or MiniDebugInfo, as `lookup` finds them (see [`debug_file`](super::debug_file)).
+    /// `known_as` is the file's real path, where its debug link is looked for (a running
+    /// process's file is opened through `/proc/PID/map_files`).
+    pub fn load_debug_symbols(&mut self, lookup: &DebugLookup, known_as: &Path) {
+        if self.symbol_source != SymbolSource::DynsymOnly {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let found = lookup.symbols_for(known_as, &self.bytes, &self.debug_links);
+        log::debug!(
+            "looked for the symbols of stripped {} in {:.1} ms",
+            known_as.display(),
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        if let Some((source, mut symbols)) = found {
+            symbols.retain(|s| s.defined);
+            self.symbols.retain(|s| s.dynamic);
+            self.symbols.splice(0..0, symbols);
+            self.symbol_source = source;
+        }
+    }
+
+    /// Where the file's symbols came from, and how many functions each table gave.
+    pub fn symbol_origin(&self) -> SymbolOrigin {
+        let count = |dynamic: bool| {
+            let table: Vec<Symbol> = self
+                .symbols
+                .iter()
+                .filter(|s| s.dynamic == dynamic)
+                .cloned()
+                .collect();
+            symbols::defined_functions(&table).len()
+        };
+        SymbolOrigin {
+            source: self.symbol_source.clone(),
+            from_source: count(false),
+            from_dynsym: count(true),
+            plt_stubs: self.stubs.len(),
+        }
     }
 
     /// The path the file was read from.

@@ -25,6 +25,8 @@
 //! - `loader`, `ldcache`: the libraries a program will load, found as the dynamic loader does.
 
 pub mod binding;
+pub mod debug_file;
+pub mod debuginfod;
 mod demangle;
 mod file;
 mod go;
@@ -49,8 +51,9 @@ use std::path::{Path, PathBuf};
 use crate::table::Execution;
 use crate::table::FunctionKind;
 
+pub use debug_file::{DebugLookup, SymbolSource};
 pub use demangle::demangle;
-pub use file::ElfFile;
+pub use file::{ElfFile, SymbolOrigin};
 pub use returns::NoExitSites;
 pub use site::{NoSite, ProbeSite, SiteKind, SitePolicy};
 
@@ -130,8 +133,9 @@ pub enum ElfError {
     UnsupportedType { path: PathBuf, kind: &'static str },
 
     #[error(
-        "{} has no function symbols (stripped?): use a build with symbols, or trace the \
-         libraries it calls with --nest-lib",
+        "{} has no function symbols and no PLT stubs: nothing in it can be probed; install its \
+         debug file (Debian: its -dbgsym package), give its folder with --debug-dir, or use a \
+         build with symbols",
         path.display()
     )]
     NoFunctionSymbols { path: PathBuf },
@@ -199,8 +203,6 @@ impl ElfFile {
                 }),
             }
         }
-        let has_symbols = !functions.is_empty() || !unprobeable.is_empty();
-
         for stub in &self.stubs {
             if let Some(offset) = self.segments.file_offset(stub.address) {
                 functions.push(FunctionSymbol {
@@ -217,8 +219,8 @@ impl ElfFile {
             }
         }
 
-        // PLT stubs alone are not a symbol table: a stripped file keeps its relocations.
-        if !has_symbols {
+        // A stripped program still has its PLT stubs: its library calls are traced.
+        if functions.is_empty() && unprobeable.is_empty() {
             return Err(ElfError::NoFunctionSymbols {
                 path: self.path().to_owned(),
             });

@@ -178,16 +178,28 @@ fn walk_to_site(code: &[u8]) -> Result<u64, NoSite> {
 /// (`is_prefix_bad` in `arch/x86/kernel/uprobes.c`). FS and GS overrides (`0x64`, `0x65`),
 /// operand and address size (`0x66`, `0x67`) and REP (`0xf2`, `0xf3`) are fine. Nor may it be a
 /// trap (`int3`, `int n`, `into`, `int1`, which `good_insns_64` leaves out): Go's
-/// `runtime.abort` starts with `int $3`. A command utrace starts maps its files after the probes
-/// are attached, so the kernel skips such a probe without a word; a process utrace attaches to
-/// fails the whole attach.
+/// `runtime.abort` starts with `int $3`. Nor may it be VEX, EVEX or XOP encoded (AVX: glibc's
+/// `__memset_avx2_unaligned` starts with `vmovd`): the kernel checks such an instruction's opcode
+/// byte against its table of one-byte opcodes, where most are refused (`vmovd`'s `6e` is `outs`
+/// there). A command utrace starts maps its files after the probes are attached, so the kernel
+/// skips such a probe without a word; elsewhere one refused offset fails a whole `uprobe_multi`
+/// link.
 pub fn kernel_can_probe(code: &[u8]) -> bool {
-    let prefixes_fine = code
+    let prefixes = code
         .iter()
         .take_while(|&&byte| is_legacy_prefix(byte))
+        .count();
+    let legacy_ok = code[..prefixes]
+        .iter()
         .all(|&byte| !matches!(byte, 0xf0 | 0x2e | 0x3e | 0x26 | 0x36));
-    let opcode = code.iter().find(|&&byte| !is_legacy_prefix(byte));
-    prefixes_fine && !matches!(opcode, Some(0xcc | 0xcd | 0xce | 0xf1))
+    let refused_opcode = match code.get(prefixes..) {
+        Some([0xcc | 0xcd | 0xce | 0xf1, ..]) => true,
+        Some([0xc4 | 0xc5 | 0x62, ..]) => true,
+        // `8f /0` is `pop r/m`; with another ModRM reg field, an XOP prefix.
+        Some([0x8f, modrm, ..]) => modrm & 0x38 != 0,
+        _ => false,
+    };
+    legacy_ok && !refused_opcode
 }
 
 /// How the kernel runs the instruction that starts `code` under a uprobe: emulated when
@@ -401,6 +413,20 @@ mod tests {
         assert_eq!(choose(&[0x66, 0x90, 0xc3]), Ok(ProbeSite::ENTRY));
         // Nothing to decode: nothing to say against the entry.
         assert_eq!(choose(&[]), Ok(ProbeSite::ENTRY));
+    }
+
+    #[test]
+    fn vector_encoded_instructions_are_unprobeable() {
+        // vmovd %esi,%xmm0 (VEX2), vpbroadcastb %xmm0,%ymm0 (VEX3), vmovdqu64 (EVEX).
+        assert!(!kernel_can_probe(&[0xc5, 0xf9, 0x6e, 0xc6]));
+        assert!(!kernel_can_probe(&[0xc4, 0xe2, 0x7d, 0x78, 0xc0]));
+        assert!(!kernel_can_probe(&[0x62, 0xe1, 0xfe, 0x48, 0x6f, 0x06]));
+        // pop (%rax) is 8f /0; another reg field makes 8f an XOP prefix.
+        assert!(kernel_can_probe(&[0x8f, 0x00]));
+        assert!(!kernel_can_probe(&[0x8f, 0xe8, 0x78, 0xcd, 0xc1, 0x00]));
+        // A vector instruction moves the probe to the next one: glibc's AVX2 memset.
+        let memset = [0xc5, 0xf9, 0x6e, 0xc6, 0x48, 0x89, 0xf8, 0xc3];
+        assert_eq!(choose(&memset).map(|site| site.offset_in_function), Ok(4));
     }
 
     #[test]

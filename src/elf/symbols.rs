@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use goblin::elf::section_header::SHN_UNDEF;
 use goblin::elf::sym::{STB_GLOBAL, STB_GNU_UNIQUE, STB_LOCAL, STB_WEAK, STT_FUNC, STT_GNU_IFUNC};
-use goblin::elf::Elf;
+use goblin::elf::{Elf, Symtab};
+use goblin::strtab::Strtab;
 
 /// A function symbol of `.symtab` or `.dynsym` (`STT_FUNC` or `STT_GNU_IFUNC`, named), read
 /// once from the file: what every question about the file's functions starts from.
@@ -26,12 +27,16 @@ pub(super) struct Symbol {
 
 /// The function symbols of `.symtab`, then those of `.dynsym`, in the order of each table.
 pub(super) fn function_symbols(elf: &Elf) -> Vec<Symbol> {
-    let symtab = elf.syms.iter().map(|sym| (sym, &elf.strtab, false));
-    let dynsym = elf.dynsyms.iter().map(|sym| (sym, &elf.dynstrtab, true));
-    symtab
-        .chain(dynsym)
-        .filter(|(sym, _, _)| matches!(sym.st_type(), STT_FUNC | STT_GNU_IFUNC))
-        .filter_map(|(sym, strtab, dynamic)| {
+    let mut symbols = table_functions(&elf.syms, &elf.strtab, false);
+    symbols.extend(table_functions(&elf.dynsyms, &elf.dynstrtab, true));
+    symbols
+}
+
+/// The function symbols of one symbol table, in its order; `dynamic` says it is `.dynsym`.
+pub(super) fn table_functions(syms: &Symtab, strtab: &Strtab, dynamic: bool) -> Vec<Symbol> {
+    syms.iter()
+        .filter(|sym| matches!(sym.st_type(), STT_FUNC | STT_GNU_IFUNC))
+        .filter_map(|sym| {
             let name = strtab.get_at(sym.st_name).filter(|name| !name.is_empty())?;
             Some(Symbol {
                 name: name.to_owned(),
@@ -56,12 +61,14 @@ pub(super) struct RawFunction<'a> {
 }
 
 /// Every `STT_FUNC` symbol of `.symtab` and `.dynsym` that is defined and has a size, without
-/// `.cold` fragments, one per address (see [`merge_aliases`]), sorted by address.
+/// `.cold` fragments and trampolines that are returned to, one per address (see
+/// [`merge_aliases`]), sorted by address.
 pub(super) fn defined_functions(symbols: &[Symbol]) -> Vec<RawFunction<'_>> {
     let functions = symbols
         .iter()
         .filter_map(function)
-        .filter(|function| !is_cold_fragment(function.name));
+        .filter(|function| !is_cold_fragment(function.name))
+        .filter(|function| !RETURNED_TO.contains(&function.name));
     merge_aliases(functions)
 }
 
@@ -85,6 +92,13 @@ fn function(symbol: &Symbol) -> Option<RawFunction<'_>> {
         binding: symbol.binding,
     })
 }
+
+/// glibc's trampolines that code returns to rather than calls, named only in its `.symtab` (so
+/// in its debug file): where a return address would be, their stack holds what they read
+/// (`__start_context`, where a function started by `makecontext` returns, reads its `uc_link`
+/// there), which a return probe would overwrite. `__restore_rt`, where a signal handler
+/// returns, has no size and is left out already.
+const RETURNED_TO: [&str; 2] = ["__start_context", "__restore_rt"];
 
 /// Whether a symbol names a fragment that GCC split off a function (`foo.cold`, `foo.cold.3`,
 /// `_Z3fooi.isra.0.cold`). Such code is jumped into, never called: a return probe there would

@@ -646,7 +646,7 @@ fn text_file_is_not_elf() {
 }
 
 #[test]
-fn stripped_binary_has_no_function_symbols() {
+fn stripped_binary_keeps_its_plt_stubs() {
     let dir = TempDir::new().unwrap();
     let path = fixture(&dir);
     let stripped = dir.path().join("fixture-stripped");
@@ -654,7 +654,28 @@ fn stripped_binary_has_no_function_symbols() {
         "strip",
         &[path.to_str().unwrap(), "-o", stripped.to_str().unwrap()],
     );
-    let error = read_function_symbols(&stripped).unwrap_err();
+    let functions = read_function_symbols(&stripped).unwrap();
+    assert!(!functions.is_empty());
+    assert!(functions.iter().all(|f| f.kind == FunctionKind::Plt));
+}
+
+#[test]
+fn stripped_binary_without_plt_stubs_has_nothing_to_probe() {
+    let dir = TempDir::new().unwrap();
+    let source = dir.path().join("bare.c");
+    std::fs::write(
+        &source,
+        "void _start(void) { __asm__ volatile(\"mov $60, %eax; xor %edi, %edi; syscall\"); }\n",
+    )
+    .unwrap();
+    let bare = compile(
+        &dir,
+        "cc",
+        source.to_str().unwrap(),
+        "bare",
+        &["-nostdlib", "-static", "-s"],
+    );
+    let error = read_function_symbols(&bare).unwrap_err();
     assert!(
         matches!(error, ElfError::NoFunctionSymbols { .. }),
         "{error:?}"
@@ -662,9 +683,10 @@ fn stripped_binary_has_no_function_symbols() {
     assert_eq!(
         error.to_string(),
         format!(
-            "{} has no function symbols (stripped?): use a build with symbols, or trace the \
-             libraries it calls with --nest-lib",
-            stripped.display()
+            "{} has no function symbols and no PLT stubs: nothing in it can be probed; install \
+             its debug file (Debian: its -dbgsym package), give its folder with --debug-dir, or \
+             use a build with symbols",
+            bare.display()
         )
     );
 }

@@ -34,7 +34,7 @@ pub use planner::{Extension, Loaded, Planner};
 pub use program::{Program, TracedFile};
 pub use watches::WatchSites;
 
-use crate::elf::{ElfError, ExitProbe, SitePolicy};
+use crate::elf::{DebugLookup, ElfError, ExitProbe, SitePolicy};
 use crate::filter::FilterSpec;
 use crate::table::FunctionTable;
 
@@ -44,6 +44,8 @@ use crate::table::FunctionTable;
 pub struct PlanOptions {
     /// Libraries whose own functions are traced too (`--nest-lib`).
     pub nest_libs: LibraryPatterns,
+    /// Where the symbols of stripped traced files are looked for (`--debug-dir`).
+    pub debug: DebugLookup,
     /// Which PLT calls are traced and how they are named (`--lib`, `--no-lib`, `--libname`).
     pub plt_libraries: PltLibraries,
     /// Which functions are probed, by name (`-f`, `--no-function`): only the filter's function

@@ -32,6 +32,7 @@ pub(super) fn plan(
             path: file.path.clone(),
             source,
         })?;
+    log::debug!("symbols of {}: {}", file.path, elf.symbol_origin());
     warn_unprobeable(&read.unprobeable);
     say_sites(&file.path, &read.functions);
     let mut functions = options
@@ -109,8 +110,8 @@ fn warn_unprobeable(unprobeable: &[Unprobeable]) {
         names.push("…");
     }
     log::warn!(
-        "{} functions cannot be probed (their first instruction is a trap or has a \
-         LOCK or segment prefix, and no equivalent site follows): {}",
+        "{} functions cannot be probed (their first instruction is a trap, has a LOCK or \
+         segment prefix, or is AVX-encoded, and no equivalent site follows): {}",
         unprobeable.len(),
         names.join(", ")
     );

@@ -1,6 +1,8 @@
 //! The [`Planner`]: builds the [`ProbePlan`] of a program, and extends it with the code the
 //! traced processes load while they are recorded.
 
+use std::path::Path;
+
 use super::program::{ProgramFiles, UnmatchedPatterns};
 use super::{go, landings, module, watches};
 use super::{ExitPolicy, Pairing, PlanError, PlanOptions, ProbePlan, Program, TracedFile};
@@ -45,12 +47,8 @@ impl Planner {
     /// where the recorder watches dlopen and the unwinder. Fails when a traced file cannot be
     /// read, or when no function is left to trace.
     pub fn new(options: PlanOptions, program: Program) -> Result<Planner, PlanError> {
-        let files = ProgramFiles::select(
-            program,
-            &options.nest_libs,
-            &options.plt_libraries,
-            UnmatchedPatterns::Warn,
-        );
+        let started = std::time::Instant::now();
+        let files = ProgramFiles::select(program, &options, UnmatchedPatterns::Warn);
         let unwinder_sites = watches::unwinder_sites(&files.opened);
         let is_go = files.executable().elf.as_ref().is_ok_and(ElfFile::is_go);
         let (exit_policy, pairing) = match is_go {
@@ -116,6 +114,7 @@ impl Planner {
             go::say_go_program(&plan.exits);
         }
         say_planned(&plan);
+        log::debug!("planned in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
         Ok(Planner {
             options,
             scope: files.scope,
@@ -159,10 +158,12 @@ impl Planner {
             .filter(|file| self.options.nest_libs.matches(&file.path))
             .filter(|file| self.module_of(file).is_none())
             .map(|file| {
-                let elf = ElfFile::open(&file.open_path).map_err(|source| PlanError::Symbols {
-                    path: file.path.clone(),
-                    source,
-                })?;
+                let mut elf =
+                    ElfFile::open(&file.open_path).map_err(|source| PlanError::Symbols {
+                        path: file.path.clone(),
+                        source,
+                    })?;
+                elf.load_debug_symbols(&self.options.debug, Path::new(&file.path));
                 let exits = self.plan.exit_policy;
                 module::plan(&file, &elf, &self.options, exits, &self.scope)
             })
@@ -176,12 +177,7 @@ impl Planner {
         &self,
         program: Program,
     ) -> Result<(Vec<usize>, Vec<module::PlannedModule>), PlanError> {
-        let files = ProgramFiles::select(
-            program,
-            &self.options.nest_libs,
-            &self.options.plt_libraries,
-            UnmatchedPatterns::Ignore,
-        );
+        let files = ProgramFiles::select(program, &self.options, UnmatchedPatterns::Ignore);
         let exits = ExitPolicy::for_execed_program(
             self.options.exits,
             self.plan.exit_policy,

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{LibraryPatterns, PlanError, PltLibraries};
+use super::{LibraryPatterns, PlanError, PlanOptions, PltLibraries};
 use crate::elf::binding::BindingScope;
 use crate::elf::ldcache::LdCache;
 use crate::elf::loader::load_order;
@@ -89,17 +89,27 @@ impl ProgramFiles {
     /// libraries `nest_libs` matches; binds PLT calls as the loader will.
     pub fn select(
         program: Program,
-        nest_libs: &LibraryPatterns,
-        plt_libraries: &PltLibraries,
+        options: &PlanOptions,
         unmatched: UnmatchedPatterns,
     ) -> ProgramFiles {
-        let opened: Vec<OpenedFile> = std::iter::once(program.executable)
+        let PlanOptions {
+            nest_libs,
+            plt_libraries,
+            ..
+        } = options;
+        let mut opened: Vec<OpenedFile> = std::iter::once(program.executable)
             .chain(program.libraries)
             .map(OpenedFile::open)
             .collect();
         let mut traced = vec![0];
         let libraries = selected_libraries(nest_libs, &opened[1..], unmatched);
         traced.extend(libraries.into_iter().map(|i| i + 1));
+        for &index in &traced {
+            let OpenedFile { file, elf } = &mut opened[index];
+            if let Ok(elf) = elf {
+                elf.load_debug_symbols(&options.debug, Path::new(&file.path));
+            }
+        }
         let scope = binding_scope(plt_libraries, &opened, unmatched);
         ProgramFiles {
             opened,

@@ -16,7 +16,7 @@ use super::ring::{Inbox, Note};
 use super::signals;
 use super::stack_writes::{MalformedRequest, StackWriteRequest};
 use super::target::{Prepared, Target, TargetSpec};
-use crate::elf::SitePolicy;
+use crate::elf::{DebugLookup, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
 use crate::plan::{ExitPolicy, Extension, LibraryPatterns, Loaded, PltLibraries};
@@ -33,6 +33,8 @@ pub struct TraceOptions {
     pub duration: Option<Duration>,
     /// Libraries whose own functions are traced too (`--nest-lib`).
     pub nest_libs: LibraryPatterns,
+    /// Where the symbols of stripped traced files are looked for (`--debug-dir`).
+    pub debug: DebugLookup,
     /// Where entry probes may go (`--probe-at-entry` keeps them at the entries).
     pub sites: SitePolicy,
     /// Which PLT calls are traced and how they are named (`--lib`, `--no-lib`, `--libname`).
@@ -408,6 +410,7 @@ fn hand_over(added: &Extension, drain: &mut dyn Drain) -> Result<(), GrowError> 
 fn plan_options(options: &TraceOptions, target: &Target) -> PlanOptions {
     PlanOptions {
         nest_libs: options.nest_libs.clone(),
+        debug: options.debug.clone(),
         plt_libraries: options.plt_libraries.clone(),
         functions: options.filter.clone(),
         sites: options.sites,

@@ -262,7 +262,9 @@ impl Summary {
             out,
             "  {rule}  =======  {rule}  {rule}  {rule}  {rule}  {rule}{percentile_rules}  ===================="
         )?;
-        for row in self.rows(table, layout.sort) {
+        let rows = self.rows(table, layout.sort);
+        let names = distinct_names(table, &rows);
+        for (row, name) in rows.iter().zip(names) {
             let s = &row.stats;
             let [average, minimum, maximum] = s.spread(layout.avg_self);
             write!(
@@ -286,10 +288,46 @@ impl Summary {
                     HumanDuration(p.p99_ns)
                 )?;
             }
-            writeln!(out, "  {}", row.function.name)?;
+            writeln!(out, "  {name}")?;
         }
         Ok(())
     }
+}
+
+/// The names of `rows` as the summary shows them: a name that several rows share gets the
+/// function's offset in its module (`name [0x1a2b]`), and its module's name where the rows are
+/// in different modules (`name [libc.so.6+0x1a2b]`).
+pub fn distinct_names<'t>(
+    table: &'t FunctionTable,
+    rows: &[SummaryRow<'t>],
+) -> Vec<std::borrow::Cow<'t, str>> {
+    use std::borrow::Cow;
+    use std::collections::HashMap;
+    let mut modules: HashMap<&str, Vec<u32>> = HashMap::new();
+    for row in rows {
+        modules
+            .entry(row.function.name.as_str())
+            .or_default()
+            .push(row.function.module);
+    }
+    rows.iter()
+        .map(|row| {
+            let function = row.function;
+            let sharing = &modules[function.name.as_str()];
+            if sharing.len() < 2 {
+                return Cow::Borrowed(function.name.as_str());
+            }
+            let offset = function.offset;
+            match sharing.iter().all(|&m| m == function.module) {
+                true => Cow::Owned(format!("{} [{offset:#x}]", function.name)),
+                false => Cow::Owned(format!(
+                    "{} [{}+{offset:#x}]",
+                    function.name,
+                    table.module_name(function)
+                )),
+            }
+        })
+        .collect()
 }
 
 fn write_note(replay: &ReplayStats, out: &mut dyn Write) -> io::Result<()> {

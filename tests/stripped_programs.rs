@@ -1,0 +1,80 @@
+//! End to end: Debian's stripped programs traced through their PLT stubs, and libc's internal
+//! functions traced with the symbols of its debug file (libc6-dbg).
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// Debian's `true` and `dash` have no `.symtab`: their library calls are traced at their PLT
+/// stubs, and they run as untraced.
+#[test]
+fn stripped_programs_are_traced_through_their_plt_stubs() {
+    if !bpf_available("stripped_programs_are_traced_through_their_plt_stubs") {
+        return;
+    }
+    let recording = record_unchanged(Path::new("/usr/bin/true"), &[], &[]);
+    let traced = recording.traced_counts();
+    assert!(!traced.is_empty());
+    assert!(
+        traced.keys().all(|name| name.ends_with("@plt")),
+        "{traced:?}"
+    );
+
+    let recording = record_unchanged(Path::new("/usr/bin/dash"), &["-c", "echo hi"], &[]);
+    assert_eq!(String::from_utf8_lossy(&recording.output.stdout), "hi\n");
+    let traced = recording.traced_counts();
+    // `echo hi` is one write of "hi\n".
+    assert_eq!(traced.get("write@plt"), Some(&1), "{traced:?}");
+    assert!(
+        traced.keys().all(|name| name.ends_with("@plt")),
+        "{traced:?}"
+    );
+}
+
+/// `--nest-lib` on a stripped program: its stubs and the library's functions. (`write` itself
+/// is left out: a traced library function at the site a PLT call lands on hides that call.)
+#[test]
+fn nest_lib_works_on_a_stripped_program() {
+    if !bpf_available("nest_lib_works_on_a_stripped_program") {
+        return;
+    }
+    let recording = record_unchanged(
+        Path::new("/usr/bin/dash"),
+        &["-c", "echo hi"],
+        &["--nest-lib", "libc.so*", "-f", "write@plt,_int_malloc"],
+    );
+    let traced = recording.traced_counts();
+    assert_eq!(traced.get("write@plt"), Some(&1), "{traced:?}");
+    assert!(traced.get("_int_malloc") > Some(&0), "{traced:?}");
+}
+
+/// With libc6-dbg installed, libc's `.symtab` comes from its debug file: `_int_malloc`, a local
+/// function `.dynsym` lacks, is traced.
+///
+/// The reference: test/statics.c mallocs ROUNDS blocks of 24 bytes and frees none before the
+/// end, so the thread cache never has one to give and every malloc goes through `_int_malloc`
+/// once; malloc's first call also allocates the thread cache itself with `_int_malloc`. Besides
+/// the ROUNDS blocks, the program mallocs its array of pointers, and stdio one buffer for
+/// stdout (a pipe here). So malloc is called ROUNDS + 2 times, `_int_malloc` ROUNDS + 3.
+#[test]
+fn libc_internal_functions_come_from_its_debug_file() {
+    if !bpf_available("libc_internal_functions_come_from_its_debug_file") {
+        return;
+    }
+    let statics = compile("statics.c", "statics", &[]);
+    let recording = record_unchanged(
+        &statics,
+        &["1000"],
+        &["-d", "--nest-lib", "libc.so*", "-f", "_int_malloc,malloc"],
+    );
+    let traced = recording.traced_counts();
+    assert_eq!(traced.get("malloc"), Some(&1002), "{traced:?}");
+    assert_eq!(traced.get("_int_malloc"), Some(&1003), "{traced:?}");
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    assert!(
+        stderr.contains("functions from debug file /usr/lib/debug/.build-id/"),
+        "libc's debug file was not used (tools/setup.sh installs libc6-dbg): {stderr}"
+    );
+}
