@@ -100,12 +100,10 @@ fn follow_traces_a_forked_child_running_the_same_program() {
     }
     let forkexec = compile("forkexec.c", "forkexec", &[]);
     let recording = record_unchanged(&forkexec, &[], &["--follow"]);
-    let stdout = &recording.output.stdout;
     let json = recording.json();
-    let (target, child) = target_and_child(&json);
-    let processes = counts_by_pid(&json);
-    assert_counts_match(&role_counts(stdout, "parent"), &processes[&target]);
-    assert_counts_match(&role_counts(stdout, "child"), &processes[&child]);
+    let (_, child, processes) = parent_checked(&recording, &json);
+    let child_counts = role_counts(&recording.output.stdout, "child");
+    assert_counts_match(&child_counts, &processes[&child]);
     assert_eq!(processes[&child].get("parent_work"), None);
     assert_eq!(processes[&child].get("main"), None);
 }
@@ -260,6 +258,19 @@ fn record_time_filters_keep_the_processes_apart() {
     );
 }
 
+/// The target's and the child's pids and the counts per process of a `--follow` recording of a
+/// program that forks once, having checked the parent's counts against what it printed.
+fn parent_checked(
+    recording: &Recording,
+    json: &serde_json::Value,
+) -> (u64, u64, BTreeMap<u64, BTreeMap<String, u64>>) {
+    let (target, child) = target_and_child(json);
+    let processes = counts_by_pid(json);
+    let stdout = &recording.output.stdout;
+    assert_counts_match(&role_counts(stdout, "parent"), &processes[&target]);
+    (target, child, processes)
+}
+
 /// Checks the counts of a `forkexec` recording against what each process printed: the parent's,
 /// and the child's (forkexec's functions before its exec, the exec'ed program's after). Returns
 /// the target's and the child's pids and the counts per process.
@@ -267,10 +278,8 @@ fn assert_forkexec_counts(
     recording: &Recording,
     json: &serde_json::Value,
 ) -> (u64, u64, BTreeMap<u64, BTreeMap<String, u64>>) {
+    let (target, child, processes) = parent_checked(recording, json);
     let stdout = &recording.output.stdout;
-    let (target, child) = target_and_child(json);
-    let processes = counts_by_pid(json);
-    assert_counts_match(&role_counts(stdout, "parent"), &processes[&target]);
     let mut child_counts = role_counts(stdout, "child");
     child_counts.extend(own_counts(stdout));
     assert_counts_match(&child_counts, &processes[&child]);
@@ -286,12 +295,10 @@ fn a_child_that_execs_its_own_program_is_counted_once() {
     }
     let program = compile("reexec.c", "reexec", &[]);
     let recording = record_unchanged(&program, &[], &["--follow"]);
-    let stdout = &recording.output.stdout;
     let json = recording.json();
-    let (target, child) = target_and_child(&json);
-    let processes = counts_by_pid(&json);
-    assert_counts_match(&role_counts(stdout, "parent"), &processes[&target]);
-    assert_counts_match(&role_counts(stdout, "child"), &processes[&child]);
+    let (_, child, processes) = parent_checked(&recording, &json);
+    let child_counts = role_counts(&recording.output.stdout, "child");
+    assert_counts_match(&child_counts, &processes[&child]);
 
     let replay = recording.report(&["--format=replay"]);
     let child_tree: Vec<&str> = replay
