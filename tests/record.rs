@@ -16,6 +16,23 @@ fn sample_sort_counts_are_exact() {
         &own_counts(&recording.output.stdout),
         &recording.traced_counts(),
     );
+    // `main` is nearly all of the trace, corrected times or raw: `Total %` divides by the
+    // outermost calls' time as the report counts it, not by the raw span of the trace.
+    for flags in [&[][..], &["--raw-times"][..]] {
+        let summary = recording.report(flags);
+        let main = summary
+            .lines()
+            .find(|line| line.ends_with("  main"))
+            .unwrap_or_else(|| panic!("no main row in {summary}"));
+        let percent: f64 = main
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .trim_end_matches('%')
+            .parse()
+            .unwrap();
+        assert!((95.0..=100.0).contains(&percent), "{flags:?}: {main}");
+    }
 }
 
 #[test]

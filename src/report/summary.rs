@@ -17,8 +17,11 @@
 //! its timed recursive calls count in total in its place. The table ends with a note when there
 //! were any of either.
 //!
-//! `Total %` is the total time as a share of the time the trace covers (from its first event to
-//! its last), so `main` is near 100%; functions run by several threads at once can pass 100%.
+//! `Total %` is the total time as a share of the time the trace covers as the report counts it:
+//! the longest of the threads' outermost timed calls added up, with the probe costs taken out as
+//! from every other figure (the first event to the last, raw, when no outermost call was timed).
+//! So `main` is near 100% whether the times are corrected or not; functions run by several
+//! threads at once can pass 100%.
 //! Rows are sorted by a [`SortKey`], largest first; `--per-thread` makes one table per thread
 //! ([`GroupedSummaries`]).
 
@@ -174,6 +177,8 @@ pub struct TableLayout<'d> {
 #[derive(Clone, Debug)]
 pub struct Summary {
     functions: Vec<FunctionStats>,
+    /// Per thread id, the durations of its outermost timed calls added up.
+    outermost_ns: FastHashMap<u32, u64>,
 }
 
 /// One line of the summary: a function that was called.
@@ -188,7 +193,13 @@ impl Summary {
     pub fn new(function_count: usize) -> Summary {
         Summary {
             functions: vec![FunctionStats::default(); function_count],
+            outermost_ns: FastHashMap::default(),
         }
+    }
+
+    /// The longest a thread's outermost timed calls lasted together: what `Total %` divides by.
+    fn longest_thread_ns(&self) -> u64 {
+        self.outermost_ns.values().copied().max().unwrap_or(0)
     }
 
     pub fn stats(&self, id: FunctionId) -> Option<&FunctionStats> {
@@ -227,7 +238,8 @@ impl Summary {
         layout: TableLayout,
         out: &mut dyn Write,
     ) -> io::Result<()> {
-        self.write_table(table, replay.span_ns(), layout, 0, out)?;
+        let covered_ns = covered_ns(self.longest_thread_ns(), replay);
+        self.write_table(table, covered_ns, layout, 0, out)?;
         write_note(replay, out)
     }
 
@@ -414,6 +426,13 @@ impl GroupedSummaries {
             .groups
             .iter()
             .any(|(group, _)| group.pid != self.groups[0].0.pid);
+        let longest_thread_ns = self
+            .groups
+            .iter()
+            .map(|(_, summary)| summary.longest_thread_ns())
+            .max()
+            .unwrap_or(0);
+        let covered_ns = covered_ns(longest_thread_ns, replay);
         for (i, (group, summary)) in self.sorted().into_iter().enumerate() {
             if i > 0 {
                 writeln!(out)?;
@@ -437,7 +456,7 @@ impl GroupedSummaries {
                 Grouping::Thread => group.tid,
                 Grouping::Process => group.pid,
             };
-            summary.write_table(table, replay.span_ns(), layout, key, out)?;
+            summary.write_table(table, covered_ns, layout, key, out)?;
         }
         write_note(replay, out)
     }
@@ -460,6 +479,15 @@ impl CallSink for GroupedSummaries {
             groups.len() - 1
         });
         self.groups[index].1.call_finished(call, stack);
+    }
+}
+
+/// What `Total %` divides by: the longest thread's outermost timed calls, or the trace's raw span
+/// when none was timed.
+fn covered_ns(longest_thread_ns: u64, replay: &ReplayStats) -> u64 {
+    match longest_thread_ns {
+        0 => replay.span_ns(),
+        longest => longest,
     }
 }
 
@@ -492,6 +520,9 @@ impl CallSink for Summary {
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
         if let Some(stats) = self.functions.get_mut(call.function as usize) {
             stats.add(call);
+        }
+        if call.depth == 0 && call.time_known {
+            *self.outermost_ns.entry(call.tid).or_default() += call.duration_ns;
         }
     }
 }
