@@ -1,6 +1,6 @@
 //! [`ElfFile`]: one traced file, read and parsed once, asked every question planning has.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use goblin::elf::header::{self, Header, ET_DYN};
@@ -8,6 +8,7 @@ use goblin::elf::Elf;
 
 use super::debug_file::{DebugLinks, DebugLookup, SymbolSource};
 use super::plt::{self, PltStub};
+use super::prototypes::{self, Prototype};
 use super::segments::ExecutableSegments;
 use super::symbols::{self, Symbol};
 use super::{plt_calls, ElfError};
@@ -140,6 +141,42 @@ impl ElfFile {
             from_source: count(false),
             from_dynsym: count(true),
             plt_stubs: self.stubs.len(),
+        }
+    }
+
+    /// The prototypes DWARF gives the file's functions, by entry address (see
+    /// [`prototypes`](super::prototypes)): from the file's own `.debug_info`, or where it has
+    /// none, from the debug file its symbols were taken from by [`ElfFile::load_debug_symbols`]
+    /// (so only for a stripped file whose debug file was found). Failures are warned of, and
+    /// give no prototypes.
+    pub fn prototypes(&self) -> HashMap<u64, Prototype> {
+        let read = |path: &Path, bytes: &[u8]| {
+            prototypes::read_prototypes(bytes).unwrap_or_else(|error| {
+                log::warn!(
+                    "the DWARF of {} is not read: {error}; arguments are not shown",
+                    path.display()
+                );
+                HashMap::new()
+            })
+        };
+        let own = read(&self.path, &self.bytes);
+        if !own.is_empty() {
+            return own;
+        }
+        match &self.symbol_source {
+            SymbolSource::DebugFile(debug) | SymbolSource::Debuginfod(debug) => {
+                match std::fs::read(debug) {
+                    Ok(bytes) => read(debug, &bytes),
+                    Err(error) => {
+                        log::warn!(
+                            "cannot read the debug file {} ({error}): arguments are not shown",
+                            debug.display()
+                        );
+                        HashMap::new()
+                    }
+                }
+            }
+            _ => own,
         }
     }
 

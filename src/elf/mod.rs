@@ -21,6 +21,8 @@
 //! - `returns`: the instructions that leave each function, where exit probes go when no
 //!   uretprobe may touch the stack;
 //! - `unwinder`: where the stack unwinder's entry points are;
+//! - `prototypes`: how DWARF says each function's parameters and return value are shown
+//!   (`-a/--auto-args`);
 //! - `go`: whether the Go toolchain built the file;
 //! - `loader`, `ldcache`: the libraries a program will load, found as the dynamic loader does.
 
@@ -34,6 +36,7 @@ pub mod ldcache;
 pub mod loader;
 mod plt;
 pub mod plt_calls;
+pub mod prototypes;
 pub mod returns;
 mod segments;
 pub mod site;
