@@ -9,11 +9,12 @@ use clap::{Args, Parser, Subcommand};
 use utrace::data::OnDamage;
 use utrace::elf::{DebugLookup, SitePolicy};
 use utrace::filter::{FilterError, FilterSpec};
-use utrace::plan::{ExitPolicy, LibraryPatterns, PltLibraries};
+use utrace::plan::{ExitPolicy, LibraryPatterns, PltLibraries, ValueRequests};
 use utrace::record::{self, split_command, ChildSetup, TargetSpec, TraceOptions, UserIds};
 use utrace::report::flame_graph::Weight;
 use utrace::report::summary::SortKey;
 use utrace::report::{Format, ReportOptions, ReportRequest};
+use utrace::value::STRING_SIZE_DEFAULT;
 
 #[derive(Parser)]
 #[command(
@@ -147,6 +148,21 @@ pub struct TraceArgs {
     /// its own functions); reports label each process by pid.
     #[arg(long)]
     pub follow: bool,
+    /// Capture arguments of the functions matching GLOB: GLOB@ITEM[,ITEM...], ITEM argN (from 1)
+    /// with an optional /FMT: d (signed, the default), u, x, c, p, s (C string), and a size
+    /// 8|16|32|64 (`add@arg1,arg2/x32`, `open@plt@arg1/s`); repeatable.
+    #[arg(short = 'A', long = "argument", value_name = "SPEC")]
+    pub arguments: Vec<String>,
+    /// Capture the return value of the functions matching GLOB: GLOB@retval[/FMT]; repeatable.
+    #[arg(short = 'R', long = "retval", value_name = "SPEC")]
+    pub retvals: Vec<String>,
+    /// Capture the arguments and return values of common libc functions, and of every function
+    /// whose DWARF prototype has only integers, pointers and strings.
+    #[arg(short = 'a', long = "auto-args")]
+    pub auto_args: bool,
+    /// The most bytes of a string argument or return value captured.
+    #[arg(long, value_name = "BYTES", default_value_t = u64::from(STRING_SIZE_DEFAULT))]
+    pub string_size: u64,
     /// Say what was planned, attached and measured; twice (-dd) adds libbpf's own messages.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub debug: u8,
@@ -235,6 +251,9 @@ pub struct ReportArgs {
     /// the costs measured when recording are taken out).
     #[arg(long)]
     pub raw_times: bool,
+    /// Replay and chrome: leave out the captured arguments and return values.
+    #[arg(long)]
+    pub no_args: bool,
     #[command(flatten)]
     pub damage: DamageArgs,
     #[command(flatten)]
@@ -314,6 +333,12 @@ impl TraceArgs {
             filter: args.filter.spec()?,
             exit_probes: args.exit_probes,
             follow: args.follow,
+            values: ValueRequests::parse(
+                &args.arguments,
+                &args.retvals,
+                args.auto_args,
+                args.string_size,
+            )?,
         })
     }
 }
@@ -356,6 +381,7 @@ impl ReportArgs {
                 show_cpus: self.cpuid,
                 folded: self.folded,
                 percentiles: self.percentiles,
+                hide_values: self.no_args,
                 ..ReportOptions::default()
             },
             input: self.input,

@@ -48,6 +48,10 @@ impl Event {
     /// pointer) were skipped by an exception or a panic. Kept in the data file, where it tells
     /// the replayer to close them, with unknown time.
     pub const UNWOUND: u32 = 0x7fff_fffc;
+    /// `function` of a piece of a call's captured values (`EVENT_VALUES`): up to 8 bytes in
+    /// `timestamp_ns` (little-endian), their count in `stack`. A call's pieces come right before
+    /// its event on the same thread, which takes them (see [`crate::value`] for their layout).
+    pub const VALUES: u32 = 0x7fff_fffb;
     /// Bits of the `tid` field that hold the thread id (`EVENT_TID_BITS`): pid_max is at most
     /// 2^22, which leaves 10 bits for the CPU.
     pub const TID_BITS: u32 = 22;
@@ -68,6 +72,31 @@ impl Event {
             function: function | Event::EXIT,
             ..Event::default()
         }
+    }
+
+    /// The pieces that carry `bytes` (a call's captured values) for `call`'s thread, to go
+    /// before it.
+    pub fn value_pieces<'a>(call: &Event, bytes: &'a [u8]) -> impl Iterator<Item = Event> + 'a {
+        let (tid, pid) = (call.tid, call.pid);
+        bytes.chunks(8).map(move |piece| {
+            let mut word = [0u8; 8];
+            word[..piece.len()].copy_from_slice(piece);
+            Event {
+                timestamp_ns: u64::from_le_bytes(word),
+                tid,
+                function: Event::VALUES,
+                stack: piece.len() as u32,
+                pid,
+            }
+        })
+    }
+
+    /// The bytes a value piece carries (at most 8; none when it says more).
+    pub fn piece_bytes(&self) -> ([u8; 8], usize) {
+        (
+            self.timestamp_ns.to_le_bytes(),
+            (self.stack as usize).min(8),
+        )
     }
 
     /// The same event, for a call whose return-address slot is at `stack` (low 32 bits).

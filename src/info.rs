@@ -263,6 +263,7 @@ mod tests {
             size: 8,
             kind: FunctionKind::Function,
             probes: Default::default(),
+            values: Vec::new(),
         };
         let table = FunctionTable {
             modules: vec!["/bin/calls".into(), "/lib/libc.so.6".into()],

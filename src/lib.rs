@@ -18,3 +18,4 @@ pub mod record;
 pub mod replay;
 pub mod report;
 pub mod table;
+pub mod value;

@@ -28,11 +28,22 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         // The reader went away (`utrace report --format=replay | head`): nothing is wrong.
         Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) if is_usage_error(&error) => {
+            eprintln!("utrace: error: {error:#}");
+            ExitCode::from(2)
+        }
         Err(error) => {
             eprintln!("utrace: error: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// A flag's value that does not parse: the exit code of clap's own usage errors.
+fn is_usage_error(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause.is::<utrace::plan::ValueRequestError>() || cause.is::<utrace::filter::FilterError>()
+    })
 }
 
 fn is_broken_pipe(error: &anyhow::Error) -> bool {

@@ -75,11 +75,21 @@ pub struct FinishedCall {
     /// timed calls of the same function inside it, which stand for it in the function's total
     /// time (so a total never falls below the self times it covers). 0 otherwise.
     pub recursion_ns: u64,
+    /// The values its probes captured (`-A`, `-R`), as the probes wrote them (see
+    /// [`crate::value`]).
+    pub values: CallValues,
+}
+
+/// The captured values of a call, as the probes wrote them: `None` where nothing was captured.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallValues {
+    pub arguments: Option<Box<[u8]>>,
+    pub returned: Option<Box<[u8]>>,
 }
 
 /// One call that has just started, as the replayer hands it to [`CallSink::call_entered`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CallEntry {
+pub struct CallEntry<'a> {
     pub function: FunctionId,
     pub tid: u32,
     /// The process (tgid) of the thread; 0 when unknown.
@@ -92,6 +102,8 @@ pub struct CallEntry {
     pub depth: u32,
     /// Low 32 bits of the address of its return-address slot; 0 when unknown.
     pub slot: u32,
+    /// The arguments its entry probe captured, as written (see [`crate::value`]).
+    pub arguments: Option<&'a [u8]>,
 }
 
 /// A consumer of calls: a report, a live printer, a test's collector.
@@ -215,6 +227,12 @@ impl Replayer {
             sink.unwound(event);
             return;
         }
+        if event.function == Event::VALUES {
+            let (bytes, len) = event.piece_bytes();
+            let thread = self.thread_index(event.tid(), event.pid);
+            self.stacks[thread].pending_values.extend(&bytes[..len]);
+            return;
+        }
         let function = event.function_id();
         if function as usize >= self.function_count {
             self.stats.unknown_function_events += 1;
@@ -228,6 +246,8 @@ impl Replayer {
         self.stats.last_timestamp_ns = self.stats.last_timestamp_ns.max(ts);
         let thread = self.thread_index(event.tid(), event.pid);
         let stack = &mut self.stacks[thread];
+        // The values that came right before the event are its own.
+        let values = stack.take_pending_values();
         let mut ending = Ending {
             costs: &self.costs,
             spare_active: &mut self.spare_active,
@@ -254,6 +274,9 @@ impl Replayer {
                 stack.pop(FrameEnd::Closed { end_ns: ts }, sink, &mut ending);
                 self.stats.unfinished_calls += 1;
             }
+            if let Some(frame) = stack.frames.last_mut() {
+                frame.values.returned = values;
+            }
             stack.pop(returned, sink, &mut ending);
         } else if event.is_exit() {
             let (gone, matched) = stack.frames_returned_through(function, event.stack);
@@ -262,6 +285,9 @@ impl Replayer {
             }
             self.stats.unknown_time_calls += gone as u64;
             if matched {
+                if let Some(frame) = stack.frames.last_mut() {
+                    frame.values.returned = values;
+                }
                 stack.pop(returned, sink, &mut ending);
                 stack.awaiting_exit = stack.is_on_top(function, event.stack);
             } else {
@@ -282,6 +308,8 @@ impl Replayer {
                     .pop()
                     .unwrap_or_else(|| vec![0; function_count])
             });
+            let frame = stack.frames.last_mut().expect("a frame was entered");
+            frame.values.arguments = values;
             let entry = CallEntry {
                 function,
                 tid: event.tid(),
@@ -290,6 +318,7 @@ impl Replayer {
                 start_ns: ts,
                 depth: (stack.path.len() - 1) as u32,
                 slot: event.stack,
+                arguments: frame.values.arguments.as_deref(),
             };
             sink.call_entered(&entry, &stack.path);
         }
@@ -412,6 +441,8 @@ struct Frame {
     /// far as they have ended (see [`FinishedCall::recursion_ns`]).
     recursion_ns: u64,
     recursive: bool,
+    /// What its probes captured.
+    values: CallValues,
 }
 
 /// What closing a frame needs besides the stack: the probe costs by function, where the
@@ -452,6 +483,8 @@ struct CallStack {
     /// stack is empty (the vector then sits in the replayer's spares), so recursion and "is
     /// this exit's function on the stack" are O(1) without a table per idle thread.
     active: Vec<u32>,
+    /// Captured values that came before the thread's next event, which takes them.
+    pending_values: Vec<u8>,
 }
 
 impl CallStack {
@@ -463,7 +496,18 @@ impl CallStack {
             frames: Vec::new(),
             awaiting_exit: false,
             active: Vec::new(),
+            pending_values: Vec::new(),
         }
+    }
+
+    /// The values that wait for the next event, if any.
+    fn take_pending_values(&mut self) -> Option<Box<[u8]>> {
+        if self.pending_values.is_empty() {
+            return None;
+        }
+        let values = self.pending_values.as_slice().into();
+        self.pending_values.clear();
+        Some(values)
     }
 
     fn top(&self) -> Option<FunctionId> {
@@ -539,6 +583,7 @@ impl CallStack {
             probes_below_ns: 0,
             recursion_ns: 0,
             recursive,
+            values: CallValues::default(),
         });
     }
 
@@ -606,6 +651,7 @@ impl CallStack {
                 (None, false) => frame.recursion_ns,
                 _ => 0,
             },
+            values: frame.values,
         };
         sink.call_finished(&call, &self.path);
         self.path.pop();
@@ -706,6 +752,7 @@ mod tests {
             recursive,
             slot: 0,
             recursion_ns: 0,
+            values: Default::default(),
         }
     }
 

@@ -1,9 +1,11 @@
 //! The shared vocabulary of the traced functions: [`FunctionId`], [`TracedFunction`] and the
 //! [`FunctionTable`] that numbers them densely. A function's id is its index in
 //! [`FunctionTable::functions`], which is what the BPF cookie carries and what `utrace.data`
-//! stores. Imports nothing of the project: every layer may use it.
+//! stores. Imports nothing of the project but the values vocabulary: every layer may use it.
 
 use serde::{Deserialize, Serialize};
+
+use crate::value::ValueSpec;
 
 /// Index into [`FunctionTable::functions`].
 pub type FunctionId = u32;
@@ -31,6 +33,11 @@ pub struct TracedFunction {
     pub kind: FunctionKind,
     /// What decides what its probes cost (see [`crate::probe_cost`]).
     pub probes: ProbeClass,
+    /// The arguments and return value its probes capture (`-A`, `-R`), in order. Stored after
+    /// the table (see [`FunctionTable::captured_values`]), so tables of files written before
+    /// values existed still read.
+    #[serde(skip)]
+    pub values: Vec<ValueSpec>,
 }
 
 /// The traced functions and the files they live in.
@@ -69,6 +76,26 @@ impl FunctionTable {
     /// damaged file).
     pub fn name_of(&self, id: FunctionId) -> &str {
         self.function(id).map_or("?", |f| f.name.as_str())
+    }
+
+    /// The functions that capture values, with their specs: what `utrace.data` stores beside
+    /// the table.
+    pub fn captured_values(&self) -> Vec<(FunctionId, Vec<ValueSpec>)> {
+        let functions = self.functions.iter().enumerate();
+        functions
+            .filter(|(_, function)| !function.values.is_empty())
+            .map(|(id, function)| (id as FunctionId, function.values.clone()))
+            .collect()
+    }
+
+    /// Sets the specs of [`captured_values`](Self::captured_values) read back; ids beyond the
+    /// table are ignored.
+    pub fn set_captured_values(&mut self, values: Vec<(FunctionId, Vec<ValueSpec>)>) {
+        for (id, specs) in values {
+            if let Some(function) = self.functions.get_mut(id as usize) {
+                function.values = specs;
+            }
+        }
     }
 
     /// The file name of the module a function lives in (`sort` for `/path/to/sort`).
@@ -156,6 +183,7 @@ impl FunctionTable {
                 size: 1,
                 kind: FunctionKind::Function,
                 probes: ProbeClass::default(),
+                values: Vec::new(),
             }));
         table
     }

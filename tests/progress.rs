@@ -33,6 +33,7 @@ fn long_recording(path: &Path, calls: u64) {
                 size: 1,
                 kind: FunctionKind::Function,
                 probes: Default::default(),
+                values: Vec::new(),
             })
             .into(),
     };

@@ -6,7 +6,7 @@
  * (ABIInternal, amd64) keeps the running goroutine's `g` in r14, at a function's entry and at its
  * `ret` alike. The event's thread field then holds a number for that `g`, given the first time
  * it is seen: Go reuses the `g` of an ended goroutine, so the numbers stay as few as the
- * goroutines that ever ran at once. Included by utrace.bpf.c after record_on(). */
+ * goroutines that ever ran at once. Included by utrace.bpf.c after record_on() and values.bpf.h. */
 #ifndef UTRACE_GO_BPF_H
 #define UTRACE_GO_BPF_H
 
@@ -79,7 +79,7 @@ static __always_inline int record_call(struct pt_regs *ctx, __u32 function, __u6
 	if (settings.go_goroutines)
 		return record_on(function, goroutine_slot(ctx->r14, slot),
 				 goroutine_number(ctx->r14));
-	return record(function, slot);
+	return record_values(ctx, function, slot, true);
 }
 
 #endif

@@ -33,6 +33,41 @@ enum special_function {
 	 * frames whose return-address slot lies below `stack` (low 32 bits of the landing's stack
 	 * pointer) were skipped and will never return. Comes before the event that found it. */
 	EVENT_UNWOUND = 0x7ffffffc,
+	/* Never written by a program: the recorder's piece of a call's captured values (up to 8
+	 * bytes in `timestamp_ns`, their count in `stack`), which goes before the call's event in
+	 * the trace. Reserved here so that no note takes it. */
+	EVENT_VALUES = 0x7ffffffb,
+};
+
+/* Values a probe captures (-A, -R), beside the event: a record longer than `struct event` holds
+ * them after it, one item after another in the order of the function's `struct value_spec`:
+ * - an integer: its 8 bytes (little-endian);
+ * - a string: the pointer's 8 bytes, then a signed 16-bit count of the bytes read (without the
+ *   terminating NUL; a negative errno when the pointer could not be read), then those bytes.
+ * An entry holds the arguments asked for, an exit the return value; a record without values is
+ * a bare event. */
+enum value_bits {
+	/* Items per function at most. */
+	VALUES_MAX = 16,
+	/* Bits of an item that say where the value is: 0 for the return value, N for argument N
+	 * (from 1: 1-6 in registers, 7 and up on the stack as at the entry). */
+	VALUE_SOURCE_MASK = 0x3f,
+	/* Set in an item whose value points to a C string to read. */
+	VALUE_STRING_BIT = 7,
+	/* The most bytes of values after an event (a power of two). */
+	VALUE_PAYLOAD_MAX = 8192,
+	/* The longest string read: VALUES_MAX strings and their headers fit the payload. */
+	VALUE_STRING_MAX = 500,
+};
+
+#define VALUE_RETURN 0
+#define VALUE_STRING (1u << VALUE_STRING_BIT)
+
+/* What a function's probes capture: `count` items (source | VALUE_STRING). */
+struct value_spec {
+	__u8 items[VALUES_MAX];
+	__u32 count;
+	__u32 reserved;
 };
 
 /* The 24-byte event. */
@@ -61,12 +96,16 @@ enum cookie_bits {
 	/* function_exit_site: the site is the instruction after a call of a PLT stub: the return
 	 * address has been popped, its slot is just below sp. */
 	COOKIE_AFTER_RETURN_BIT = 33,
+	/* function_exit_site: the site is a tail jump of a function that captures its return
+	 * value, which the callee has yet to compute: nothing is captured there. */
+	COOKIE_NO_RETURN_VALUE_BIT = 34,
 	/* plt_call: the stub's virtual address in the executable fills the high 32 bits. */
 	COOKIE_STUB_SHIFT = 32,
 };
 
 #define COOKIE_ALSO_EXIT (1ull << COOKIE_ALSO_EXIT_BIT)
 #define COOKIE_AFTER_RETURN (1ull << COOKIE_AFTER_RETURN_BIT)
+#define COOKIE_NO_RETURN_VALUE (1ull << COOKIE_NO_RETURN_VALUE_BIT)
 
 /* Set by the loader before the programs are loaded (`const volatile struct settings settings`),
  * constant for the verifier, which prunes what a setting turns off. No padding, so the Rust
@@ -95,6 +134,12 @@ struct settings {
 	__u64 recorder_tgid;
 	/* Non-zero for a Go program: entries and exits are paired by goroutine (see go.bpf.h). 64 bits, so the struct has no padding. */
 	__u64 go_goroutines;
+	/* Non-zero when functions may capture values: probes look up their `struct value_spec`
+	 * (0: none looks, and the verifier prunes the code that would). */
+	__u32 value_functions;
+	/* The most bytes of a string value read, the NUL not counted (at most VALUE_STRING_MAX; one
+	 * more is read to tell a string that was cut). */
+	__u32 string_size;
 };
 
 /* Not used by the programs: one object of each type above that no global holds, so that the
@@ -104,6 +149,8 @@ struct interface_types {
 	enum event_bits event_bits;
 	enum special_function special_function;
 	enum cookie_bits cookie_bits;
+	enum value_bits value_bits;
+	struct value_spec value_spec;
 };
 
 #endif

@@ -100,6 +100,36 @@ static __always_inline bool is_traced(__u32 tgid)
 	       (settings.follow && bpf_map_lookup_elem(&followed_processes, &tgid));
 }
 
+/* Whether a hit in process `tgid` is one to record now. */
+static __always_inline bool recording_in(__u32 tgid)
+{
+	/* The link's pid filter decides where breakpoints go, but another tracer's probe on the same
+	 * file runs our program too: check the process ourselves. */
+	if (!is_traced(tgid))
+		return false;
+	return recording && !(settings.wait_for_exec && !exec_seen);
+}
+
+/* Fills `e` for `function` on `thread` of the current process, at `now`. */
+static __always_inline void fill_event(struct event *e, __u64 now, __u32 function, __u64 stack,
+				       __u32 thread)
+{
+	e->timestamp_ns = now;
+	e->tid = (thread & ((1u << EVENT_TID_BITS) - 1)) |
+		 (bpf_get_smp_processor_id() << EVENT_TID_BITS);
+	e->function = function;
+	e->stack = (__u32)stack;
+	e->pid = bpf_get_current_pid_tgid() >> 32;
+}
+
+/* Wakes the consumer only once settings.wakeup_bytes wait (see interface.h). */
+static __always_inline __u64 wakeup_flag(void)
+{
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= settings.wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
 /* An event of `function` on `thread` (a thread id, or a goroutine's number: see go.bpf.h). */
 static __always_inline int record_on(__u32 function, __u64 stack, __u32 thread)
 {
@@ -107,29 +137,15 @@ static __always_inline int record_on(__u32 function, __u64 stack, __u32 thread)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct event *e;
 
-	/* The link's pid filter decides where breakpoints go, but another tracer's probe on the same
-	 * file runs our program too: check the process ourselves. */
-	if (!is_traced(pid_tgid >> 32))
+	if (!recording_in(pid_tgid >> 32))
 		return 0;
-	if (!recording || (settings.wait_for_exec && !exec_seen))
-		return 0;
-
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count_lost((__u32)pid_tgid);
 		return 0;
 	}
-	e->timestamp_ns = now;
-	e->tid = (thread & ((1u << EVENT_TID_BITS) - 1)) |
-		 (bpf_get_smp_processor_id() << EVENT_TID_BITS);
-	e->function = function;
-	e->stack = (__u32)stack;
-	e->pid = pid_tgid >> 32;
-
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= settings.wakeup_bytes)
-		bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
-	else
-		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	fill_event(e, now, function, stack, thread);
+	bpf_ringbuf_submit(e, wakeup_flag());
 	return 0;
 }
 
@@ -138,6 +154,7 @@ static __always_inline int record(__u32 function, __u64 stack)
 	return record_on(function, stack, (__u32)bpf_get_current_pid_tgid());
 }
 
+#include "values.bpf.h"
 #include "go.bpf.h"
 
 /* At the return of dlopen: tells the recorder a library may have been mapped. */
@@ -223,7 +240,7 @@ int plt_call(struct pt_regs *ctx)
 	if (bpf_session_is_return()) {
 		/* The `ret` has popped the return address: its slot is just below sp. */
 		shadow_left(sp - 8);
-		return record((__u32)cookie | EVENT_EXIT, sp - 8);
+		return record_values(ctx, (__u32)cookie | EVENT_EXIT, sp - 8, true);
 	}
 	/* Once recording stops, no call gets a return probe: return probes that keep coming hold up
 	 * the release of the links (see AttachedProbes::detach). */
@@ -235,7 +252,7 @@ int plt_call(struct pt_regs *ctx)
 		return 1;
 	/* This call gets a return probe: an exception through it needs its address restored. */
 	shadow_entered(sp);
-	record((__u32)cookie, sp);
+	record_values(ctx, (__u32)cookie, sp, false);
 	return 0;
 }
 
@@ -250,6 +267,9 @@ int function_exit_site(struct pt_regs *ctx)
 	if (cookie & COOKIE_AFTER_RETURN)
 		slot -= 8;
 	shadow_left(slot);
+	if (settings.value_functions && !settings.go_goroutines)
+		return record_values(ctx, (__u32)cookie | EVENT_EXIT, slot,
+				     !(cookie & COOKIE_NO_RETURN_VALUE));
 	return record_call(ctx, (__u32)cookie | EVENT_EXIT, slot);
 }
 
@@ -267,13 +287,13 @@ int function_call(struct pt_regs *ctx)
 	if (bpf_session_is_return()) {
 		/* The `ret` has popped the return address: its slot is just below sp. */
 		shadow_left(sp - 8);
-		return record((__u32)cookie | EVENT_EXIT, sp - 8);
+		return record_values(ctx, (__u32)cookie | EVENT_EXIT, sp - 8, true);
 	}
 	if (!recording)
 		return 1;
 	/* At the entry (or a site before any stack change) sp points at the return address. */
 	shadow_entered(sp);
-	record((__u32)cookie, sp);
+	record_values(ctx, (__u32)cookie, sp, false);
 	return 0;
 }
 
@@ -285,7 +305,7 @@ int function_exit(struct pt_regs *ctx)
 	__u64 slot = PT_REGS_SP(ctx) - 8;
 
 	shadow_left(slot);
-	return record((__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT, slot);
+	return record_values(ctx, (__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT, slot, true);
 }
 
 /* --follow: a traced process forked a new one (not a thread). The child is stopped before it runs

@@ -21,7 +21,8 @@
 //! | kind | chunk          | payload                                                          |
 //! |------|----------------|------------------------------------------------------------------|
 //! | 1    | metadata       | bincode 2 (standard configuration) of [`Metadata`]               |
-//! | 2    | function table | bincode 2 (standard configuration) of [`FunctionTable`]          |
+//! | 2    | function table | bincode 2 (standard configuration) of [`FunctionTable`], then   |
+//! |      |                | (version 6) of its captured values' specs (`encode_table`)      |
 //! | 3    | events         | up to [`EVENTS_PER_CHUNK`] events, each encoded as its change    |
 //! |      |                | from the one before (the layout is in `format/events.rs`)        |
 //! | 4    | statistics     | bincode 2 (standard configuration) of [`Statistics`]             |
@@ -42,12 +43,13 @@
 //!
 //! [`Metadata`]: super::Metadata
 //! [`Statistics`]: super::Statistics
-//! [`FunctionTable`]: crate::table::FunctionTable
-
+//!
 mod events;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+use crate::table::FunctionTable;
 
 pub use events::{EventDecoder, EventEncoder, MAX_EVENTS_LEN};
 
@@ -56,8 +58,9 @@ pub const MAGIC: [u8; 8] = *b"UTRACE\0D";
 /// The format version this code writes (3: events stored as changes from the event before; the
 /// metadata holds the probe costs measured at start, and each function its probe class; 4: the
 /// statistics end with the events lost per thread; 5: each chunk header checks itself, and an
-/// events chunk's says how many events it holds).
-pub const VERSION: u32 = 5;
+/// events chunk's says how many events it holds; 6: events may carry captured values, whose
+/// specs follow each function table).
+pub const VERSION: u32 = 6;
 /// The oldest version this code reads: version 4 differs only in the chunk headers' last word.
 pub const OLDEST_VERSION: u32 = 4;
 /// Size of the file header: magic, version, reserved.
@@ -263,6 +266,24 @@ fn bincode_config() -> impl bincode::config::Config {
 /// The payload of a metadata, function table or statistics chunk.
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::error::EncodeError> {
     bincode::serde::encode_to_vec(value, bincode_config())
+}
+
+/// The payload of a function table or more-functions chunk: the table, then (version 6) the
+/// specs of the values its functions capture, which a reader of version 5 ignores.
+pub fn encode_table(table: &FunctionTable) -> Result<Vec<u8>, bincode::error::EncodeError> {
+    let mut payload = encode(table)?;
+    payload.extend(encode(&table.captured_values())?);
+    Ok(payload)
+}
+
+/// Decodes a function table or more-functions payload, with its value specs when they follow.
+pub fn decode_table(payload: &[u8]) -> Result<FunctionTable, bincode::error::DecodeError> {
+    let (mut table, used): (FunctionTable, usize) =
+        bincode::serde::decode_from_slice(payload, bincode_config())?;
+    if used < payload.len() {
+        table.set_captured_values(decode(&payload[used..])?);
+    }
+    Ok(table)
 }
 
 /// Decodes a metadata, function table or statistics payload. Bytes after the value are ignored

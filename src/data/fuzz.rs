@@ -39,6 +39,7 @@ pub(crate) fn recording(functions: usize, blocks: &[Vec<Event>], statistics: boo
                 size: 16,
                 kind: FunctionKind::Function,
                 probes: Default::default(),
+                values: Vec::new(),
             })
             .collect(),
     };

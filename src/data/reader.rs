@@ -11,8 +11,6 @@ use std::fs::File;
 use std::io::{self, BufReader, Read, Seek};
 use std::path::Path;
 
-use serde::de::DeserializeOwned;
-
 use super::chunks::{read_full, Chunks, DamagedChunk, Fault, OnDamage, Payloads, Step};
 use super::format::{self, ChunkHeader, ChunkKind, EventDecoder, FILE_HEADER_LEN};
 use super::{DataError, Metadata, Statistics};
@@ -76,8 +74,9 @@ impl<R: Read + Seek> DataReader<R> {
         let mut input = BufReader::with_capacity(BUFFER_CAPACITY, input);
         let version = read_file_header(path, &mut input)?;
         let mut chunks = Chunks::new(path, input, version, FILE_HEADER_LEN as u64);
-        let metadata = read_table_chunk(&mut chunks, ChunkKind::Metadata)?;
-        let mut functions = read_table_chunk(&mut chunks, ChunkKind::FunctionTable)?;
+        let metadata = read_table_chunk(&mut chunks, ChunkKind::Metadata, format::decode)?;
+        let mut functions =
+            read_table_chunk(&mut chunks, ChunkKind::FunctionTable, format::decode_table)?;
         let events_start = chunks.offset();
         gather_more_functions(&mut chunks, &mut functions);
         chunks.rewind(events_start)?;
@@ -322,9 +321,10 @@ fn read_file_header<R: Read>(path: &Path, input: &mut R) -> Result<u32, DataErro
 
 /// Reads the next known chunk, which must be of `kind`, skipping unknown ones. Any damage is an
 /// error: nothing can be reported without these chunks.
-fn read_table_chunk<R: Read + Seek, T: DeserializeOwned>(
+fn read_table_chunk<R: Read + Seek, T>(
     chunks: &mut Chunks<R>,
     kind: ChunkKind,
+    decode: fn(&[u8]) -> Result<T, bincode::error::DecodeError>,
 ) -> Result<T, DataError> {
     let no_table = DataError::NoFunctionTable {
         path: chunks.path().to_path_buf(),
@@ -348,7 +348,7 @@ fn read_table_chunk<R: Read + Seek, T: DeserializeOwned>(
                 ),
             ));
         }
-        return format::decode(&chunks.payload).map_err(|error| {
+        return decode(&chunks.payload).map_err(|error| {
             DataError::corrupt(chunks.path(), offset, decode_reason(&header, &error))
         });
     }
@@ -371,7 +371,7 @@ fn gather_more_functions<R: Read + Seek>(chunks: &mut Chunks<R>, functions: &mut
         }
         match step {
             Ok(Step::Chunk { header, .. }) => match header.kind {
-                ChunkKind::MoreFunctions => match format::decode(&chunks.payload) {
+                ChunkKind::MoreFunctions => match format::decode_table(&chunks.payload) {
                     Ok(more) => functions.extend(more),
                     Err(_) => return,
                 },

@@ -39,6 +39,7 @@ fn table(count: usize) -> FunctionTable {
                     FunctionKind::Function
                 },
                 probes: Default::default(),
+                values: Vec::new(),
             })
             .collect(),
     }
@@ -561,7 +562,7 @@ fn events_that_do_not_decode() {
     let small = small_recording(&dir);
     let at = small.block_ends[0];
     let too_many = [0x81, 0x80, 0x04, 0, 0];
-    let reserved_tag = [1, 0x20, 0];
+    let reserved_tag = [1, 0x40, 0];
     for (payload, reason) in [
         (&too_many[..], "more events than a chunk may hold"),
         (&reserved_tag[..], "an event tag with reserved bits set"),

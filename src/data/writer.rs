@@ -36,7 +36,7 @@ impl DataWriter {
         functions: &FunctionTable,
     ) -> Result<DataWriter, DataError> {
         let metadata = encode(path, "metadata", metadata)?;
-        let functions = encode(path, "function table", functions)?;
+        let functions = encode_table(path, functions)?;
         let file = File::create(path).map_err(|error| DataError::io(path, error))?;
         let mut writer = DataWriter {
             path: path.to_path_buf(),
@@ -94,7 +94,7 @@ impl DataWriter {
     /// Appends functions planned during the recording (see the format's "more functions"
     /// chunk): `more` holds only the new modules and functions, numbered on from those before.
     pub fn write_more_functions(&mut self, more: &FunctionTable) -> Result<(), DataError> {
-        let payload = encode(&self.path, "function table", more)?;
+        let payload = encode_table(&self.path, more)?;
         let header = ChunkHeader::for_payload(ChunkKind::MoreFunctions, &payload);
         self.write(|out| write_chunk(out, header, &payload))
     }
@@ -153,7 +153,21 @@ impl DataWriter {
 }
 
 fn encode<T: Serialize>(path: &Path, what: &'static str, value: &T) -> Result<Vec<u8>, DataError> {
-    let payload = format::encode(value).map_err(|error| DataError::Encode {
+    checked(path, what, format::encode(value))
+}
+
+/// A function table's payload, with the specs of its captured values.
+fn encode_table(path: &Path, table: &FunctionTable) -> Result<Vec<u8>, DataError> {
+    checked(path, "function table", format::encode_table(table))
+}
+
+/// `encoded`, or why it cannot be written.
+fn checked(
+    path: &Path,
+    what: &'static str,
+    encoded: Result<Vec<u8>, bincode::error::EncodeError>,
+) -> Result<Vec<u8>, DataError> {
+    let payload = encoded.map_err(|error| DataError::Encode {
         path: path.to_path_buf(),
         what,
         error,

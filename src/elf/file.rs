@@ -102,6 +102,15 @@ impl ElfFile {
         })
     }
 
+    /// Whether the instruction at file offset `offset` is a `ret` (`c3`, `c2 imm16`, `f3 c3`,
+    /// `f2 c3`): an exit site where the return value is in rax, unlike a tail jump.
+    pub fn is_return_at(&self, offset: u64) -> bool {
+        matches!(
+            self.code_at(offset, 2),
+            [0xc3, ..] | [0xc2, ..] | [0xf3 | 0xf2, 0xc3]
+        )
+    }
+
     /// Where the file has no `.symtab` function symbols, takes those of its separate debug
     /// file or MiniDebugInfo, as `lookup` finds them (see [`debug_file`](super::debug_file)).
     /// `known_as` is the file's real path, where its debug link is looked for (a running

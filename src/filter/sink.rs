@@ -55,6 +55,8 @@ struct ShownFrame {
     child_ns: u64,
     /// Its return-address slot, as the replayer gave it.
     slot: u32,
+    /// Its captured arguments: the entry may be handed on later (`--time-filter`).
+    arguments: Option<Box<[u8]>>,
 }
 
 impl<'s, S: CallSink> FilteredSink<'s, S> {
@@ -124,6 +126,7 @@ impl ThreadView {
                 start_ns: frame.start_ns,
                 depth: depth as u32,
                 slot: frame.slot,
+                arguments: frame.arguments.as_deref(),
             };
             inner.call_entered(&entry, &self.path[..=depth]);
             self.entered += 1;
@@ -157,6 +160,7 @@ impl<S: CallSink> CallSink for FilteredSink<'_, S> {
                 cpu: entry.cpu,
                 child_ns: 0,
                 slot: entry.slot,
+                arguments: entry.arguments.map(Box::from),
             });
             thread.enter_proven(entry.start_ns, self.min_duration_ns, self.inner);
         }
@@ -186,7 +190,7 @@ impl<S: CallSink> CallSink for FilteredSink<'_, S> {
             let shown = FinishedCall {
                 self_ns: call.duration_ns.saturating_sub(frame.child_ns),
                 depth: depth as u32,
-                ..*call
+                ..call.clone()
             };
             self.inner.call_finished(&shown, &thread.path);
             if let Some(parent) = thread.frames.last_mut() {

@@ -11,6 +11,7 @@
 //! - `exits`: how function exits are seen (`--exit-probes`);
 //! - `go`: Go programs, which get no return probe and pair calls by goroutine;
 //! - `landings`: the executable's PLT calls probed in the library function they land in;
+//! - `values`: which arguments and return values each function captures (`-A`, `-R`, `-a`);
 //! - `watches`: where the recorder watches `dlopen` and the unwinder;
 //! - `planner`: the [`Planner`].
 
@@ -21,6 +22,7 @@ mod libraries;
 mod module;
 mod planner;
 mod program;
+mod values;
 mod watches;
 
 #[cfg(test)]
@@ -32,7 +34,10 @@ pub use landings::{LandedCall, Landings, StubKept};
 pub use libraries::{LibraryPatterns, PltLibraries};
 pub use planner::{Extension, Loaded, Planner};
 pub use program::{Program, TracedFile};
+pub use values::{ValueRequest, ValueRequestError, ValueRequests};
 pub use watches::WatchSites;
+
+use std::collections::HashSet;
 
 use crate::elf::{DebugLookup, ElfError, ExitProbe, SitePolicy};
 use crate::filter::FilterSpec;
@@ -68,6 +73,8 @@ pub struct PlanOptions {
     /// The kernel cannot run uprobe sessions (or `UTRACE_ATTACH_MODE=single` forbids them),
     /// which probing a PLT call where it lands needs: PLT calls are probed at their stubs.
     pub kernel_lacks_sessions: bool,
+    /// The arguments and return values to capture (`-A`, `-R`, `-a`).
+    pub values: ValueRequests,
 }
 
 /// Whether utrace starts the traced process or attaches to one running.
@@ -106,6 +113,9 @@ pub struct ProbePlan {
     pub unwinder_sites: Vec<WatchSites>,
     /// How exits pair with entries: by goroutine for a Go program (see [`Pairing`]).
     pub pairing: Pairing,
+    /// (module, file offset) of the exit sites where a function that captures its return value
+    /// leaves before it has one (a tail jump): their probes capture nothing.
+    pub exits_before_return_value: HashSet<(u32, u64)>,
 }
 
 /// Why planning failed. Each message says what failed, on which file and what to do about it.

@@ -4,10 +4,12 @@
 
 use super::exits::exit_probes;
 use super::go;
+use super::values::{plan_values, Refused};
 use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, SiteKind, Unprobeable};
 use crate::table::{ExitKind, ProbeClass, TracedFunction};
+use crate::value::{ValueSource, ValueSpec};
 
 /// One traced file's functions, planned.
 pub(super) struct PlannedModule {
@@ -15,6 +17,11 @@ pub(super) struct PlannedModule {
     pub functions: Vec<FunctionSymbol>,
     /// Where the exit of each of `functions` is probed.
     pub exits: Vec<ExitProbe>,
+    /// The values each of `functions` captures.
+    pub values: Vec<Vec<ValueSpec>>,
+    /// The exit sites (file offsets) of functions that capture their return value where it is
+    /// not in rax: tail jumps, which leave before the callee computes it.
+    pub exits_before_return_value: Vec<u64>,
 }
 
 /// Plans the functions of `file`, read as `elf`, binding its PLT calls in `scope`. Warns of the
@@ -46,10 +53,26 @@ pub(super) fn plan(
         true => go::go_exit_probes(elf, &functions),
         false => exit_probes(elf, &functions, exit_policy),
     };
+    let mut refused = Refused::default();
+    let values = plan_values(&options.values, elf, &functions, &mut refused);
+    refused.warn();
+    let exits_before_return_value = values
+        .iter()
+        .zip(&exits)
+        .filter(|(specs, _)| specs.iter().any(|s| s.source == ValueSource::Return))
+        .flat_map(|(_, exit)| match exit {
+            ExitProbe::Sites(sites) => sites.as_slice(),
+            ExitProbe::Uretprobe(_) => &[],
+        })
+        .copied()
+        .filter(|&site| !elf.is_return_at(site))
+        .collect();
     Ok(PlannedModule {
         file: file.clone(),
         functions,
         exits,
+        values,
+        exits_before_return_value,
     })
 }
 
@@ -58,9 +81,10 @@ impl ProbePlan {
     pub(super) fn add(&mut self, module: PlannedModule) {
         let index = self.table.push_module(module.file.path.clone());
         let functions = module.functions.into_iter().zip(&module.exits);
+        let functions = functions.zip(module.values);
         self.table
             .functions
-            .extend(functions.map(|(symbol, exit)| TracedFunction {
+            .extend(functions.map(|((symbol, exit), values)| TracedFunction {
                 name: symbol.name,
                 module: index,
                 offset: symbol.offset,
@@ -73,8 +97,12 @@ impl ProbePlan {
                         ExitProbe::Uretprobe(_) => ExitKind::Uretprobe,
                     },
                 ),
+                values,
             }));
         self.exits.extend(module.exits);
+        let before_return_value = module.exits_before_return_value.into_iter();
+        self.exits_before_return_value
+            .extend(before_return_value.map(|site| (index, site)));
         self.files.push(module.file);
     }
 }

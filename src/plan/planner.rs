@@ -102,7 +102,9 @@ impl Planner {
             dlopen_sites,
             unwinder_sites,
             pairing,
+            exits_before_return_value: Default::default(),
         };
+        warn_unmatched_value_requests(&options, &modules);
         for module in modules {
             plan.add(module);
         }
@@ -125,6 +127,11 @@ impl Planner {
     /// What is planned so far.
     pub fn plan(&self) -> &ProbePlan {
         &self.plan
+    }
+
+    /// The values the plan's functions capture, and those planned later will.
+    pub fn value_requests(&self) -> &super::ValueRequests {
+        &self.options.values
     }
 
     /// Plans the files of `loaded` not planned yet, as modules and functions numbered on from
@@ -207,6 +214,20 @@ impl Planner {
             .files
             .iter()
             .position(|known| known.path == file.path)
+    }
+}
+
+/// Warns of each `-A`/`-R` whose functions match none planned.
+fn warn_unmatched_value_requests(options: &PlanOptions, modules: &[module::PlannedModule]) {
+    for request in &options.values.requests {
+        let mut names = modules.iter().flat_map(|m| &m.functions);
+        if !names.any(|f| request.functions.matches(&f.name)) {
+            log::warn!(
+                "{}: no traced function matches `{}`",
+                request.text,
+                request.functions.as_str()
+            );
+        }
     }
 }
 

@@ -491,7 +491,9 @@ fn planned(path: &str, functions: Vec<FunctionSymbol>) -> PlannedModule {
             open_path: path.into(),
         },
         exits: vec![ExitProbe::Uretprobe(NoExitSites::UretprobesAsked); functions.len()],
+        values: vec![Vec::new(); functions.len()],
         functions,
+        exits_before_return_value: Vec::new(),
     }
 }
 
@@ -507,6 +509,7 @@ fn ids_are_dense_across_modules() {
         dlopen_sites: None,
         unwinder_sites: Vec::new(),
         pairing: Default::default(),
+        exits_before_return_value: Default::default(),
     };
     plan.add(planned(
         "/bin/prog",

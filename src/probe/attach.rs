@@ -6,14 +6,16 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Instant;
 
-use libbpf_rs::{Link, ProgramMut, UprobeMultiOpts, UprobeOpts};
+use libbpf_rs::{Link, MapCore, MapFlags, ProgramMut, UprobeMultiOpts, UprobeOpts};
 
 use super::error::ProbeError;
 use super::interface::{landing_cookie, COOKIE_AFTER_RETURN, COOKIE_ALSO_EXIT};
+use super::interface::{skel::types, COOKIE_NO_RETURN_VALUE};
 use super::{AttachMode, AttachedProbes, LoadedProbes};
 use crate::elf::ExitProbe;
 use crate::plan::Landings;
 use crate::table::{FunctionKind, FunctionTable};
+use crate::value;
 
 /// Links that watch the process for the recorder (dlopen's return, the unwinder's entries):
 /// dropping it removes the watch.
@@ -46,11 +48,12 @@ struct Target<'a> {
 impl LoadedProbes<'_> {
     /// Attaches entry and exit probes for every function of `table` in `modules`, filtered to
     /// `pid`: each module index with the path that opens its file. `exits` says, per function
-    /// id, where its exit is probed.
+    /// id, where its exit is probed, and `sites` which exit sites come before a return value.
     pub fn attach(
         &self,
         table: &FunctionTable,
         exits: &[ExitProbe],
+        sites: &ExitSites,
         landings: &Landings,
         modules: &[(usize, &Path)],
         pid: u32,
@@ -64,7 +67,9 @@ impl LoadedProbes<'_> {
                 pid,
             };
             let sessions = self.strategy.sessions;
-            let plan = ModuleProbes::new(table, exits, landings, module_index as u32, sessions);
+            let module = module_index as u32;
+            self.set_value_specs(table, module)?;
+            let plan = ModuleProbes::new(table, exits, sites, landings, module, sessions);
             let progs = &self.skel.progs;
             // Sessions make return probes: they are released with the return links.
             attached.return_links.extend(self.attach_sites(
@@ -103,6 +108,32 @@ impl LoadedProbes<'_> {
         }
         attached.attach_time = started.elapsed();
         Ok(attached)
+    }
+
+    /// Tells the probes which values the functions of `module` capture (before they are
+    /// attached: a probe without its spec captures nothing).
+    fn set_value_specs(&self, table: &FunctionTable, module: u32) -> Result<(), ProbeError> {
+        let functions = table.functions.iter().enumerate();
+        for (id, function) in functions.filter(|(_, f)| f.module == module) {
+            if function.values.is_empty() {
+                continue;
+            }
+            let mut spec = types::value_spec::default();
+            let items = value::bpf_items(&function.values);
+            spec.items[..items.len()].copy_from_slice(&items);
+            spec.count = items.len() as u32;
+            // SAFETY: `value_spec` is plain old data generated from interface.h.
+            let bytes = unsafe { plain_bytes(&spec) };
+            self.skel
+                .maps
+                .value_specs
+                .update(&(id as u32).to_ne_bytes(), bytes, MapFlags::ANY)
+                .map_err(|error| ProbeError::ValueSpecs {
+                    function: function.name.clone(),
+                    error,
+                })?;
+        }
+        Ok(())
     }
 
     /// Attaches the probes of the PLT calls of `landings` in their libraries, filtered to
@@ -262,6 +293,18 @@ impl LoadedProbes<'_> {
     }
 }
 
+/// The exit sites (module, file offset) where a function that captures its return value leaves
+/// before it has one (see [`ProbePlan`](crate::plan::ProbePlan)).
+pub type ExitSites = HashSet<(u32, u64)>;
+
+/// The bytes of `value`, a type without padding generated from interface.h.
+///
+/// # Safety
+/// `T` must be plain old data without padding.
+unsafe fn plain_bytes<T>(value: &T) -> &[u8] {
+    std::slice::from_raw_parts((value as *const T).cast::<u8>(), std::mem::size_of::<T>())
+}
+
 /// The probes of one module, as (file offset, cookie) pairs per kind.
 struct ModuleProbes {
     /// Entry and return as one session (functions whose exit a return probe sees, where the
@@ -276,6 +319,7 @@ impl ModuleProbes {
     fn new(
         table: &FunctionTable,
         exits: &[ExitProbe],
+        sites: &ExitSites,
         landings: &Landings,
         module: u32,
         sessions: bool,
@@ -307,6 +351,9 @@ impl ModuleProbes {
                     for &offset in offsets {
                         if offset as usize == entry {
                             cookie |= COOKIE_ALSO_EXIT;
+                        } else if sites.contains(&(module, offset)) {
+                            let cookie = exit_cookie | COOKIE_NO_RETURN_VALUE;
+                            probes.exit_sites.push((offset as usize, cookie));
                         } else {
                             probes.exit_sites.push((offset as usize, exit_cookie));
                         }

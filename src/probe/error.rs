@@ -20,6 +20,11 @@ pub enum ProbeError {
         what: &'static str,
         needs: &'static str,
     },
+    #[error("cannot tell the probes which values {function} captures: {error}")]
+    ValueSpecs {
+        function: String,
+        error: libbpf_rs::Error,
+    },
     #[error("cannot attach {count} {direction} probes to {path} with {mode}: {error}")]
     Attach {
         count: usize,

@@ -10,6 +10,7 @@
 use std::mem::{align_of, offset_of, size_of};
 
 use crate::event::Event;
+use crate::value;
 use skel::types;
 
 #[allow(clippy::all, unused_imports)]
@@ -54,6 +55,11 @@ const _: () = {
     assert!(Event::PROCESS_FORKED == types::special_function::EVENT_PROCESS_FORKED.0);
     assert!(Event::PROCESS_EXECED == types::special_function::EVENT_PROCESS_EXECED.0);
     assert!(Event::UNWOUND == types::special_function::EVENT_UNWOUND.0);
+    assert!(Event::VALUES == types::special_function::EVENT_VALUES.0);
+    assert!(value::VALUES_MAX == types::value_bits::VALUES_MAX.0 as usize);
+    assert!(value::ARGUMENT_MAX as u32 == types::value_bits::VALUE_SOURCE_MASK.0);
+    assert!(value::STRING_ITEM as u32 == 1 << types::value_bits::VALUE_STRING_BIT.0);
+    assert!(value::STRING_SIZE_MAX as u32 == types::value_bits::VALUE_STRING_MAX.0);
 };
 
 /// Set in an entry probe's cookie when the entry instruction is also one of the function's exit
@@ -62,6 +68,11 @@ pub(super) const COOKIE_ALSO_EXIT: u64 = 1 << types::cookie_bits::COOKIE_ALSO_EX
 /// Set in an exit site's cookie when the site is the instruction after a call of a PLT stub: the
 /// return address is popped there, so its slot is just below the stack pointer.
 pub(super) const COOKIE_AFTER_RETURN: u64 = 1 << types::cookie_bits::COOKIE_AFTER_RETURN_BIT.0;
+
+/// Set in an exit site's cookie when the site is a tail jump of a function that captures its
+/// return value: the callee has yet to compute it.
+pub(super) const COOKIE_NO_RETURN_VALUE: u64 =
+    1 << types::cookie_bits::COOKIE_NO_RETURN_VALUE_BIT.0;
 
 /// The cookie of a PLT call probed where it lands: the stub's function id, and the stub's virtual
 /// address in the executable (below 4 GiB) in the high bits.

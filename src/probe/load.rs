@@ -35,7 +35,13 @@ pub struct ProbeConfig {
     pub unwind_shadow: bool,
     /// How exits pair with entries: by goroutine in a Go program.
     pub pairing: Pairing,
+    /// Some functions capture values (`-A`, `-R`, `-a`), strings up to this many bytes; `None`
+    /// when none does.
+    pub string_size: Option<u16>,
 }
+
+/// How many functions may capture values: the map's entries are allocated as they are added.
+const VALUE_FUNCTIONS_MAX: u32 = 65536;
 
 /// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
 pub type ObjectStorage = MaybeUninit<OpenObject>;
@@ -100,6 +106,12 @@ impl<'obj> LoadedProbes<'obj> {
             .events
             .set_max_entries(config.buffer_bytes)
             .map_err(load_error)?;
+        if config.string_size.is_some() {
+            open.maps
+                .value_specs
+                .set_max_entries(VALUE_FUNCTIONS_MAX)
+                .map_err(load_error)?;
+        }
         if !config.follow {
             // A hash map's entries are allocated when it is created: none are needed.
             open.maps
@@ -166,6 +178,8 @@ fn settings(config: &ProbeConfig) -> types::settings {
         executable_code_vaddr: config.executable_code_vaddr,
         recorder_tgid: u64::from(std::process::id()),
         go_goroutines: u64::from(config.pairing == Pairing::Goroutine),
+        value_functions: u32::from(config.string_size.is_some()),
+        string_size: u32::from(config.string_size.unwrap_or(0)),
     }
 }
 

@@ -20,7 +20,7 @@ mod load;
 mod release;
 mod strategy;
 
-pub use attach::Watch;
+pub use attach::{ExitSites, Watch};
 pub use error::ProbeError;
 pub use features::{KernelFeatures, Support};
 pub use load::{

@@ -161,6 +161,7 @@ fn calibrate() -> Result<(ProbeCosts, Duration, AttachedProbes), CalibrationErro
     let attached = loaded.attach(
         &table,
         &exits,
+        &Default::default(),
         &Landings::default(),
         &[(0, module.as_path())],
         pid,
@@ -221,6 +222,7 @@ fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), Calibr
             size: ret + 1,
             kind: FunctionKind::Function,
             probes: *class,
+            values: Vec::new(),
         });
         module = Some(file);
     }

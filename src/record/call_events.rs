@@ -34,24 +34,31 @@ impl CallSink for CallEvents<'_> {
     }
 
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
-        self.out.borrow_mut().push(
-            Event::entry(entry.start_ns, entry.tid, entry.function)
-                .on_cpu(entry.cpu)
-                .at_stack(entry.slot)
-                .in_process(entry.pid),
-        );
+        let event = Event::entry(entry.start_ns, entry.tid, entry.function)
+            .on_cpu(entry.cpu)
+            .at_stack(entry.slot)
+            .in_process(entry.pid);
+        push_with_values(&mut self.out.borrow_mut(), event, entry.arguments);
     }
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
         if call.complete {
-            self.out.borrow_mut().push(
-                Event::exit(call.end_ns, call.tid, call.function)
-                    .on_cpu(call.cpu)
-                    .at_stack(call.slot)
-                    .in_process(call.pid),
-            );
+            let event = Event::exit(call.end_ns, call.tid, call.function)
+                .on_cpu(call.cpu)
+                .at_stack(call.slot)
+                .in_process(call.pid);
+            let returned = call.values.returned.as_deref();
+            push_with_values(&mut self.out.borrow_mut(), event, returned);
         }
     }
+}
+
+/// Pushes `event`, after the pieces of its captured `values` if it has any.
+fn push_with_values(out: &mut Vec<Event>, event: Event, values: Option<&[u8]>) {
+    if let Some(values) = values {
+        out.extend(Event::value_pieces(&event, values));
+    }
+    out.push(event);
 }
 
 #[cfg(test)]

@@ -29,10 +29,18 @@ pub struct Inbox {
 
 impl Inbox {
     /// Takes one record of the events ring buffer. A short record cannot come from our
-    /// programs; it is skipped rather than stopping the recording.
+    /// programs; it is skipped rather than stopping the recording. The bytes after the event
+    /// are the call's captured values: they go before it, as value pieces.
     pub fn take_event_record(&self, bytes: &[u8]) {
         let mut event = Event::default();
         if plain::copy_from_bytes(&mut event, bytes).is_err() {
+            return;
+        }
+        let values = &bytes[std::mem::size_of::<Event>()..];
+        if !values.is_empty() {
+            let mut events = self.events.borrow_mut();
+            events.extend(Event::value_pieces(&event, values));
+            events.push(event);
             return;
         }
         if event.function == Event::LIBRARY_LOADED {
@@ -88,9 +96,17 @@ mod tests {
         for event in [&call, &loaded, &forked, &execed] {
             inbox.take_event_record(&bytes(event));
         }
+        let mut with_values = bytes(&call);
+        with_values.extend(1..=9);
+        inbox.take_event_record(&with_values);
         inbox.take_event_record(&[1, 2, 3]);
         inbox.take_stack_write_record(&[1]);
-        assert_eq!(*inbox.events.borrow(), [call, execed]);
+        let pieces: Vec<Event> = Event::value_pieces(&call, &with_values[24..]).collect();
+        assert_eq!(pieces.len(), 2);
+        assert_eq!(
+            *inbox.events.borrow(),
+            [call, execed, pieces[0], pieces[1], call]
+        );
         assert_eq!(
             inbox.take_notes(),
             [

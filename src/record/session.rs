@@ -19,6 +19,7 @@ use super::target::{Prepared, Target, TargetSpec};
 use crate::elf::{DebugLookup, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
+use crate::plan::ValueRequests;
 use crate::plan::{ExitPolicy, Extension, LibraryPatterns, Loaded, PltLibraries};
 use crate::plan::{PlanOptions, Planner, ProcessOrigin, Program, TracedFile, WatchSites};
 use crate::probe::{self, AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig};
@@ -49,6 +50,8 @@ pub struct TraceOptions {
     pub exit_probes: Option<ExitPolicy>,
     /// Trace the processes the target forks and the programs they exec (`--follow`).
     pub follow: bool,
+    /// The arguments and return values to capture (`-A`, `-R`, `-a`).
+    pub values: ValueRequests,
 }
 
 /// Which command runs the session: what it shows besides the events, and what it follows.
@@ -148,6 +151,7 @@ impl Session {
             SessionMode::Live => None,
         };
         let unwinders = plan.unwinder_sites.clone();
+        let values = self.planner.value_requests();
         // The recorder writes the stack while the process is stopped: only a command it started
         // may be stopped (a process it attached to has a parent that would see the stops).
         let unwind_shadow = started_here && !unwinders.is_empty();
@@ -172,6 +176,7 @@ impl Session {
                 executable_code_vaddr: plan.executable_code_vaddr,
                 unwind_shadow,
                 pairing: plan.pairing,
+                string_size: values.any().then_some(values.string_size),
             },
         )?;
         // Before any return probe: from the first replaced return address on, an exception
@@ -318,7 +323,8 @@ impl Session {
             .iter()
             .map(|&module| (module, plan.files[module].open_path.as_path()))
             .collect();
-        Ok(loaded.attach(&plan.table, &plan.exits, &plan.landings, &paths, pid)?)
+        let sites = &plan.exits_before_return_value;
+        Ok(loaded.attach(&plan.table, &plan.exits, sites, &plan.landings, &paths, pid)?)
     }
 
     /// Probes a process the BPF side stopped under `--follow`: a forked child gets the probes of
@@ -422,6 +428,7 @@ fn plan_options(options: &TraceOptions, target: &Target) -> PlanOptions {
         },
         preloaded_libraries: preloads_libraries(target),
         kernel_lacks_sessions: !probe::strategy().sessions,
+        values: options.values.clone(),
     }
 }
 

@@ -18,7 +18,9 @@
 //! before its first call. Calls whose exit was never seen get their `E` when the replayer closes
 //! them at the end of the trace, so `B` and `E` balance on every thread. A call whose time is
 //! unknown (its return was skipped) ends at the latest event of its thread written so far, which
-//! keeps the nesting, with `"args":{"time":"unknown"}`.
+//! keeps the nesting, with `"args":{"time":"unknown"}`. Captured values (`-A`, `-R`) are the
+//! `args` of the `B` event (`{"arg1":"2","arg2":"3"}`) and of the `E` event (`{"retval":"5"}`),
+//! as text as the call tree shows them.
 
 use std::io::{self, Write};
 
@@ -26,6 +28,7 @@ use super::TraceInfo;
 use crate::fast_hash::FastHashMap;
 use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats};
 use crate::table::{FunctionId, FunctionTable};
+use crate::value::{value_name, value_texts, ValueSpec};
 
 /// Streams a Chrome trace; a [`CallSink`] that needs entries. Write errors are kept and returned
 /// by [`finish`](Self::finish); after one, nothing more is written.
@@ -37,6 +40,8 @@ pub struct ChromeTrace<W: Write> {
     /// Each function's name as a JSON string, quotes included, escaped once here rather than on
     /// every event.
     names: Vec<String>,
+    /// Each function's captured values; all empty under `--no-args`.
+    values: Vec<Vec<ValueSpec>>,
     /// Threads that have had their `thread_name` event, with the latest `ts` (ns) written on each
     /// as of when another thread's event came.
     named_threads: FastHashMap<u32, u64>,
@@ -66,10 +71,31 @@ impl<W: Write> ChromeTrace<W> {
             pid: info.pid,
             start_ns: info.start_monotonic_ns,
             names,
+            values: table.functions.iter().map(|f| f.values.clone()).collect(),
             named_threads: FastHashMap::default(),
             current: None,
             error: None,
         })
+    }
+
+    /// Leaves the captured values out (`--no-args`).
+    pub fn hide_values(&mut self) {
+        self.values.iter_mut().for_each(Vec::clear);
+    }
+
+    /// The `args` of an event of `function` with captured `bytes`: `,"args":{...}`, or nothing.
+    fn values_args(&self, function: FunctionId, exit: bool, bytes: Option<&[u8]>) -> String {
+        let (Some(bytes), Some(specs)) = (bytes, self.values.get(function as usize)) else {
+            return String::new();
+        };
+        let fields: Vec<String> = value_texts(specs, exit, bytes)
+            .into_iter()
+            .map(|(spec, text)| format!("\"{}\":{}", value_name(spec), json_string(&text)))
+            .collect();
+        match fields.is_empty() {
+            true => String::new(),
+            false => format!(",\"args\":{{{}}}", fields.join(",")),
+        }
     }
 
     /// Ends the trace with its metadata (`info` as read to the end of the file) and returns the
@@ -106,12 +132,13 @@ impl<W: Write> ChromeTrace<W> {
         (pid, tid): (u32, u32),
         ts_ns: Option<u64>,
         function: FunctionId,
+        values: &str,
     ) {
         if self.error.is_some() {
             return;
         }
         let pid = if pid == 0 { self.pid } else { pid };
-        let result = self.write_event(phase, (pid, tid), ts_ns, function);
+        let result = self.write_event(phase, (pid, tid), ts_ns, function, values);
         if let Err(error) = result {
             self.error = Some(error);
         }
@@ -123,6 +150,7 @@ impl<W: Write> ChromeTrace<W> {
         (pid, tid): (u32, u32),
         ts_ns: Option<u64>,
         function: FunctionId,
+        values: &str,
     ) -> io::Result<()> {
         let latest_ns = match self.current {
             Some((current, latest_ns)) if current == tid => latest_ns,
@@ -143,7 +171,7 @@ impl<W: Write> ChromeTrace<W> {
             }
         };
         let (ts_ns, args) = match ts_ns {
-            Some(ts_ns) => (ts_ns, ""),
+            Some(ts_ns) => (ts_ns, values),
             None => (latest_ns, ",\"args\":{\"time\":\"unknown\"}"),
         };
         self.current = Some((tid, latest_ns.max(ts_ns)));
@@ -168,17 +196,20 @@ fn json_string(text: &str) -> String {
 
 impl<W: Write> CallSink for ChromeTrace<W> {
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
+        let values = self.values_args(entry.function, false, entry.arguments);
         self.event(
             'B',
             (entry.pid, entry.tid),
             Some(entry.start_ns),
             entry.function,
+            &values,
         );
     }
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
         // A timeline: where the exit happened, probe costs and all.
         let end_ns = call.time_known.then_some(call.end_ns);
-        self.event('E', (call.pid, call.tid), end_ns, call.function);
+        let values = self.values_args(call.function, true, call.values.returned.as_deref());
+        self.event('E', (call.pid, call.tid), end_ns, call.function, &values);
     }
 }

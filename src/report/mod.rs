@@ -208,6 +208,8 @@ pub struct ReportOptions {
     pub folded: bool,
     /// Summary: p50, p90 and p99 columns (`--percentiles`).
     pub percentiles: bool,
+    /// Replay and Chrome: leave out the captured arguments and return values (`--no-args`).
+    pub hide_values: bool,
 }
 
 impl ReportOptions {
@@ -448,12 +450,18 @@ where
                 cpus: options.show_cpus,
             };
             let mut printer = TreePrinter::new(table, columns, &mut *out)?;
+            if options.hide_values {
+                printer.hide_values();
+            }
             let outcome = replay_filtered(source, table, filter, costs, &mut printer)?;
             printer.finish(&outcome.replay)?;
             Ok(outcome)
         }
         Format::Chrome => {
             let mut trace = ChromeTrace::new(table, &info(source), &mut *out)?;
+            if options.hide_values {
+                trace.hide_values();
+            }
             let outcome = replay_filtered(source, table, filter, costs, &mut trace)?;
             trace.finish(&info(source), &outcome.replay)?;
             Ok(outcome)

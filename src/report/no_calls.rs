@@ -157,6 +157,7 @@ mod tests {
                     size: 1,
                     kind: FunctionKind::Function,
                     probes: Default::default(),
+                    values: Vec::new(),
                 })
                 .collect(),
         }

@@ -39,6 +39,7 @@ fn function(name: &str, module: u32) -> TracedFunction {
             FunctionKind::Function
         },
         probes: Default::default(),
+        values: Vec::new(),
     }
 }
 
@@ -430,6 +431,7 @@ fn report_flame_graph_merges_paths_that_read_the_same() {
             recursive: false,
             slot: 0,
             recursion_ns: 0,
+            values: Default::default(),
         };
         stacks.call_finished(&call, stack);
     };
@@ -1130,6 +1132,7 @@ fn timed_call(function: FunctionId, duration_ns: u64) -> FinishedCall {
         recursive: false,
         slot: 0,
         recursion_ns: 0,
+        values: Default::default(),
     }
 }
 

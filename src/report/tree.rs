@@ -13,7 +13,9 @@
 //! (`--follow`), a process id column comes before it. A call whose exit was never seen is marked
 //! `/* no exit */` (`fib(); /* no exit */`, `} /* fib: no exit */`); one whose return was
 //! skipped (longjmp, exceptions, the kernel's uretprobe limit) has no duration and is marked
-//! `/* time unknown */`.
+//! `/* time unknown */`. Captured values (`-A`, `-R`) show as uftrace shows them: the arguments
+//! in the parentheses (`add(2, 3) = 5;`), the return value after the call or its block
+//! (`} = 5; /* fib */`).
 //!
 //! [`TreePrinter`] is fed call by call, so the same printer serves a data file and, later, the
 //! live ring buffer, with the same output. A call is only known to be a leaf at its exit, so
@@ -29,6 +31,7 @@ use super::summary::{replay_note, HumanDuration};
 use crate::fast_hash::FastHashMap;
 use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats};
 use crate::table::{FunctionId, FunctionTable};
+use crate::value::format_values;
 
 /// Prints the call tree; a [`CallSink`] that needs entries. Write errors are kept and returned by
 /// [`finish`](Self::finish), since a sink cannot return them; after one, nothing more is written.
@@ -48,11 +51,19 @@ pub struct TreePrinter<'t, W: Write> {
     out: W,
     /// The header line is written before the first call's line: a tree of no call has none.
     header_due: bool,
-    /// Per thread, the entry whose line is held back.
-    pending: Vec<(u32, Option<CallEntry>)>,
+    /// Per thread, the entry whose line is held back, with its arguments as text.
+    pending: Vec<(u32, Option<Held>)>,
+    /// Show the captured values (not under `--no-args`).
+    values: bool,
     /// Thread id → index into `pending`.
     index: FastHashMap<u32, usize>,
     error: Option<io::Error>,
+}
+
+/// An entry whose line is held back.
+struct Held {
+    entry: CallEntry<'static>,
+    arguments: Option<String>,
 }
 
 /// What one line shows after the duration and the thread id.
@@ -109,8 +120,26 @@ impl<'t, W: Write> TreePrinter<'t, W> {
             header_due: true,
             pending: Vec::new(),
             index: FastHashMap::default(),
+            values: true,
             error: None,
         })
+    }
+
+    /// Leaves the captured values out (`--no-args`).
+    pub fn hide_values(&mut self) {
+        self.values = false;
+    }
+
+    /// The captured values of `function` in `bytes` as text, when they are shown.
+    fn values_text(
+        &self,
+        function: FunctionId,
+        exit: bool,
+        bytes: Option<&[u8]>,
+    ) -> Option<String> {
+        let bytes = bytes.filter(|_| self.values)?;
+        let specs = &self.table.function(function)?.values;
+        Some(format_values(specs, exit, bytes))
     }
 
     /// A printer for a stream whose threads are not known in advance (live mode): the thread id
@@ -138,10 +167,10 @@ impl<'t, W: Write> TreePrinter<'t, W> {
     /// exits then close the block, as for any call with children.
     pub fn open_entries_before(&mut self, before_ns: u64) {
         for index in 0..self.pending.len() {
-            let held = self.pending[index].1;
-            if let Some(entry) = held.filter(|entry| entry.start_ns < before_ns) {
-                self.pending[index].1 = None;
-                self.line(Place::entry(&entry), entry.function, Line::Open);
+            let due = self.pending[index].1.as_ref();
+            if due.is_some_and(|held| held.entry.start_ns < before_ns) {
+                let held = self.pending[index].1.take().expect("checked above");
+                self.open_line(held);
             }
         }
     }
@@ -193,7 +222,17 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         index
     }
 
-    fn line(&mut self, place: Place, function: FunctionId, line: Line) {
+    /// The line of a held-back entry that turned out to open a block.
+    fn open_line(&mut self, held: Held) {
+        let place = Place::entry(&held.entry);
+        let text = LineText {
+            arguments: held.arguments,
+            returned: None,
+        };
+        self.line(place, held.entry.function, Line::Open, text);
+    }
+
+    fn line(&mut self, place: Place, function: FunctionId, line: Line, text: LineText) {
         if self.error.is_some() {
             return;
         }
@@ -206,7 +245,8 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         }
         let name = self.table.name_of(function);
         let parens = self.parens.get(function as usize).copied().unwrap_or("()");
-        let result = write_line(&mut self.out, &place, self.columns, name, parens, line);
+        let call = CallText { name, parens, text };
+        let result = write_line(&mut self.out, &place, self.columns, &call, line);
         if let Err(error) = result {
             self.error = Some(error);
         }
@@ -252,6 +292,38 @@ fn write_header(out: &mut impl Write, columns: Columns) -> io::Result<()> {
     writeln!(out, "   FUNCTION")
 }
 
+/// A line's captured values, as text.
+struct LineText {
+    arguments: Option<String>,
+    returned: Option<String>,
+}
+
+/// What a line says of its function: its name, and its values.
+struct CallText<'a> {
+    name: &'a str,
+    parens: &'a str,
+    text: LineText,
+}
+
+impl CallText<'_> {
+    /// `name(arguments)`: the name, then its arguments in parentheses, or `()` where they were
+    /// not captured and the name has no parameter list of its own.
+    fn write_call(&self, out: &mut impl Write) -> io::Result<()> {
+        match &self.text.arguments {
+            Some(arguments) => write!(out, "{}({arguments})", self.name),
+            None => write!(out, "{}{}", self.name, self.parens),
+        }
+    }
+
+    /// ` = value` where the return value was captured.
+    fn write_returned(&self, out: &mut impl Write) -> io::Result<()> {
+        match &self.text.returned {
+            Some(value) => write!(out, " = {value}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// What a line shows before the function: its columns and its indentation.
 struct Place {
     /// Empty on lines that open a block.
@@ -281,8 +353,7 @@ fn write_line(
     out: &mut impl Write,
     place: &Place,
     columns: Columns,
-    name: &str,
-    parens: &str,
+    call: &CallText,
     line: Line,
 ) -> io::Result<()> {
     let Place {
@@ -311,25 +382,47 @@ fn write_line(
         write!(out, " {cpu:>3}")?;
     }
     write!(out, " | {:indent$}", "", indent = 2 * depth as usize)?;
+    let name = call.name;
     match line {
-        Line::Open => writeln!(out, "{name}{parens} {{"),
-        Line::Leaf(ending) => match ending.mark() {
-            None => writeln!(out, "{name}{parens};"),
-            Some(mark) => writeln!(out, "{name}{parens}; /* {mark} */"),
-        },
-        Line::Close(ending) => match ending.mark() {
-            None => writeln!(out, "}} /* {name} */"),
-            Some(mark) => writeln!(out, "}} /* {name}: {mark} */"),
-        },
+        Line::Open => {
+            call.write_call(out)?;
+            writeln!(out, " {{")
+        }
+        Line::Leaf(ending) => {
+            call.write_call(out)?;
+            call.write_returned(out)?;
+            match ending.mark() {
+                None => writeln!(out, ";"),
+                Some(mark) => writeln!(out, "; /* {mark} */"),
+            }
+        }
+        Line::Close(ending) => {
+            write!(out, "}}")?;
+            if call.text.returned.is_some() {
+                call.write_returned(out)?;
+                write!(out, ";")?;
+            }
+            match ending.mark() {
+                None => writeln!(out, " /* {name} */"),
+                Some(mark) => writeln!(out, " /* {name}: {mark} */"),
+            }
+        }
     }
 }
 
 impl<W: Write> CallSink for TreePrinter<'_, W> {
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
         let index = self.thread_index(entry.tid, entry.pid);
+        let held = Held {
+            entry: CallEntry {
+                arguments: None,
+                ..*entry
+            },
+            arguments: self.values_text(entry.function, false, entry.arguments),
+        };
         // The held-back entry has a child after all: it opens a block.
-        if let Some(open) = self.pending[index].1.replace(*entry) {
-            self.line(Place::entry(&open), open.function, Line::Open);
+        if let Some(open) = self.pending[index].1.replace(held) {
+            self.open_line(open);
         }
     }
 
@@ -337,9 +430,14 @@ impl<W: Write> CallSink for TreePrinter<'_, W> {
         let index = self.thread_index(call.tid, call.pid);
         // Calls end innermost first, so a held-back entry on this thread is this very call.
         let ending = Ending::of(call);
-        let line = match self.pending[index].1.take() {
-            Some(_) => Line::Leaf(ending),
-            None => Line::Close(ending),
+        let (line, arguments) = match self.pending[index].1.take() {
+            Some(held) => (Line::Leaf(ending), held.arguments),
+            None => (Line::Close(ending), None),
+        };
+        let returned = call.values.returned.as_deref();
+        let text = LineText {
+            arguments,
+            returned: self.values_text(call.function, true, returned),
         };
         // A leaf's line stands for its call, a closing line for its exit.
         let timestamp_ns = match line {
@@ -354,6 +452,6 @@ impl<W: Write> CallSink for TreePrinter<'_, W> {
             cpu: call.cpu,
             depth: call.depth,
         };
-        self.line(place, call.function, line);
+        self.line(place, call.function, line, text);
     }
 }

@@ -534,6 +534,7 @@ pub fn written_table(names: &[&str]) -> utrace::table::FunctionTable {
                 size: 16,
                 kind: utrace::table::FunctionKind::Function,
                 probes: Default::default(),
+                values: Vec::new(),
             })
             .collect(),
     }

@@ -13,7 +13,11 @@
 //!                      this chunk, its index (from 0, in order of first appearance) follows as a
 //!                      varint; 2 = a thread new to the chunk, its `tid` field (CPU included) and
 //!                      pid follow as varints
-//!          bits 5-7    0
+//!          bit 5       a piece of a call's captured values ([`Event::VALUES`]): in place of the
+//!                      timestamp, function and stack, its byte count (1-8) as a u8 and the
+//!                      bytes follow; the exit bit is 0, and the thread's timestamp, function
+//!                      and stack are left as they are
+//!          bits 6-7    0
 //! ```
 //!
 //! A varint is LEB128: 7 bits a byte, low bits first, the top bit set on every byte but the last.
@@ -36,7 +40,8 @@ const THREAD_MASK: u8 = 0b11 << THREAD_SHIFT;
 const THREAD_SAME: u8 = 0 << THREAD_SHIFT;
 const THREAD_SEEN: u8 = 1 << THREAD_SHIFT;
 const THREAD_NEW: u8 = 2 << THREAD_SHIFT;
-const RESERVED: u8 = !(EXIT | NEW_FUNCTION | NEW_STACK | THREAD_MASK);
+const VALUES: u8 = 1 << 5;
+const RESERVED: u8 = !(EXIT | NEW_FUNCTION | NEW_STACK | THREAD_MASK | VALUES);
 /// The fewest bytes an event takes: its tag and a one-byte timestamp.
 const MIN_EVENT_LEN: usize = 2;
 /// The most: its tag, a new thread (two 5-byte varints), a 10-byte timestamp, a function id and
@@ -99,6 +104,13 @@ impl EventEncoder {
                 });
                 put_varint(out, u64::from(event.tid));
                 put_varint(out, u64::from(event.pid));
+            }
+            if event.function == Event::VALUES {
+                let (bytes, len) = event.piece_bytes();
+                out.push(len as u8);
+                out.extend_from_slice(&bytes[..len]);
+                out[tag_at] = tag | VALUES;
+                continue;
             }
             put_varint(out, zigzag64(event.timestamp_ns.wrapping_sub(timestamp)));
             timestamp = event.timestamp_ns;
@@ -186,6 +198,10 @@ impl EventDecoder {
             } else if current.is_none() {
                 return Err("an event of a thread not defined in the chunk");
             }
+            if tag & VALUES != 0 {
+                *slot = decode_piece(tag, &mut input, &thread)?;
+                continue;
+            }
             timestamp = timestamp.wrapping_add(unzigzag64(input.varint()?));
             if tag & NEW_FUNCTION != 0 {
                 let delta = unzigzag32(input.varint32()?);
@@ -208,6 +224,28 @@ impl EventDecoder {
         }
         Ok(count)
     }
+}
+
+/// The rest of a value piece of `thread` whose `tag` has been read.
+fn decode_piece(tag: u8, input: &mut Input, thread: &Thread) -> Result<Event, &'static str> {
+    if tag & (EXIT | NEW_FUNCTION | NEW_STACK) != 0 {
+        return Err("a value piece with an event's bits set");
+    }
+    let len = usize::from(input.byte()?);
+    if !(1..=8).contains(&len) {
+        return Err("a value piece of more than 8 bytes");
+    }
+    let mut word = [0u8; 8];
+    for byte in &mut word[..len] {
+        *byte = input.byte()?;
+    }
+    Ok(Event {
+        timestamp_ns: u64::from_le_bytes(word),
+        tid: thread.tid,
+        function: Event::VALUES,
+        stack: len as u32,
+        pid: thread.pid,
+    })
 }
 
 /// The payload being decoded and where in it.
@@ -369,6 +407,30 @@ mod tests {
     }
 
     #[test]
+    fn value_pieces_round_trip_and_leave_their_thread_as_it_was() {
+        let entry = Event::entry(1_000, 7, 3).at_stack(0x100).in_process(7);
+        let exit = Event::exit(1_500, 7, 3).at_stack(0x100).in_process(7);
+        let other = Event::entry(1_200, 8, 3).at_stack(0x100).in_process(7);
+        let arguments: Vec<u8> = (1..=11).collect();
+        let mut events: Vec<Event> = Event::value_pieces(&entry, &arguments).collect();
+        events.push(entry);
+        events.extend(Event::value_pieces(&other, &[0xff]));
+        events.push(other);
+        events.extend(Event::value_pieces(&exit, &[5, 0, 0, 0, 0, 0, 0, 0]));
+        events.push(exit);
+        let payload = round_trip(&events);
+        // Without the pieces, the exit (same function and stack as the entry) takes 3 bytes: the
+        // pieces cost their bytes, their count and their tag.
+        let bare = round_trip(&[entry, other, exit]);
+        assert_eq!(
+            payload.len(),
+            bare.len() + (2 + 8) + (2 + 3) + (2 + 1) + (2 + 8)
+        );
+        assert_eq!(events[0].piece_bytes(), ([1, 2, 3, 4, 5, 6, 7, 8], 8));
+        assert_eq!(events[1].piece_bytes().1, 3);
+    }
+
+    #[test]
     fn threads_seen_before_are_named_by_index() {
         let events: Vec<Event> = (0..300u32)
             .map(|i| Event::entry(u64::from(i), 100 + i % 3, i % 7).at_stack(64 * (i % 5)))
@@ -416,12 +478,17 @@ mod tests {
         let mut long = vec![1, 0x10, 1, 1];
         long.extend([0xff; 9]);
         long.push(2);
-        let cases: [(&[u8], &str); 12] = [
+        let cases: [(&[u8], &str); 14] = [
             (&[], "the events end early"),
             // 65,537 events.
             (&[0x81, 0x80, 0x04], "more events than a chunk may hold"),
             (&[2, 0x10, 0], "more events than its bytes can hold"),
-            (&[1, 0x20, 0], "an event tag with reserved bits set"),
+            (&[1, 0x40, 0], "an event tag with reserved bits set"),
+            (&[1, 0x30, 1, 1, 9], "a value piece of more than 8 bytes"),
+            (
+                &[1, 0x31, 1, 1, 1, 0],
+                "a value piece with an event's bits set",
+            ),
             (&[1, 0x18, 0], "an event tag with an unknown thread kind"),
             (
                 &[1, 0x00, 0],

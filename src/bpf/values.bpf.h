@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Arguments and return values (-A, -R): a function with a `struct value_spec` gets its values
+ * written after its event, in one record (the layout is in interface.h). Only when the loader
+ * says some function has one (settings.value_functions): otherwise the verifier prunes all of
+ * this. Included by utrace.bpf.c after record_on(). */
+#ifndef UTRACE_VALUES_BPF_H
+#define UTRACE_VALUES_BPF_H
+
+/* Function id → what its probes capture. Sized by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	/* Entries are allocated as they are added: most recordings add none. */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct value_spec);
+} value_specs SEC(".maps");
+
+/* An event and its values as they are written: twice the payload's size, so that an item
+ * written at any offset below VALUE_PAYLOAD_MAX stays inside. */
+struct value_record {
+	struct event event;
+	__u8 payload[2 * VALUE_PAYLOAD_MAX];
+};
+
+/* One record per CPU, built there and copied into the ring buffer: a reservation's size must be
+ * known to the verifier, and values vary in size. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct value_record);
+} value_records SEC(".maps");
+
+/* What capture_item() reads from and where it writes. */
+struct capture {
+	/* Arguments 1-6 as registers hold them, and the stack pointer (arguments 7 and up). */
+	__u64 registers[8];
+	__u64 sp;
+	/* rax: the return value, at an exit. */
+	__u64 returned;
+	struct value_spec spec;
+	/* An exit, whose return value is known (false at a tail jump: the callee computes it). */
+	bool exit;
+	bool return_known;
+	/* Bytes of payload written so far. */
+	__u32 length;
+};
+
+/* Captures item `index` of the spec (a bpf_loop callback: verified once, whatever the count). */
+static long capture_item(__u64 index, struct capture *c)
+{
+	__u32 zero = 0, off = c->length & (VALUE_PAYLOAD_MAX - 1);
+	struct value_record *record = bpf_map_lookup_elem(&value_records, &zero);
+	__u8 item = c->spec.items[index & (VALUES_MAX - 1)];
+	__u8 source = item & VALUE_SOURCE_MASK;
+	__u64 value = 0;
+	__s16 read;
+
+	if (!record)
+		return 1;
+	if (source == VALUE_RETURN) {
+		if (!c->exit || !c->return_known)
+			return 0;
+		value = c->returned;
+	} else if (c->exit) {
+		return 0;
+	} else if (source <= 6) {
+		value = c->registers[(source - 1) & 7];
+	} else if (bpf_probe_read_user(&value, sizeof(value), (void *)(c->sp + 8 * (source - 6)))) {
+		/* The stack slot cannot be read: written as 0, as the slot must be there. */
+		value = 0;
+	}
+	__builtin_memcpy(&record->payload[off], &value, sizeof(value));
+	off += sizeof(value);
+	if (item & VALUE_STRING) {
+		/* One byte more than string_size, to tell a string that was cut. */
+		read = bpf_probe_read_user_str(&record->payload[off + sizeof(read)],
+					       settings.string_size + 2, (void *)value);
+		/* The count without the NUL, or the error. */
+		if (read > 0)
+			read -= 1;
+		__builtin_memcpy(&record->payload[off], &read, sizeof(read));
+		off += sizeof(read) + (read > 0 ? read : 0);
+	}
+	c->length = off;
+	return 0;
+}
+
+/* The event of `function` (its exit when EVENT_EXIT is set) at a probe whose registers are
+ * `ctx`, with the values its spec asks for; `return_known`: at an exit, whether rax holds what
+ * the function returns. */
+static __always_inline int record_values(struct pt_regs *ctx, __u32 function, __u64 stack,
+					 bool return_known)
+{
+	__u32 id = function & ~EVENT_EXIT, zero = 0;
+	__u64 now, pid_tgid;
+	struct value_spec *spec;
+	struct value_record *out;
+	struct capture c = {};
+	long written;
+
+	if (!settings.value_functions)
+		return record(function, stack);
+	spec = bpf_map_lookup_elem(&value_specs, &id);
+	if (!spec)
+		return record(function, stack);
+	now = bpf_ktime_get_ns();
+	pid_tgid = bpf_get_current_pid_tgid();
+	if (!recording_in(pid_tgid >> 32))
+		return 0;
+	c.registers[0] = PT_REGS_PARM1(ctx);
+	c.registers[1] = PT_REGS_PARM2(ctx);
+	c.registers[2] = PT_REGS_PARM3(ctx);
+	c.registers[3] = PT_REGS_PARM4(ctx);
+	c.registers[4] = PT_REGS_PARM5(ctx);
+	c.registers[5] = PT_REGS_PARM6(ctx);
+	c.sp = PT_REGS_SP(ctx);
+	c.returned = PT_REGS_RC(ctx);
+	c.spec = *spec;
+	c.exit = function & EVENT_EXIT;
+	c.return_known = return_known;
+	bpf_loop(c.spec.count < VALUES_MAX ? c.spec.count : VALUES_MAX, capture_item, &c, 0);
+	out = bpf_map_lookup_elem(&value_records, &zero);
+	if (!out)
+		return 0;
+	fill_event(&out->event, now, function, stack, (__u32)pid_tgid);
+	written = bpf_ringbuf_output(&events, out,
+				     sizeof(out->event) + (c.length & (VALUE_PAYLOAD_MAX - 1)),
+				     wakeup_flag());
+	if (written)
+		count_lost((__u32)pid_tgid);
+	return 0;
+}
+
+#endif

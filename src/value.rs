@@ -1,0 +1,442 @@
+//! Captured values (`-A`, `-R`): what a function's probes capture ([`ValueSpec`], parsed from
+//! `arg2/u8`), and the captured bytes shown as text. The bytes are laid out as the BPF side
+//! writes them (`src/bpf/interface.h`): per spec, in order, an integer's 8 bytes; for a string,
+//! the pointer's 8 bytes, a signed 16-bit count of the bytes read (negative: the pointer could
+//! not be read) and those bytes. An entry's bytes hold its arguments, an exit's its return
+//! value.
+
+use std::fmt::Write;
+
+use serde::{Deserialize, Serialize};
+
+/// The most values a function captures (`VALUES_MAX` in interface.h).
+pub const VALUES_MAX: usize = 16;
+/// The highest argument number that can be read: arguments past the sixth are read from the
+/// stack, and the item that names them has 6 bits.
+pub const ARGUMENT_MAX: u8 = 63;
+/// The most bytes of a string captured (`VALUE_STRING_MAX` in interface.h).
+pub const STRING_SIZE_MAX: u16 = 500;
+/// The bit of a BPF item that marks a string (`VALUE_STRING` in interface.h).
+pub const STRING_ITEM: u8 = 1 << 7;
+/// The bytes of a string captured unless `--string-size` says otherwise.
+pub const STRING_SIZE_DEFAULT: u16 = 64;
+
+/// Where a value is found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ValueSource {
+    /// Argument N, from 1 (the System V ABI's integer arguments: 1-6 in registers, 7 and up on
+    /// the stack).
+    Argument(u8),
+    /// What the function returns (rax).
+    Return,
+}
+
+/// How a value is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ValueFormat {
+    /// Signed decimal (`d`, the default).
+    Signed,
+    /// Unsigned decimal (`u`).
+    Unsigned,
+    /// Hexadecimal (`x`).
+    Hex,
+    /// A character (`c`).
+    Char,
+    /// An address (`p`).
+    Pointer,
+    /// A C string the value points to (`s`), at most `max` bytes of it.
+    String { max: u16 },
+}
+
+/// One value a function's probes capture and how it is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ValueSpec {
+    pub source: ValueSource,
+    pub format: ValueFormat,
+    /// How many low bits of the 64 captured count (8, 16, 32 or 64).
+    pub bits: u8,
+}
+
+/// A value spec that does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("`{0}` is not argN (N from 1), fpargN or retval")]
+    UnknownItem(String),
+    #[error("`{item}`: argument numbers go from 1 to {ARGUMENT_MAX}")]
+    ArgumentNumber { item: String },
+    #[error("`{item}`: unknown format `{format}` (use d, u, x, c, p or s, with 8, 16, 32 or 64)")]
+    UnknownFormat { item: String, format: String },
+    #[error(
+        "`{0}`: floating-point values are in vector registers, which the kernel does not give \
+         uprobe programs"
+    )]
+    FloatingPoint(String),
+    #[error("`{0}` is a return value: use it with -R/--retval")]
+    ReturnInArguments(String),
+    #[error("`{0}` is an argument: use it with -A/--argument")]
+    ArgumentInReturn(String),
+}
+
+impl ValueSpec {
+    /// A signed 64-bit decimal value from `source`.
+    pub fn new(source: ValueSource, format: ValueFormat) -> ValueSpec {
+        let bits = match format {
+            ValueFormat::Char => 8,
+            _ => 64,
+        };
+        ValueSpec {
+            source,
+            format,
+            bits,
+        }
+    }
+
+    /// Parses one item: `argN` or `retval`, with an optional `/FMT` (a format letter, a size, or
+    /// both: `arg2/u8`, `retval/x32`, `arg1/s`). `string_size` bounds the strings read.
+    pub fn parse(item: &str, string_size: u16) -> Result<ValueSpec, SpecError> {
+        let (name, format) = item.split_once('/').unwrap_or((item, ""));
+        if name.starts_with("fparg") || format == "f" {
+            return Err(SpecError::FloatingPoint(item.to_owned()));
+        }
+        let source = if name == "retval" {
+            ValueSource::Return
+        } else if let Some(number) = name.strip_prefix("arg") {
+            match number.parse::<u8>() {
+                Ok(n) if (1..=ARGUMENT_MAX).contains(&n) => ValueSource::Argument(n),
+                _ if !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) => {
+                    return Err(SpecError::ArgumentNumber {
+                        item: item.to_owned(),
+                    })
+                }
+                _ => return Err(SpecError::UnknownItem(item.to_owned())),
+            }
+        } else {
+            return Err(SpecError::UnknownItem(item.to_owned()));
+        };
+        let unknown = || SpecError::UnknownFormat {
+            item: item.to_owned(),
+            format: format.to_owned(),
+        };
+        let letters = format.trim_end_matches(|c: char| c.is_ascii_digit());
+        let size = &format[letters.len()..];
+        let kind = match letters {
+            "" | "d" => ValueFormat::Signed,
+            "u" => ValueFormat::Unsigned,
+            "x" => ValueFormat::Hex,
+            "c" => ValueFormat::Char,
+            "p" => ValueFormat::Pointer,
+            "s" => ValueFormat::String { max: string_size },
+            _ => return Err(unknown()),
+        };
+        let mut spec = ValueSpec::new(source, kind);
+        if !size.is_empty() {
+            spec.bits = match size {
+                "8" | "16" | "32" | "64" => size.parse().map_err(|_| unknown())?,
+                _ => return Err(unknown()),
+            };
+            if matches!(kind, ValueFormat::String { .. } | ValueFormat::Pointer) && spec.bits != 64
+            {
+                return Err(unknown());
+            }
+        }
+        Ok(spec)
+    }
+
+    fn is_string(&self) -> bool {
+        matches!(self.format, ValueFormat::String { .. })
+    }
+
+    /// The low `bits` of `raw`.
+    fn truncated(&self, raw: u64) -> u64 {
+        match self.bits {
+            64 => raw,
+            bits => raw & ((1u64 << bits) - 1),
+        }
+    }
+
+    /// `raw` shown as this spec says (strings aside).
+    fn write_integer(&self, raw: u64, out: &mut String) {
+        let value = self.truncated(raw);
+        // Writing to a String cannot fail.
+        let _ = match self.format {
+            ValueFormat::Signed => {
+                let shift = 64 - u32::from(self.bits);
+                write!(out, "{}", ((value << shift) as i64) >> shift)
+            }
+            ValueFormat::Unsigned => write!(out, "{value}"),
+            ValueFormat::Hex | ValueFormat::Pointer | ValueFormat::String { .. } => {
+                write!(out, "{value:#x}")
+            }
+            ValueFormat::Char => {
+                out.push('\'');
+                escape(&[value as u8], '\'', out);
+                out.push('\'');
+                Ok(())
+            }
+        };
+    }
+}
+
+/// The text of a spec, as the user wrote it (`arg2/u8`).
+impl std::fmt::Display for ValueSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.source {
+            ValueSource::Argument(n) => write!(f, "arg{n}")?,
+            ValueSource::Return => f.write_str("retval")?,
+        }
+        let letter = match self.format {
+            ValueFormat::Signed => "",
+            ValueFormat::Unsigned => "u",
+            ValueFormat::Hex => "x",
+            ValueFormat::Char => "c",
+            ValueFormat::Pointer => "p",
+            ValueFormat::String { .. } => "s",
+        };
+        match (letter, self.bits) {
+            ("", 64) => Ok(()),
+            (letter, 64) | (letter @ "c", _) => write!(f, "/{letter}"),
+            (letter, bits) => write!(f, "/{letter}{bits}"),
+        }
+    }
+}
+
+/// The specs of `specs` an entry captures (arguments) or an exit (the return value), in order.
+pub fn captured_at(specs: &[ValueSpec], exit: bool) -> impl Iterator<Item = &ValueSpec> {
+    specs
+        .iter()
+        .filter(move |spec| (spec.source == ValueSource::Return) == exit)
+}
+
+/// The values of `bytes`, captured for `specs` at an entry (`exit == false`) or an exit, shown
+/// as text and separated by `", "`; a value cut short (a damaged file) shows as `?`.
+pub fn format_values(specs: &[ValueSpec], exit: bool, bytes: &[u8]) -> String {
+    let texts: Vec<String> = value_texts(specs, exit, bytes)
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect();
+    texts.join(", ")
+}
+
+/// Each value of `bytes` with its spec, as [`format_values`] shows it.
+pub fn value_texts<'s>(
+    specs: &'s [ValueSpec],
+    exit: bool,
+    bytes: &[u8],
+) -> Vec<(&'s ValueSpec, String)> {
+    let mut rest = bytes;
+    captured_at(specs, exit)
+        .map(|spec| {
+            let mut text = String::new();
+            if !write_value(spec, &mut rest, &mut text) {
+                text = "?".to_owned();
+                rest = &[];
+            }
+            (spec, text)
+        })
+        .collect()
+}
+
+/// The name of the value a spec captures, as Chrome traces name it (`arg2`, `retval`).
+pub fn value_name(spec: &ValueSpec) -> String {
+    match spec.source {
+        ValueSource::Argument(n) => format!("arg{n}"),
+        ValueSource::Return => "retval".to_owned(),
+    }
+}
+
+/// Writes the value at the start of `rest` and moves past it; false when `rest` is too short.
+fn write_value(spec: &ValueSpec, rest: &mut &[u8], out: &mut String) -> bool {
+    let Some((raw, after)) = take_u64(rest) else {
+        return false;
+    };
+    *rest = after;
+    let ValueFormat::String { max } = spec.format else {
+        spec.write_integer(raw, out);
+        return true;
+    };
+    let Some((count, after)) = rest.split_first_chunk::<2>() else {
+        return false;
+    };
+    let count = i16::from_le_bytes(*count);
+    *rest = after;
+    if raw == 0 {
+        out.push_str("(null)");
+        return true;
+    }
+    if count < 0 {
+        // Unreadable: its address says more than nothing.
+        spec.write_integer(raw, out);
+        return true;
+    }
+    let Some((text, after)) = rest.split_at_checked(count as usize) else {
+        return false;
+    };
+    *rest = after;
+    let shown = &text[..text.len().min(usize::from(max))];
+    out.push('"');
+    escape(shown, '"', out);
+    out.push('"');
+    if text.len() > shown.len() {
+        out.push_str("...");
+    }
+    true
+}
+
+fn take_u64(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let (head, rest) = bytes.split_first_chunk::<8>()?;
+    Some((u64::from_le_bytes(*head), rest))
+}
+
+/// Appends `bytes` as C escapes them, inside quotes `quote`.
+fn escape(bytes: &[u8], quote: char, out: &mut String) {
+    for &byte in bytes {
+        match byte {
+            b'\n' => out.push_str("\\n"),
+            b'\t' => out.push_str("\\t"),
+            b'\r' => out.push_str("\\r"),
+            b'\0' => out.push_str("\\0"),
+            b'\\' => out.push_str("\\\\"),
+            _ if char::from(byte) == quote => {
+                out.push('\\');
+                out.push(quote);
+            }
+            0x20..=0x7e => out.push(char::from(byte)),
+            _ => {
+                let _ = write!(out, "\\x{byte:02x}");
+            }
+        }
+    }
+}
+
+/// The item bytes of `specs` as the BPF side's `struct value_spec` holds them: the source (0 for
+/// the return value, N for argument N) and the string bit.
+pub fn bpf_items(specs: &[ValueSpec]) -> Vec<u8> {
+    specs
+        .iter()
+        .map(|spec| {
+            let source = match spec.source {
+                ValueSource::Argument(n) => n,
+                ValueSource::Return => 0,
+            };
+            source | if spec.is_string() { STRING_ITEM } else { 0 }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(text: &str) -> ValueSpec {
+        ValueSpec::parse(text, 8).unwrap()
+    }
+
+    fn integer(value: u64) -> Vec<u8> {
+        value.to_le_bytes().to_vec()
+    }
+
+    fn string(pointer: u64, count: i16, text: &[u8]) -> Vec<u8> {
+        let mut bytes = integer(pointer);
+        bytes.extend(count.to_le_bytes());
+        bytes.extend(text);
+        bytes
+    }
+
+    #[test]
+    fn specs_parse_and_print_back() {
+        for text in [
+            "arg1",
+            "arg2/u8",
+            "retval/x32",
+            "arg1/s",
+            "arg7/c",
+            "arg3/p",
+            "arg4/u",
+        ] {
+            assert_eq!(spec(text).to_string(), text);
+        }
+        assert_eq!(spec("arg2/d").to_string(), "arg2");
+        assert_eq!(spec("arg2/32").bits, 32);
+        assert_eq!(spec("retval").source, ValueSource::Return);
+        assert_eq!(
+            spec("arg1/s").format,
+            ValueFormat::String { max: 8 },
+            "strings take the string size"
+        );
+    }
+
+    #[test]
+    fn bad_specs_say_what_is_wrong() {
+        let error = |text| ValueSpec::parse(text, 8).unwrap_err().to_string();
+        assert_eq!(error("arg0"), "`arg0`: argument numbers go from 1 to 63");
+        assert_eq!(error("arg64"), "`arg64`: argument numbers go from 1 to 63");
+        assert_eq!(
+            error("argx"),
+            "`argx` is not argN (N from 1), fpargN or retval"
+        );
+        assert_eq!(
+            error("ret"),
+            "`ret` is not argN (N from 1), fpargN or retval"
+        );
+        assert!(error("arg1/q").starts_with("`arg1/q`: unknown format `q`"));
+        assert!(error("arg1/u12").starts_with("`arg1/u12`: unknown format"));
+        assert!(error("arg1/s32").starts_with("`arg1/s32`: unknown format"));
+        assert!(error("fparg1").contains("vector registers"));
+        assert!(error("retval/f").contains("vector registers"));
+    }
+
+    #[test]
+    fn integers_show_as_their_format_says() {
+        let cases = [
+            ("arg1", u64::MAX, "-1"),
+            ("arg1/u", u64::MAX, "18446744073709551615"),
+            ("arg1/u8", 0x1ff, "255"),
+            ("arg1/8", 0xff, "-1"),
+            ("arg1/32", 0xffff_fffe, "-2"),
+            ("arg1/x32", 0x1_0000_00ab, "0xab"),
+            ("arg1/x", 255, "0xff"),
+            ("arg1/c", u64::from(b'A'), "'A'"),
+            ("arg1/c", u64::from(b'\n'), "'\\n'"),
+            ("arg1/c", u64::from(b'\''), "'\\''"),
+            ("arg1/p", 0x7fff_0000, "0x7fff0000"),
+        ];
+        for (text, value, shown) in cases {
+            assert_eq!(
+                format_values(&[spec(text)], false, &integer(value)),
+                shown,
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn strings_are_quoted_escaped_and_cut() {
+        let s = [spec("arg1/s")];
+        let shown = |bytes: Vec<u8>| format_values(&s, false, &bytes);
+        assert_eq!(shown(string(0x1000, 6, b"hi\n\"x\"")), "\"hi\\n\\\"x\\\"\"");
+        assert_eq!(shown(string(0, -14, b"")), "(null)");
+        assert_eq!(shown(string(0x1234, -14, b"")), "0x1234");
+        assert_eq!(shown(string(0x1000, 9, b"abcdefghi")), "\"abcdefgh\"...");
+        assert_eq!(shown(string(0x1000, 8, b"abcdefgh")), "\"abcdefgh\"");
+    }
+
+    #[test]
+    fn only_the_values_of_one_side_are_shown_in_order() {
+        let specs = [spec("arg1"), spec("retval/x"), spec("arg2/s")];
+        let mut bytes = integer(7);
+        bytes.extend(string(0x10, 2, b"ok"));
+        assert_eq!(format_values(&specs, false, &bytes), "7, \"ok\"");
+        assert_eq!(format_values(&specs, true, &integer(16)), "0x10");
+        assert_eq!(bpf_items(&specs), [1, 0, 2 | 0x80]);
+    }
+
+    #[test]
+    fn bytes_cut_short_show_a_question_mark() {
+        let specs = [spec("arg1"), spec("arg2"), spec("arg3/s")];
+        assert_eq!(format_values(&specs, false, &integer(1)), "1, ?, ?");
+        let mut bytes = integer(1);
+        bytes.extend(integer(2));
+        bytes.extend(string(0x10, 5, b"ab"));
+        assert_eq!(format_values(&specs, false, &bytes), "1, 2, ?");
+    }
+}
