@@ -6,9 +6,10 @@
 //! Programs built against the system's libraries ask for versions those libraries have, so the
 //! first object defining the name is the one the loader picks.
 
-use std::collections::HashSet;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 
-use goblin::elf::sym::{STB_GLOBAL, STB_GNU_UNIQUE, STB_WEAK};
+use goblin::elf::sym::{STB_GLOBAL, STB_GNU_UNIQUE, STB_WEAK, STT_GNU_IFUNC};
 
 use super::ElfFile;
 
@@ -27,6 +28,46 @@ impl ElfFile {
             .map(|symbol| symbol.name.clone())
             .collect()
     }
+
+    /// What each exported function (see [`exported_functions`](Self::exported_functions)) is
+    /// bound to when the loader binds a call to it in this file, by name as `.dynsym` spells it.
+    pub fn export_targets(&self) -> HashMap<String, ExportTarget> {
+        let mut targets = HashMap::new();
+        let exported = self.symbols.iter().filter(|symbol| {
+            symbol.dynamic
+                && symbol.defined
+                && matches!(symbol.binding, STB_GLOBAL | STB_WEAK | STB_GNU_UNIQUE)
+        });
+        for symbol in exported {
+            let target = match symbol.kind {
+                STT_GNU_IFUNC => ExportTarget::Ifunc,
+                _ => ExportTarget::Function(symbol.address),
+            };
+            match targets.entry(symbol.name.clone()) {
+                Entry::Vacant(vacant) => {
+                    vacant.insert(target);
+                }
+                Entry::Occupied(mut seen) if *seen.get() != target => {
+                    seen.insert(ExportTarget::Versioned);
+                }
+                Entry::Occupied(_) => {}
+            }
+        }
+        targets
+    }
+}
+
+/// Where a call bound to an exported function of a file goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExportTarget {
+    /// The function at this virtual address of the file.
+    Function(u64),
+    /// An ifunc: the loader binds the call to the implementation its resolver returns.
+    Ifunc,
+    /// The name is defined more than once, at different addresses or as an ifunc and not (one
+    /// per symbol version, `realpath@GLIBC_2.2.5` and `realpath@@GLIBC_2.3`): which one a call
+    /// binds to depends on the version the caller asks for.
+    Versioned,
 }
 
 /// The objects the loader searches for a symbol, in its order.

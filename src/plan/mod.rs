@@ -10,6 +10,7 @@
 //! - `module`: the functions of one traced file: probe sites, PLT stubs, the name filter, exits;
 //! - `exits`: how function exits are seen (`--exit-probes`);
 //! - `go`: Go programs, which get no return probe and pair calls by goroutine;
+//! - `stubs`: the PLT stubs not probed, as the traced function they call sees their calls;
 //! - `landings`: the executable's PLT calls probed in the library function they land in;
 //! - `values`: which arguments and return values each function captures (`-A`, `-R`, `-a`);
 //! - `watches`: where the recorder watches `dlopen` and the unwinder;
@@ -22,6 +23,7 @@ mod libraries;
 mod module;
 mod planner;
 mod program;
+mod stubs;
 mod values;
 mod watches;
 
@@ -34,6 +36,7 @@ pub use landings::{LandedCall, Landings, StubKept};
 pub use libraries::{LibraryPatterns, PltLibraries};
 pub use planner::{Extension, Loaded, Planner};
 pub use program::{Program, TracedFile};
+pub use stubs::StubNeeded;
 pub use values::{ValueRequest, ValueRequestError, ValueRequests};
 pub use watches::WatchSites;
 

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::program::{ProgramFiles, UnmatchedPatterns};
-use super::{go, landings, module, watches};
+use super::{go, landings, module, stubs, watches};
 use super::{ExitPolicy, Pairing, PlanError, PlanOptions, ProbePlan, Program, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::elf::{ElfFile, ExitProbe};
@@ -43,7 +43,8 @@ pub struct Extension {
 
 impl Planner {
     /// Plans `program`: the functions of its executable and of the libraries `--nest-lib`
-    /// selects, how each one's exit is seen, which PLT calls are probed where they land, and
+    /// selects, how each one's exit is seen, which PLT stubs are not probed because the traced
+    /// function they call sees their calls, which PLT calls are probed where they land, and
     /// where the recorder watches dlopen and the unwinder. Fails when a traced file cannot be
     /// read, or when no function is left to trace.
     pub fn new(options: PlanOptions, program: Program) -> Result<Planner, PlanError> {
@@ -77,6 +78,10 @@ impl Planner {
                 &files.scope,
             )?);
         }
+        let elves: Vec<&ElfFile> = (files.traced.iter())
+            .filter_map(|&index| files.opened[index].elf.as_ref().ok())
+            .collect();
+        stubs::drop_stubs_seen_by_their_callees(&mut modules, &elves, &files.scope, &options);
         if modules.iter().all(|module| module.functions.is_empty()) {
             return Err(PlanError::NothingToTrace {
                 program: files.executable().file.path.clone(),

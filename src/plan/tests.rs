@@ -523,3 +523,157 @@ fn ids_are_dense_across_modules() {
     assert_eq!(table.module_name(table.function(0).unwrap()), "prog");
     assert!(table.function(3).is_none());
 }
+
+const SELFCALLS_C: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/plan/testdata/selfcalls.c");
+
+/// `libselfcalls.so`, whose `outer` calls its own `inner` and ifunc `chosen` through its PLT,
+/// and a program linked with `first` (libraries before it in load order) and it, which calls
+/// `outer` through its PLT.
+fn selfcalls_program(dir: &TempDir, name: &str, first: &[&str]) -> PathBuf {
+    let library = compile(
+        dir,
+        "cc",
+        SELFCALLS_C,
+        "libselfcalls.so",
+        &["-shared", "-fPIC"],
+    );
+    let stubs = crate::elf::read_function_symbols(&library).unwrap();
+    let stubs: Vec<&str> = stubs.iter().map(|f| f.name.as_str()).collect();
+    assert!(
+        stubs.contains(&"inner@plt") && stubs.contains(&"chosen@plt"),
+        "{stubs:?}"
+    );
+    let mut flags: Vec<String> = ["-DMAIN", "-Wl,-rpath,$ORIGIN", "-Wl,--no-as-needed"]
+        .map(str::to_owned)
+        .into();
+    flags.push(format!("-L{}", dir.path().display()));
+    flags.extend(first.iter().chain(&["selfcalls"]).map(|l| format!("-l{l}")));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    compile(dir, "cc", SELFCALLS_C, name, &flags)
+}
+
+fn nest_selfcalls(functions: &[&str], no_functions: &[&str]) -> PlanOptions {
+    PlanOptions {
+        nest_libs: LibraryPatterns::parse("--nest-lib", &["libselfcalls*".into()]).unwrap(),
+        functions: globs(functions, no_functions),
+        ..PlanOptions::default()
+    }
+}
+
+/// The names planned in the file whose name is `file`.
+fn planned_in<'a>(plan: &'a ProbePlan, file: &str) -> Vec<&'a str> {
+    let module = plan.files.iter().position(|f| f.path.ends_with(file));
+    let module = module.unwrap_or_else(|| panic!("{file} is not traced")) as u32;
+    let functions = plan.table.functions.iter().filter(|f| f.module == module);
+    functions.map(|f| f.name.as_str()).collect()
+}
+
+#[test]
+fn stubs_into_traced_functions_are_not_probed() {
+    let dir = TempDir::new().unwrap();
+    let program = selfcalls_program(&dir, "selfcalls", &[]);
+    let planner = plan_of(&program, nest_selfcalls(&[], &[])).unwrap();
+    let plan = planner.plan();
+    let library = planned_in(plan, "libselfcalls.so");
+    assert!(
+        library.contains(&"inner") && library.contains(&"outer"),
+        "{library:?}"
+    );
+    // inner's own probe sees every call through inner@plt.
+    assert!(!library.contains(&"inner@plt"), "{library:?}");
+    // chosen is an ifunc: its traced symbol is the resolver, which the call never enters.
+    assert!(library.contains(&"chosen@plt"), "{library:?}");
+    // The program's call of outer is seen by outer's probe, in the library.
+    let executable = planned_in(plan, "selfcalls");
+    assert!(executable.contains(&"main"), "{executable:?}");
+    assert!(!executable.contains(&"outer@plt"), "{executable:?}");
+    assert!(!plan
+        .landings
+        .functions()
+        .any(|id| plan.table.functions[id as usize].name == "outer@plt"));
+
+    // Without --nest-lib, the stub is the only view of the call.
+    let plain = plan_of(&program, PlanOptions::default()).unwrap();
+    assert!(planned_in(plain.plan(), "selfcalls").contains(&"outer@plt"));
+}
+
+#[test]
+fn stubs_stay_where_the_callee_is_not_what_the_plan_traces() {
+    let dir = TempDir::new().unwrap();
+    let program = selfcalls_program(&dir, "selfcalls", &[]);
+    let stubs_of_library = |options: PlanOptions| {
+        let planner = plan_of(&program, options).unwrap();
+        let planned = planned_in(planner.plan(), "libselfcalls.so");
+        let stubs = planned.into_iter().filter(|name| name.ends_with("@plt"));
+        stubs.map(str::to_owned).collect::<Vec<String>>()
+    };
+    // inner filtered out: its stub is the only view of the call.
+    let filtered = stubs_of_library(nest_selfcalls(&[], &["inner"]));
+    assert!(filtered.contains(&"inner@plt".to_owned()), "{filtered:?}");
+    // A -f glob with an @ asks for the stubs it names.
+    let named = stubs_of_library(nest_selfcalls(&["inner@plt", "outer", "inner"], &[]));
+    assert_eq!(named, ["inner@plt"]);
+    // One without asks for functions: inner* does not keep inner@plt.
+    let unnamed = stubs_of_library(nest_selfcalls(&["inner*", "outer"], &[]));
+    assert!(unnamed.is_empty(), "{unnamed:?}");
+    // --follow: another program may bind the stub elsewhere.
+    let follow = PlanOptions {
+        follow: true,
+        ..nest_selfcalls(&[], &[])
+    };
+    assert!(stubs_of_library(follow).contains(&"inner@plt".to_owned()));
+    let preloaded = PlanOptions {
+        preloaded_libraries: true,
+        ..nest_selfcalls(&[], &[])
+    };
+    assert!(stubs_of_library(preloaded).contains(&"inner@plt".to_owned()));
+
+    // An untraced library before it in load order defines inner (and outer): the calls go
+    // there, and only the stubs see them.
+    compile(
+        &dir,
+        "cc",
+        SELFCALLS_C,
+        "libfirst.so",
+        &["-shared", "-fPIC"],
+    );
+    let interposed = selfcalls_program(&dir, "interposed", &["first"]);
+    let planner = plan_of(&interposed, nest_selfcalls(&[], &[])).unwrap();
+    let library = planned_in(planner.plan(), "libselfcalls.so");
+    assert!(library.contains(&"inner@plt"), "{library:?}");
+    assert!(planned_in(planner.plan(), "interposed").contains(&"outer@plt"));
+}
+
+#[test]
+fn dropped_stubs_are_counted_by_why_the_others_stay() {
+    let dir = TempDir::new().unwrap();
+    let library = compile(
+        &dir,
+        "cc",
+        SELFCALLS_C,
+        "libselfcalls.so",
+        &["-shared", "-fPIC"],
+    );
+    let elf = crate::elf::ElfFile::open(&library).unwrap();
+    let path = library.display().to_string();
+    let functions = elf.functions(crate::elf::SitePolicy::default()).unwrap();
+    let mut scope = crate::elf::binding::BindingScope::default();
+    scope.push(path.clone(), elf.exported_functions());
+    let mut modules = vec![planned(&path, functions.functions)];
+    let outcomes = super::stubs::drop_stubs_seen_by_their_callees(
+        &mut modules,
+        &[&elf],
+        &scope,
+        &PlanOptions::default(),
+    );
+    assert_eq!(outcomes.len(), 1);
+    assert_eq!(outcomes[0].dropped, 1, "inner@plt");
+    // chosen@plt into an ifunc; __cxa_finalize@plt bound to no file of this scope.
+    let kept: Vec<(StubNeeded, usize)> = outcomes[0].kept.iter().map(|(&w, &n)| (w, n)).collect();
+    assert_eq!(
+        kept,
+        [(StubNeeded::BoundToNoFile, 1), (StubNeeded::Ifunc, 1)]
+    );
+    assert_eq!(modules[0].functions.len(), modules[0].exits.len());
+    assert!(!modules[0].functions.iter().any(|f| f.name == "inner@plt"));
+}
