@@ -302,6 +302,73 @@ fn program_cases(dir: &Path) -> Vec<Case> {
             &["-u no-such-user-utrace", "no such user"],
         ),
     ]
+    .into_iter()
+    .chain(value_cases())
+    .collect()
+}
+
+/// `-A`/`-R` values that do not parse: usage errors.
+fn value_cases() -> Vec<Case> {
+    let record = |flag: &'static str, value: &'static str| -> Vec<&'static str> {
+        vec!["record", flag, value, "/bin/true"]
+    };
+    let cases: [(&str, Vec<&str>, &[&str]); 8] = [
+        (
+            "argument without items",
+            record("-A", "add"),
+            &["-A 'add'", "expected FUNCTION@ITEM"],
+        ),
+        (
+            "argument 0",
+            record("-A", "add@arg0"),
+            &["-A 'add@arg0'", "from 1 to 63"],
+        ),
+        (
+            "argument beyond what can be read",
+            record("-A", "add@arg64"),
+            &["-A 'add@arg64'", "from 1 to 63"],
+        ),
+        (
+            "unknown format letter",
+            record("-A", "add@arg1/q"),
+            &["-A 'add@arg1/q'", "unknown format `q`"],
+        ),
+        (
+            "floating-point argument",
+            record("-A", "half@fparg1"),
+            &["-A 'half@fparg1'", "vector registers"],
+        ),
+        (
+            "return value as an argument",
+            record("-A", "add@retval"),
+            &["-A 'add@retval'", "use it with -R/--retval"],
+        ),
+        (
+            "argument as a return value",
+            record("-R", "add@arg2"),
+            &["-R 'add@arg2'", "use it with -A/--argument"],
+        ),
+        (
+            "string size zero",
+            vec![
+                "record",
+                "-A",
+                "f@arg1/s",
+                "--string-size",
+                "0",
+                "/bin/true",
+            ],
+            &["--string-size 0", "from 1 to 500"],
+        ),
+    ];
+    cases
+        .into_iter()
+        .map(|(name, args, expected)| Case {
+            name,
+            args: args.into_iter().map(OsString::from).collect(),
+            expected: expected.iter().map(|e| e.to_string()).collect(),
+        })
+        .collect()
 }
 
 /// Data files `report` must refuse, and report flags it must refuse.
@@ -458,6 +525,21 @@ fn report_cases(dir: &Path) -> Vec<Case> {
         ));
     }
     cases
+}
+
+#[test]
+fn bad_value_specs_are_usage_errors_and_run_nothing() {
+    let dir = TempDir::new().unwrap();
+    let ran = dir.path().join("ran");
+    for case in value_cases() {
+        let mut args = case.args.clone();
+        // The command, were it run, would leave a file.
+        args.pop();
+        args.extend(["touch".into(), ran.clone().into()]);
+        let output = utrace().args(&args).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{}", case.name);
+        assert!(!ran.exists(), "{}: the command ran", case.name);
+    }
 }
 
 #[test]

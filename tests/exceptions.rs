@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use common::*;
@@ -108,22 +108,6 @@ fn threads_throwing_at_the_same_time_unwind_with_uretprobes() {
             &recording.traced_counts(),
         );
     }
-}
-
-/// Compiles `test/<source>` with `rustc -O` (panic=unwind, the default) into `name`.
-fn compile_rust(source: &str, name: &str) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("test")
-        .join(source);
-    let output = build_dir().join(name);
-    let status = Command::new("rustc")
-        .args(["-O", "--edition=2021", "-C", "panic=unwind", "-o"])
-        .arg(&output)
-        .arg(&source)
-        .status()
-        .unwrap_or_else(|e| panic!("running rustc: {e}"));
-    assert!(status.success(), "rustc failed on {}", source.display());
-    output
 }
 
 #[test]

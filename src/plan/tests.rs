@@ -677,3 +677,74 @@ fn dropped_stubs_are_counted_by_why_the_others_stay() {
     assert_eq!(modules[0].functions.len(), modules[0].exits.len());
     assert!(!modules[0].functions.iter().any(|f| f.name == "inner@plt"));
 }
+
+fn value_requests(arguments: &[&str], retvals: &[&str]) -> ValueRequests {
+    let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    ValueRequests::parse(&owned(arguments), &owned(retvals), false, 64).unwrap()
+}
+
+#[test]
+fn values_follow_their_globs_and_tail_jumps_capture_no_return_value() {
+    let dir = TempDir::new().unwrap();
+    let program = planned_program(&dir, "planned", &[]);
+    let options = PlanOptions {
+        exits: Some(ExitPolicy::Ret),
+        values: value_requests(&["lea*@arg1/x32"], &["tail_labs@retval", "caller@retval"]),
+        ..PlanOptions::default()
+    };
+    let planner = plan_of(&program, options).unwrap();
+    let plan = planner.plan();
+    let shown = |name| {
+        let specs = &function(plan, name).1.values;
+        specs.iter().map(ToString::to_string).collect::<Vec<_>>()
+    };
+    assert_eq!(shown("leaf"), ["arg1/x32"]);
+    assert_eq!(shown("caller"), ["retval"]);
+    assert_eq!(shown("tail_labs"), ["retval"]);
+    assert!(shown("main").is_empty());
+    // tail_labs leaves by its jump to labs@plt, before labs has computed anything; caller by
+    // its `ret`s, where rax holds its result.
+    let sites_of = |name| {
+        let (id, traced) = function(plan, name);
+        let ExitProbe::Sites(sites) = &plan.exits[id as usize] else {
+            panic!("{name} has exit sites under --exit-probes=ret");
+        };
+        sites
+            .iter()
+            .map(|&site| (traced.module, site))
+            .collect::<Vec<_>>()
+    };
+    let tail_jumps = sites_of("tail_labs");
+    assert!(!tail_jumps.is_empty());
+    assert!(tail_jumps
+        .iter()
+        .all(|site| plan.exits_before_return_value.contains(site)));
+    assert!(sites_of("caller")
+        .iter()
+        .all(|site| !plan.exits_before_return_value.contains(site)));
+}
+
+#[test]
+fn arguments_past_a_skipped_instruction_are_refused() {
+    // count_miss starts with `lock addq`: its probe sits on the next instruction, which a
+    // skipped instruction could have changed the arguments for; its return value stays.
+    let dir = TempDir::new().unwrap();
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/src/elf/testdata/atomic.c");
+    let program = compile(&dir, "cc", source, "atomic", &["-fcf-protection=none"]);
+    let options = PlanOptions {
+        values: value_requests(
+            &["count_miss@arg1", "plain_total@arg1"],
+            &["count_miss@retval"],
+        ),
+        ..PlanOptions::default()
+    };
+    let planner = plan_of(&program, options).unwrap();
+    let plan = planner.plan();
+    let specs = |name| function(plan, name).1.values.clone();
+    assert_eq!(specs("count_miss").len(), 1);
+    assert_eq!(
+        specs("count_miss")[0].source,
+        crate::value::ValueSource::Return
+    );
+    assert_eq!(specs("plain_total").len(), 1);
+}

@@ -106,6 +106,22 @@ pub fn compile(source: &str, name: &str, extra: &[&str]) -> PathBuf {
     output
 }
 
+/// Compiles `test/<source>` with `rustc -O` (panic=unwind, the default) into `name`.
+pub fn compile_rust(source: &str, name: &str) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("test")
+        .join(source);
+    let output = build_dir().join(name);
+    let status = Command::new("rustc")
+        .args(["-O", "--edition=2021", "-C", "panic=unwind", "-o"])
+        .arg(&output)
+        .arg(&source)
+        .status()
+        .unwrap_or_else(|e| panic!("running rustc: {e}"));
+    assert!(status.success(), "rustc failed on {}", source.display());
+    output
+}
+
 /// The `calls <count> <name>` lines a test program prints about itself.
 pub fn own_counts(stdout: &[u8]) -> BTreeMap<String, u64> {
     String::from_utf8_lossy(stdout)
