@@ -147,6 +147,8 @@ pub struct ReplayStats {
     pub unknown_time_calls: u64,
     /// Events whose function id is beyond the function table (corrupt input), ignored.
     pub unknown_function_events: u64,
+    /// Pieces of captured values ([`Event::VALUES`]): not events of their own.
+    pub value_pieces: u64,
     /// Threads seen.
     pub threads: usize,
     /// The earliest timestamp of any event replayed (0 when none was).
@@ -231,6 +233,7 @@ impl Replayer {
             let (bytes, len) = event.piece_bytes();
             let thread = self.thread_index(event.tid(), event.pid);
             self.stacks[thread].pending_values.extend(&bytes[..len]);
+            self.stats.value_pieces += 1;
             return;
         }
         let function = event.function_id();
@@ -793,6 +796,7 @@ mod tests {
                 unfinished_calls: 0,
                 unknown_time_calls: 0,
                 unknown_function_events: 0,
+                value_pieces: 0,
                 threads: 1,
                 first_timestamp_ns: 0,
                 last_timestamp_ns: 120,

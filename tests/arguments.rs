@@ -231,13 +231,17 @@ fn a_glob_that_matches_nothing_is_a_warning() {
         return;
     }
     let program = compile("args.c", "args", &[]);
-    let recording = record_unchanged(&program, &[], &["-A", "nosuch*@arg1", "-A", "add@arg2"]);
+    let flags = ["-A", "nosuch*@arg1", "-A", "add@arg2", "-f", "add"];
+    let recording = record_unchanged(&program, &[], &flags);
     let stderr = String::from_utf8_lossy(&recording.output.stderr);
     assert!(
         stderr.contains("utrace: warning: -A 'nosuch*@arg1': no traced function matches `nosuch*`"),
         "{stderr}"
     );
     let replay = recording.report(&["--format=replay"]);
-    assert!(replay.contains("|   add(3);"), "{replay}");
-    assert!(replay.contains("|   add(1099511627776);"), "{replay}");
+    assert!(replay.contains("| add(3);"), "{replay}");
+    assert!(replay.contains("| add(1099511627776);"), "{replay}");
+    // Two calls, two entries and two exits: the values are not events of their own.
+    assert!(stderr.contains(": 4 events in"), "{stderr}");
+    assert!(recording.info().contains("events:      4\n"));
 }

@@ -91,14 +91,16 @@ ns_per_call() { sed -n 's/^sites: .*ns_per_call=\([0-9.]*\).*/\1/p'; }
 # The median of the arguments.
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-# One timed run of `sites KIND CALLS` in mode $1; prints its ns per call.
+# One timed run of `sites KIND CALLS` in mode $1 (with more utrace record flags after CALLS);
+# prints its ns per call.
 run_mode() {
 	local mode=$1 kind=$2 function=$3 calls=$4 out
+	shift 4
 	case $mode in
 	untraced) out=$("$sites" "$kind" "$calls" 2>>"$log") ;;
 	floor) out=$("$floor" --binary "$sites" --function "$function" -- "$sites" "$kind" "$calls" 2>>"$log") ;;
 	floor-ret) out=$("$floor" --binary "$sites" --function "$function" --retprobe -- "$sites" "$kind" "$calls" 2>>"$log") ;;
-	record) out=$("$utrace" record -o "$work/site.data" -f "$function" -- "$sites" "$kind" "$calls" 2>>"$log") ;;
+	record) out=$("$utrace" record -o "$work/site.data" -f "$function" "$@" -- "$sites" "$kind" "$calls" 2>>"$log") ;;
 	live) out=$("$utrace" live -o /dev/null -f "$function" -- "$sites" "$kind" "$calls" 2>>"$log") ;;
 	esac
 	local ns
@@ -143,6 +145,27 @@ for entry in "${kinds[@]}"; do
 	done
 	say "$line"
 done
+
+say "== captured values (-A, -R): record, median of $reps runs, ns per call"
+# The push loop as measured above, then with two integer arguments and its return value; the
+# string loop (push_first's shape, a 20-byte string argument) without and with the string.
+values_calls=$(awk -v s="$run_seconds" -v ns="${result[push,record]}" 'BEGIN { print int(s * 1e9 / ns / 1000) * 1000 }')
+declare -A values
+values_case() {
+	local name=$1 kind=$2 function=$3 runs=()
+	shift 3
+	for ((rep = 0; rep < reps; rep++)); do
+		runs+=("$(run_mode record "$kind" "$function" "$values_calls" "$@")")
+	done
+	values[$name]=$(median "${runs[@]}")
+	say "  $name: ${runs[*]}"
+}
+values_case none push push_first
+values_case "two integers" push push_first -A 'push_first@arg1,arg2' -R 'push_first@retval'
+values_case "string, none" string push_string
+values_case "string" string push_string -A 'push_string@arg1/s'
+values_untraced=$(median "$(run_mode untraced string push_string 20000000)" \
+	"$(run_mode untraced string push_string 20000000)" "$(run_mode untraced string push_string 20000000)")
 
 say "== events/s at the limit: the push loop at full speed under utrace record, about ${rate_seconds} s"
 record_ns=${result[push,record]}
@@ -244,6 +267,12 @@ printf '%-48s %-26s %s\n' "attach, $probes functions (median)" "$attach ms" \
 	"< 1000 ms: $(verdict "$attach" 1000)"
 printf '%-48s %-26s %s\n' "detach, $probes functions (median)" "$detach ms" \
 	"< 1000 ms: $(verdict "$detach" 1000)"
+printf '%-48s %-26s %s\n' "captured values: push, none / two integers + retval" \
+	"$(awk -v a="${values[none]}" -v b="${values[two integers]}" -v u="${result[push,untraced]}" \
+		'BEGIN { printf "%.0f / %.0f ns (+%.0f)", a - u, b - u, b - a }')" "(per call, over untraced)"
+printf '%-48s %-26s %s\n' "captured values: string loop, none / 20-byte string" \
+	"$(awk -v a="${values[string, none]}" -v b="${values[string]}" -v u="$values_untraced" \
+		'BEGIN { printf "%.0f / %.0f ns (+%.0f)", a - u, b - u, b - a }')" "(per call, over untraced)"
 printf '%-48s %-26s %s\n' "report --format=summary, events/s" \
 	"$report_rate" ">= 50M: $(at_least "$report_rate" 50000000) ($events2 events)"
 printf '%-48s %-26s %s\n' "  its max RSS" "$((report_rss_kb / 1024)) MiB" \

@@ -114,9 +114,9 @@ impl DataWriter {
         let _ = std::fs::remove_file(&self.path);
     }
 
-    /// Events written so far.
+    /// Events written so far: entries, exits and notes, not the pieces of captured values.
     pub fn events_written(&self) -> u64 {
-        self.events_written
+        self.events_written - self.encoder.pieces_encoded()
     }
 
     /// Bytes written so far, headers included: the length of the file once flushed.

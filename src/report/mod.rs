@@ -244,7 +244,7 @@ where
     let end_ns = replayer.stats().last_timestamp_ns;
     let replay = replayer.finish(end_ns, sink);
     Ok(ReportOutcome {
-        events,
+        events: events - replay.value_pieces,
         replay,
         calls: 0,
     })
@@ -354,6 +354,10 @@ where
     {
         events += block.len() as u64;
         for event in block {
+            if event.function == Event::VALUES {
+                events -= 1;
+                continue;
+            }
             // Events come in runs from one thread: skip the lookup within a run.
             let tid = event.tid();
             if last_tid != Some(tid) {

@@ -156,6 +156,7 @@ fn report_summary_matches_golden() {
             unfinished_calls: 2,
             unknown_time_calls: 0,
             unknown_function_events: 1,
+            value_pieces: 0,
             threads: 2,
             first_timestamp_ns: 0,
             last_timestamp_ns: 2_500_000,

@@ -4,7 +4,8 @@
  *
  * Usage: sites KIND CALLS [THREADS]
  *
- *   KIND     push | endbr64 | single-step | plt | plt-emulated: which function the loop calls
+ *   KIND     push | endbr64 | single-step | plt | plt-emulated | string: which function the
+ *            loop calls
  *   CALLS    calls per thread
  *   THREADS  threads running the loop at once (default 1)
  *
@@ -29,6 +30,8 @@
  *   plt-emulated pthread_getspecific@plt: the same kind of stub, into a libc function whose
  *                second instruction (`ja`, after a `cmp`) the kernel emulates: utrace probes
  *                the call there instead of on the stub.
+ *   string       push_string: push_first's shape with a string argument (20 bytes), for the
+ *                cost of capturing it (-A push_string@arg1/s).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -50,16 +53,23 @@ PROBED long push_first(long x)
 	return x * 3 + 1;
 }
 
+/* push_first's shape, given a C string. */
+PROBED long push_string(const char *text)
+{
+	__asm__ volatile("" ::: "rbx");
+	return text[0] * 3 + 1;
+}
+
 /* A leaf whose first instruction is `mov bench_offset(%rip), %rax`. */
 PROBED long single_step_first(long x)
 {
 	return bench_offset + x;
 }
 
-enum kind { PUSH, ENDBR64, SINGLE_STEP, PLT, PLT_EMULATED };
+enum kind { PUSH, ENDBR64, SINGLE_STEP, PLT, PLT_EMULATED, STRING };
 
 static const char *const kind_names[] = { "push", "endbr64", "single-step", "plt",
-					   "plt-emulated" };
+					   "plt-emulated", "string" };
 
 /* The key the plt-emulated loop reads. */
 static pthread_key_t bench_key;
@@ -107,6 +117,14 @@ static void *run_loop(void *arg)
 		for (long i = 0; i < loop->calls; i++)
 			sum += pthread_getspecific(bench_key) == NULL;
 		break;
+	case STRING: {
+		char text[] = "a string of 20 bytes";
+		for (long i = 0; i < loop->calls; i++) {
+			text[0] = (char)('a' + i % 26);
+			sum += push_string(text);
+		}
+		break;
+	}
 	}
 	loop->seconds = now() - start;
 	loop->sum = sum;
@@ -119,10 +137,10 @@ int main(int argc, char **argv)
 	int known = 0;
 
 	if (argc < 3 || argc > 4) {
-		fprintf(stderr, "usage: sites push|endbr64|single-step|plt|plt-emulated CALLS [THREADS]\n");
+		fprintf(stderr, "usage: sites push|endbr64|single-step|plt|plt-emulated|string CALLS [THREADS]\n");
 		return 2;
 	}
-	for (int k = PUSH; k <= PLT_EMULATED; k++) {
+	for (int k = PUSH; k <= STRING; k++) {
 		if (strcmp(argv[1], kind_names[k]) == 0) {
 			kind = (enum kind)k;
 			known = 1;

@@ -66,9 +66,16 @@ struct Thread {
 pub struct EventEncoder {
     index: FastHashMap<(u32, u32), u32>,
     threads: Vec<Thread>,
+    /// Value pieces encoded so far, in every chunk.
+    pieces: u64,
 }
 
 impl EventEncoder {
+    /// How many of the events encoded so far were value pieces.
+    pub fn pieces_encoded(&self) -> u64 {
+        self.pieces
+    }
+
     /// Writes the payload of one chunk of `events` (at most [`EVENTS_PER_CHUNK`]) into `out`.
     pub fn encode(&mut self, events: &[Event], out: &mut Vec<u8>) {
         debug_assert!(events.len() <= EVENTS_PER_CHUNK);
@@ -106,6 +113,7 @@ impl EventEncoder {
                 put_varint(out, u64::from(event.pid));
             }
             if event.function == Event::VALUES {
+                self.pieces += 1;
                 let (bytes, len) = event.piece_bytes();
                 out.push(len as u8);
                 out.extend_from_slice(&bytes[..len]);
