@@ -46,6 +46,8 @@ cc -O2 -g -fcf-protection=none -fno-builtin -c tools/bench/sites.c -o "$work/sit
 cc -O2 -g -fcf-protection=branch -c tools/bench/endbr64.c -o "$work/endbr64.o"
 cc -fcf-protection=none -pthread -o "$sites" "$work/sites.o" "$work/endbr64.o"
 cc -O1 -fcf-protection=none -o "$many" tools/bench/many.c
+hello=$work/hello
+c++ -O2 -o "$hello" tools/bench/hello.cpp
 
 # kind | probed function | what its first instruction must be (an extended regex)
 kinds=(
@@ -194,6 +196,23 @@ for threads in 1 2; do
 		"$bytes_per_call bytes per call on disk"
 done
 
+say "== start-up: from launching the command to the first line of main, C++ hello-world, median of $reps"
+# ms from now until the `hello: main at NS` that the command's output holds.
+started_after() {
+	local launched out
+	launched=$(date +%s%N)
+	out=$("$@" 2>>"$log" | grep '^hello: main at ')
+	echo $(((${out##* } - launched) / 1000000))
+}
+startup_traced=()
+startup_untraced=()
+for ((rep = 0; rep < reps; rep++)); do
+	startup_traced+=("$(started_after "$utrace" record -o "$work/hello.data" -- "$hello")")
+	startup_untraced+=("$(started_after "$hello")")
+done
+say "  traced: ${startup_traced[*]} ms; untraced: ${startup_untraced[*]} ms"
+startup=$(( $(median "${startup_traced[@]}") - $(median "${startup_untraced[@]}") ))
+
 say "== attach and detach: $many (10,000 functions, each called once), utrace record -d"
 attach_ms=()
 detach_ms=()
@@ -263,6 +282,8 @@ printf '%-48s %-26s %s\n' "events/s, record, 2 threads at full speed" \
 printf '%-48s %-26s %s\n' "  calls/s the traced loops reached" "$calls_per_s2" \
 	"$(at_least "$calls_per_s2" 1000000) (lost: $(verdict "$lost2" 0))"
 printf '%-48s %-26s %s\n' "bytes per call on disk" "$bytes1" "<= 8: $(verdict "$bytes1" 8)"
+printf '%-48s %-26s %s\n' "start-up of a C++ hello-world, beyond untraced" "$startup ms" \
+	"<= 150 ms: $(verdict "$startup" 150)"
 printf '%-48s %-26s %s\n' "attach, $probes functions (median)" "$attach ms" \
 	"< 1000 ms: $(verdict "$attach" 1000)"
 printf '%-48s %-26s %s\n' "detach, $probes functions (median)" "$detach ms" \

@@ -146,7 +146,9 @@ static __always_inline __u64 trampoline_address(void)
  * their return being seen (longjmp, an exception) or, at it, end now. */
 static __always_inline void shadow_drop(struct shadow_stack *stack, __u64 slot, bool inclusive)
 {
-	for (int n = 0; n < SHADOW_DEPTH; n++) {
+	int n;
+
+	bpf_for(n, 0, SHADOW_DEPTH) {
 		__u32 top;
 
 		if (stack->depth == 0)
@@ -236,6 +238,7 @@ static __always_inline void shadow_rearm(struct shadow_stack *stack, __u64 slot,
 {
 	struct stack_write_request *request;
 	__u64 trampoline;
+	int n;
 
 	if (stack->unwind_slot == 0 || slot < stack->unwind_slot)
 		return;
@@ -245,10 +248,12 @@ static __always_inline void shadow_rearm(struct shadow_stack *stack, __u64 slot,
 	stack->unwind_slot = 0;
 	note_unwound(landing_sp);
 	trampoline = trampoline_address();
-	for (__u32 n = 0; n < SHADOW_DEPTH && n < stack->depth; n++) {
+	bpf_for(n, 0, SHADOW_DEPTH) {
 		__u32 i = frame_index(n);
 		__u64 ret = stack->ret[i], now;
 
+		if (n >= stack->depth)
+			break;
 		if (!(ret & SHADOW_RESTORED))
 			continue;
 		ret &= ~SHADOW_RESTORED;
@@ -309,6 +314,7 @@ int unwinder_entered(struct pt_regs *ctx)
 	struct stack_write_request *request;
 	struct shadow_stack *stack;
 	__u64 trampoline;
+	int n;
 
 	if (!shadow_applies())
 		return 0;
@@ -320,10 +326,12 @@ int unwinder_entered(struct pt_regs *ctx)
 	request = stack_write_request();
 	if (!request)
 		return 0;
-	for (__u32 n = 0; n < SHADOW_DEPTH && n < stack->depth; n++) {
+	bpf_for(n, 0, SHADOW_DEPTH) {
 		__u32 i = frame_index(n);
 		__u64 ret = stack->ret[i], now;
 
+		if (n >= stack->depth)
+			break;
 		if (ret & SHADOW_RESTORED)
 			continue;
 		if (bpf_probe_read_user(&now, sizeof(now), (void *)stack->slot[i]) ||

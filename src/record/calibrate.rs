@@ -106,6 +106,15 @@ pub struct Calibration {
     _probes: Option<AttachedProbes>,
 }
 
+/// The result of [`probe_costs`] run on `thread`.
+pub fn joined(
+    thread: std::thread::JoinHandle<Result<Calibration, ProbeError>>,
+) -> Result<Calibration, ProbeError> {
+    thread
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
 /// The probe costs for a recording, or `None`, said in one line, when they cannot be measured:
 /// the recording goes on with raw times. Missing permissions are an error, as the recording's own
 /// probes would fail to load the same way. The figures go to the debug log.
