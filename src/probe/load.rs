@@ -68,6 +68,7 @@ impl<'obj> LoadedProbes<'obj> {
         storage: &'obj mut ObjectStorage,
         config: &ProbeConfig,
     ) -> Result<Self, ProbeError> {
+        let started = std::time::Instant::now();
         let strategy = super::strategy();
         if config.follow && !strategy.follow {
             return Err(ProbeError::Unsupported {
@@ -137,6 +138,11 @@ impl<'obj> LoadedProbes<'obj> {
             let link = skel.progs.shadow_thread_exit.attach().map_err(load_error)?;
             skel.links.shadow_thread_exit = Some(link);
         }
+        log::debug!(
+            "loaded the BPF programs (for pid {}) in {:.1} ms",
+            config.tgid,
+            started.elapsed().as_secs_f64() * 1e3
+        );
         Ok(LoadedProbes { skel, strategy })
     }
 
