@@ -70,7 +70,6 @@ mod tests {
         let frame = |status: i32, id: u8, word: u64| {
             let mut bytes = status.to_ne_bytes().to_vec();
             bytes.extend([id; BUILD_ID_SIZE]);
-            bytes.extend([0; 4]);
             bytes.extend(word.to_ne_bytes());
             bytes
         };
