@@ -8,9 +8,11 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use utrace::data::OnDamage;
 use utrace::elf::{DebugLookup, SitePolicy};
-use utrace::filter::{FilterError, FilterSpec};
+use utrace::filter::{parse_globs, FilterError, FilterSpec};
 use utrace::plan::{ExitPolicy, LibraryPatterns, PltLibraries, ValueRequests};
-use utrace::record::{self, split_command, ChildSetup, TargetSpec, TraceOptions, UserIds};
+use utrace::record::{
+    self, split_command, ChildSetup, RecordOptions, TargetSpec, TraceOptions, UserIds,
+};
 use utrace::report::flame_graph::Weight;
 use utrace::report::summary::SortKey;
 use utrace::report::{Format, ReportOptions, ReportRequest};
@@ -179,6 +181,23 @@ pub struct RecordArgs {
     /// Where to write the trace.
     #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
     pub output: PathBuf,
+    /// Also unwind the user stack (frame pointers) at each call of the traced functions
+    /// matching GLOB; `report --format=stacks` shows the distinct stacks. Repeatable, and GLOB
+    /// may be a comma-separated list.
+    #[arg(long = "stack", value_name = "GLOB")]
+    pub stack: Vec<String>,
+}
+
+impl RecordArgs {
+    /// What `record` is asked to do.
+    pub fn options(self) -> Result<RecordOptions> {
+        let mut trace = self.trace.options()?;
+        trace.values.user_stacks = parse_globs("--stack", &self.stack)?;
+        Ok(RecordOptions {
+            trace,
+            output: self.output,
+        })
+    }
 }
 
 #[derive(Args)]

@@ -264,6 +264,7 @@ mod tests {
             kind: FunctionKind::Function,
             probes: Default::default(),
             values: Vec::new(),
+            user_stack: false,
         };
         let table = FunctionTable {
             modules: vec!["/bin/calls".into(), "/lib/libc.so.6".into()],

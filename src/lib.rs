@@ -18,4 +18,5 @@ pub mod record;
 pub mod replay;
 pub mod report;
 pub mod table;
+pub mod user_stack;
 pub mod value;

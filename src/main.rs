@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use cli::{Command, LiveArgs, RecordArgs};
 use utrace::live::LiveOptions;
-use utrace::record::{self, RecordOptions, RecordOutcome};
+use utrace::record::{self, RecordOutcome};
 use utrace::report::tree::Columns;
 use utrace::{info, live, report};
 
@@ -56,10 +56,7 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
 
 /// Records, and exits as the traced command did.
 fn run_record(args: RecordArgs) -> Result<u8> {
-    let outcome = record::record(&RecordOptions {
-        trace: args.trace.options()?,
-        output: args.output,
-    })?;
+    let outcome = record::record(&args.options()?)?;
     Ok(exit_code(&outcome))
 }
 

@@ -38,6 +38,11 @@ pub struct TracedFunction {
     /// values existed still read.
     #[serde(skip)]
     pub values: Vec<ValueSpec>,
+    /// Its entry probe also captures the user stack (`--stack`): the stack's id follows the
+    /// arguments (see [`crate::user_stack`]). Stored in the stack table chunk, beside the
+    /// stacks, so tables stay as older readers know them.
+    #[serde(skip)]
+    pub user_stack: bool,
 }
 
 /// The traced functions and the files they live in.
@@ -184,6 +189,7 @@ impl FunctionTable {
                 kind: FunctionKind::Function,
                 probes: ProbeClass::default(),
                 values: Vec::new(),
+                user_stack: false,
             }));
         table
     }

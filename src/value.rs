@@ -18,6 +18,8 @@ pub const ARGUMENT_MAX: u8 = 63;
 pub const STRING_SIZE_MAX: u16 = 500;
 /// The bit of a BPF item that marks a string (`VALUE_STRING` in interface.h).
 pub const STRING_ITEM: u8 = 1 << 7;
+/// The bit of a BPF item that marks the user stack's id (`VALUE_STACK` in interface.h).
+pub const STACK_ITEM: u8 = 1 << 6;
 /// The bytes of a string captured unless `--string-size` says otherwise.
 pub const STRING_SIZE_DEFAULT: u16 = 64;
 
@@ -309,8 +311,10 @@ fn escape(bytes: &[u8], quote: char, out: &mut String) {
 }
 
 /// The item bytes of `specs` as the BPF side's `struct value_spec` holds them: the source (0 for
-/// the return value, N for argument N) and the string bit.
-pub fn bpf_items(specs: &[ValueSpec]) -> Vec<u8> {
+/// the return value, N for argument N) and the string bit; then, for a function that captures
+/// its user stack (`--stack`), the stack item, last.
+pub fn bpf_items(specs: &[ValueSpec], user_stack: bool) -> Vec<u8> {
+    let stack = user_stack.then_some(STACK_ITEM);
     specs
         .iter()
         .map(|spec| {
@@ -320,6 +324,7 @@ pub fn bpf_items(specs: &[ValueSpec]) -> Vec<u8> {
             };
             source | if spec.is_string() { STRING_ITEM } else { 0 }
         })
+        .chain(stack)
         .collect()
 }
 
@@ -427,7 +432,8 @@ mod tests {
         bytes.extend(string(0x10, 2, b"ok"));
         assert_eq!(format_values(&specs, false, &bytes), "7, \"ok\"");
         assert_eq!(format_values(&specs, true, &integer(16)), "0x10");
-        assert_eq!(bpf_items(&specs), [1, 0, 2 | 0x80]);
+        assert_eq!(bpf_items(&specs, false), [1, 0, 2 | 0x80]);
+        assert_eq!(bpf_items(&specs, true), [1, 0, 2 | 0x80, 0x40]);
     }
 
     #[test]

@@ -34,6 +34,7 @@ fn long_recording(path: &Path, calls: u64) {
                 kind: FunctionKind::Function,
                 probes: Default::default(),
                 values: Vec::new(),
+                user_stack: false,
             })
             .into(),
     };

@@ -52,6 +52,9 @@ enum value_bits {
 	/* Bits of an item that say where the value is: 0 for the return value, N for argument N
 	 * (from 1: 1-6 in registers, 7 and up on the stack as at the entry). */
 	VALUE_SOURCE_MASK = 0x3f,
+	/* Set in an item that is the id of the user stack at the entry (--stack, see stacks.bpf.h):
+	 * its 8 bytes, the id or a negative error. Always the last item of an entry. */
+	VALUE_STACK_BIT = 6,
 	/* Set in an item whose value points to a C string to read. */
 	VALUE_STRING_BIT = 7,
 	/* The most bytes of values after an event (a power of two). */
@@ -62,6 +65,7 @@ enum value_bits {
 
 #define VALUE_RETURN 0
 #define VALUE_STRING (1u << VALUE_STRING_BIT)
+#define VALUE_STACK (1u << VALUE_STACK_BIT)
 
 /* What a function's probes capture: `count` items (source | VALUE_STRING). */
 struct value_spec {
@@ -140,6 +144,9 @@ struct settings {
 	/* The most bytes of a string value read, the NUL not counted (at most VALUE_STRING_MAX; one
 	 * more is read to tell a string that was cut). */
 	__u32 string_size;
+	/* Non-zero when some functions capture the user stack at their entry (--stack: see
+	 * stacks.bpf.h). 64 bits, so the struct has no padding. */
+	__u64 user_stacks;
 };
 
 /* Not used by the programs: one object of each type above that no global holds, so that the

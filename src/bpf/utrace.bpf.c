@@ -154,6 +154,7 @@ static __always_inline int record(__u32 function, __u64 stack)
 	return record_on(function, stack, (__u32)bpf_get_current_pid_tgid());
 }
 
+#include "stacks.bpf.h"
 #include "values.bpf.h"
 #include "go.bpf.h"
 

@@ -39,6 +39,8 @@ struct capture {
 	__u64 sp;
 	/* rax: the return value, at an exit. */
 	__u64 returned;
+	/* The user stack's id or a negative error, at an entry that captures it (--stack). */
+	__s64 user_stack;
 	struct value_spec spec;
 	/* An exit, whose return value is known (false at a tail jump: the callee computes it). */
 	bool exit;
@@ -59,7 +61,11 @@ static long capture_item(__u64 index, struct capture *c)
 
 	if (!record)
 		return 1;
-	if (source == VALUE_RETURN) {
+	if (item & VALUE_STACK) {
+		if (c->exit)
+			return 0;
+		value = c->user_stack;
+	} else if (source == VALUE_RETURN) {
 		if (!c->exit || !c->return_known)
 			return 0;
 		value = c->returned;
@@ -120,6 +126,10 @@ static __always_inline int record_values(struct pt_regs *ctx, __u32 function, __
 	c.spec = *spec;
 	c.exit = function & EVENT_EXIT;
 	c.return_known = return_known;
+	/* A stack item is the spec's last (see interface.h). */
+	if (!c.exit && c.spec.count && c.spec.count <= VALUES_MAX &&
+	    (c.spec.items[(c.spec.count - 1) & (VALUES_MAX - 1)] & VALUE_STACK))
+		c.user_stack = user_stack_id(ctx);
 	bpf_loop(c.spec.count < VALUES_MAX ? c.spec.count : VALUES_MAX, capture_item, &c, 0);
 	out = bpf_map_lookup_elem(&value_records, &zero);
 	if (!out)

@@ -120,7 +120,17 @@ pub(super) enum Step {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Payloads {
     All,
-    Only(ChunkKind),
+    /// Those of either kind.
+    Two(ChunkKind, ChunkKind),
+}
+
+impl Payloads {
+    fn includes(self, kind: ChunkKind) -> bool {
+        match self {
+            Payloads::All => true,
+            Payloads::Two(one, other) => one == kind || other == kind,
+        }
+    }
 }
 
 /// Walks the chunks of one file from a given offset.
@@ -206,7 +216,7 @@ impl<R: Read + Seek> Chunks<R> {
             };
             let length = header.length as usize;
             let end = next_offset(offset, &header);
-            if payloads != Payloads::All && payloads != Payloads::Only(header.kind) {
+            if !payloads.includes(header.kind) {
                 // Past the end of the file, the next header reads as the end.
                 self.input
                     .seek_relative(i64::from(header.length))

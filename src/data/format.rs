@@ -29,6 +29,9 @@
 //! | 5    | more functions | bincode 2 of a [`FunctionTable`] of the modules and functions   |
 //! |      |                | planned during the recording (a library loaded with `dlopen`):  |
 //! |      |                | ids and module indices continue those before it                 |
+//! | 6    | user stacks    | bincode 2 of [`UserStacks`]: the functions whose entries carry |
+//! |      |                | a stack id and each stack's symbolized frames (`record --stack`, |
+//! |      |                | written at the end, before the statistics)                       |
 //!
 //! Order: metadata, function table, any number of events and more-functions chunks, statistics
 //! when the recording ended cleanly. A more-functions chunk comes before the events that use its
@@ -43,6 +46,7 @@
 //!
 //! [`Metadata`]: super::Metadata
 //! [`Statistics`]: super::Statistics
+//! [`UserStacks`]: crate::user_stack::UserStacks
 //!
 mod events;
 
@@ -85,6 +89,7 @@ pub enum ChunkKind {
     Events,
     Statistics,
     MoreFunctions,
+    UserStacks,
     /// A kind this version does not know: skipped.
     Unknown(u32),
 }
@@ -97,6 +102,7 @@ impl ChunkKind {
             3 => ChunkKind::Events,
             4 => ChunkKind::Statistics,
             5 => ChunkKind::MoreFunctions,
+            6 => ChunkKind::UserStacks,
             other => ChunkKind::Unknown(other),
         }
     }
@@ -108,6 +114,7 @@ impl ChunkKind {
             ChunkKind::Events => 3,
             ChunkKind::Statistics => 4,
             ChunkKind::MoreFunctions => 5,
+            ChunkKind::UserStacks => 6,
             ChunkKind::Unknown(code) => code,
         }
     }
@@ -120,6 +127,7 @@ impl ChunkKind {
             ChunkKind::Events => "events",
             ChunkKind::Statistics => "statistics",
             ChunkKind::MoreFunctions => "more functions",
+            ChunkKind::UserStacks => "user stacks",
             ChunkKind::Unknown(_) => "unknown",
         }
     }

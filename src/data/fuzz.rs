@@ -40,6 +40,7 @@ pub(crate) fn recording(functions: usize, blocks: &[Vec<Event>], statistics: boo
                 kind: FunctionKind::Function,
                 probes: Default::default(),
                 values: Vec::new(),
+                user_stack: false,
             })
             .collect(),
     };

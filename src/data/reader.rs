@@ -16,6 +16,7 @@ use super::format::{self, ChunkHeader, ChunkKind, EventDecoder, FILE_HEADER_LEN}
 use super::{DataError, Metadata, Statistics};
 use crate::event::Event;
 use crate::table::FunctionTable;
+use crate::user_stack::UserStacks;
 
 const BUFFER_CAPACITY: usize = 256 * 1024;
 
@@ -38,6 +39,8 @@ pub struct DataReader<R = File> {
     chunks: Chunks<R>,
     metadata: Metadata,
     functions: FunctionTable,
+    /// The unwound user stacks (`record --stack`), when the file has them.
+    user_stacks: Option<UserStacks>,
     statistics: Option<Statistics>,
     state: State,
     decoder: EventDecoder,
@@ -78,13 +81,14 @@ impl<R: Read + Seek> DataReader<R> {
         let mut functions =
             read_table_chunk(&mut chunks, ChunkKind::FunctionTable, format::decode_table)?;
         let events_start = chunks.offset();
-        gather_more_functions(&mut chunks, &mut functions);
+        let user_stacks = gather_more_functions(&mut chunks, &mut functions);
         chunks.rewind(events_start)?;
         chunks.set_on_damage(OnDamage::Skip);
         Ok(DataReader {
             chunks,
             metadata,
             functions,
+            user_stacks,
             statistics: None,
             state: State::Events,
             decoder: EventDecoder::default(),
@@ -110,6 +114,12 @@ impl<R: Read + Seek> DataReader<R> {
 
     pub fn functions(&self) -> &FunctionTable {
         &self.functions
+    }
+
+    /// The user stacks unwound at the entries of the functions `record --stack` named; `None`
+    /// when the recording has none (or its chunk is damaged).
+    pub fn user_stacks(&self) -> Option<&UserStacks> {
+        self.user_stacks.as_ref()
     }
 
     /// The next block of events, in the order they were written; `None` at the end of the file
@@ -255,7 +265,7 @@ impl<R: Read + Seek> DataReader<R> {
                     return Ok(None);
                 }
                 // Gathered when the file was opened.
-                ChunkKind::MoreFunctions | ChunkKind::Unknown(_) => {}
+                ChunkKind::MoreFunctions | ChunkKind::UserStacks | ChunkKind::Unknown(_) => {}
             }
         }
     }
@@ -355,14 +365,31 @@ fn read_table_chunk<R: Read + Seek, T>(
 }
 
 /// Adds the functions of every "more functions" chunk after the function table to `functions`,
-/// reading no other payload, so reports know every function before the first event. Best
-/// effort: it stops where a damaged chunk might have been one (later chunks number their
-/// functions on from it), and reading the events then says what is wrong.
-fn gather_more_functions<R: Read + Seek>(chunks: &mut Chunks<R>, functions: &mut FunctionTable) {
+/// reading no other payload but the user stacks', which it returns, so reports know every
+/// function and stack before the first event. Best effort: it stops where a damaged chunk might
+/// have been one (later chunks number their functions on from it), and reading the events then
+/// says what is wrong.
+fn gather_more_functions<R: Read + Seek>(
+    chunks: &mut Chunks<R>,
+    functions: &mut FunctionTable,
+) -> Option<UserStacks> {
+    let mut user_stacks = None;
+    gather_chunks(chunks, functions, &mut user_stacks);
+    user_stacks
+}
+
+fn gather_chunks<R: Read + Seek>(
+    chunks: &mut Chunks<R>,
+    functions: &mut FunctionTable,
+    user_stacks: &mut Option<UserStacks>,
+) {
     chunks.set_on_damage(OnDamage::Skip);
     loop {
         let damaged_before = chunks.damaged().len();
-        let step = chunks.next(Payloads::Only(ChunkKind::MoreFunctions));
+        let step = chunks.next(Payloads::Two(
+            ChunkKind::MoreFunctions,
+            ChunkKind::UserStacks,
+        ));
         let lost_one = chunks.damaged()[damaged_before..]
             .iter()
             .any(|chunk| matches!(chunk.kind, None | Some(ChunkKind::MoreFunctions)));
@@ -375,6 +402,7 @@ fn gather_more_functions<R: Read + Seek>(chunks: &mut Chunks<R>, functions: &mut
                     Ok(more) => functions.extend(more),
                     Err(_) => return,
                 },
+                ChunkKind::UserStacks => *user_stacks = format::decode(&chunks.payload).ok(),
                 // Another recording's, with its file header damaged.
                 ChunkKind::Metadata | ChunkKind::FunctionTable => return,
                 _ => {}

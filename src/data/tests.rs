@@ -40,6 +40,7 @@ fn table(count: usize) -> FunctionTable {
                 },
                 probes: Default::default(),
                 values: Vec::new(),
+                user_stack: false,
             })
             .collect(),
     }

@@ -11,6 +11,7 @@ use super::format::{self, ChunkHeader, ChunkKind, EventEncoder, EVENTS_PER_CHUNK
 use super::{DataError, Metadata, Statistics};
 use crate::event::Event;
 use crate::table::FunctionTable;
+use crate::user_stack::UserStacks;
 
 const BUFFER_CAPACITY: usize = 256 * 1024;
 
@@ -96,6 +97,13 @@ impl DataWriter {
     pub fn write_more_functions(&mut self, more: &FunctionTable) -> Result<(), DataError> {
         let payload = encode_table(&self.path, more)?;
         let header = ChunkHeader::for_payload(ChunkKind::MoreFunctions, &payload);
+        self.write(|out| write_chunk(out, header, &payload))
+    }
+
+    /// Appends the user stacks (`record --stack`), before the statistics.
+    pub fn write_user_stacks(&mut self, stacks: &UserStacks) -> Result<(), DataError> {
+        let payload = encode(&self.path, "user stacks", stacks)?;
+        let header = ChunkHeader::for_payload(ChunkKind::UserStacks, &payload);
         self.write(|out| write_chunk(out, header, &payload))
     }
 

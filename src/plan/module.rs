@@ -9,7 +9,7 @@ use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, SiteKind, Unprobeable};
 use crate::table::{ExitKind, ProbeClass, TracedFunction};
-use crate::value::{ValueSource, ValueSpec};
+use crate::value::{ValueSource, ValueSpec, VALUES_MAX};
 
 /// One traced file's functions, planned.
 pub(super) struct PlannedModule {
@@ -19,6 +19,8 @@ pub(super) struct PlannedModule {
     pub exits: Vec<ExitProbe>,
     /// The values each of `functions` captures.
     pub values: Vec<Vec<ValueSpec>>,
+    /// Whether each of `functions` captures the user stack at its entry (`--stack`).
+    pub user_stacks: Vec<bool>,
     /// The exit sites (file offsets) of functions that capture their return value where it is
     /// not in rax: tail jumps, which leave before the callee computes it.
     pub exits_before_return_value: Vec<u64>,
@@ -54,8 +56,17 @@ pub(super) fn plan(
         false => exit_probes(elf, &functions, exit_policy),
     };
     let mut refused = Refused::default();
-    let values = plan_values(&options.values, elf, &functions, &mut refused);
+    let mut values = plan_values(&options.values, elf, &functions, &mut refused);
     refused.warn();
+    // Go functions capture no values (see plan_values), the stack's id among them.
+    let user_stacks: Vec<bool> = functions
+        .iter()
+        .map(|function| !elf.is_go() && options.values.captures_user_stack(function))
+        .collect();
+    for (specs, _) in values.iter_mut().zip(&user_stacks).filter(|(_, &s)| s) {
+        // The stack's id takes the last item.
+        specs.truncate(VALUES_MAX - 1);
+    }
     let exits_before_return_value = values
         .iter()
         .zip(&exits)
@@ -72,6 +83,7 @@ pub(super) fn plan(
         functions,
         exits,
         values,
+        user_stacks,
         exits_before_return_value,
     })
 }
@@ -81,24 +93,27 @@ impl ProbePlan {
     pub(super) fn add(&mut self, module: PlannedModule) {
         let index = self.table.push_module(module.file.path.clone());
         let functions = module.functions.into_iter().zip(&module.exits);
-        let functions = functions.zip(module.values);
+        let functions = functions.zip(module.values).zip(module.user_stacks);
         self.table
             .functions
-            .extend(functions.map(|((symbol, exit), values)| TracedFunction {
-                name: symbol.name,
-                module: index,
-                offset: symbol.offset,
-                size: symbol.size,
-                kind: symbol.kind,
-                probes: ProbeClass::new(
-                    symbol.execution,
-                    match exit {
-                        ExitProbe::Sites(_) => ExitKind::Instruction,
-                        ExitProbe::Uretprobe(_) => ExitKind::Uretprobe,
-                    },
-                ),
-                values,
-            }));
+            .extend(
+                functions.map(|(((symbol, exit), values), user_stack)| TracedFunction {
+                    name: symbol.name,
+                    module: index,
+                    offset: symbol.offset,
+                    size: symbol.size,
+                    kind: symbol.kind,
+                    probes: ProbeClass::new(
+                        symbol.execution,
+                        match exit {
+                            ExitProbe::Sites(_) => ExitKind::Instruction,
+                            ExitProbe::Uretprobe(_) => ExitKind::Uretprobe,
+                        },
+                    ),
+                    values,
+                    user_stack,
+                }),
+            );
         self.exits.extend(module.exits);
         let before_return_value = module.exits_before_return_value.into_iter();
         self.exits_before_return_value

@@ -19,6 +19,8 @@ pub struct ValueRequests {
     pub auto: bool,
     /// The most bytes of a string read (`--string-size`).
     pub string_size: u16,
+    /// `--stack`: the functions whose entry also captures the user stack.
+    pub user_stacks: Vec<Glob>,
 }
 
 impl Default for ValueRequests {
@@ -27,6 +29,7 @@ impl Default for ValueRequests {
             requests: Vec::new(),
             auto: false,
             string_size: STRING_SIZE_DEFAULT,
+            user_stacks: Vec::new(),
         }
     }
 }
@@ -87,7 +90,15 @@ impl ValueRequests {
             requests,
             auto,
             string_size,
+            user_stacks: Vec::new(),
         })
+    }
+
+    /// Whether `function`'s entry captures the user stack (`--stack`).
+    pub fn captures_user_stack(&self, function: &FunctionSymbol) -> bool {
+        self.user_stacks
+            .iter()
+            .any(|glob| glob.matches(&function.name))
     }
 
     /// Whether any value may be captured.

@@ -115,11 +115,11 @@ impl LoadedProbes<'_> {
     fn set_value_specs(&self, table: &FunctionTable, module: u32) -> Result<(), ProbeError> {
         let functions = table.functions.iter().enumerate();
         for (id, function) in functions.filter(|(_, f)| f.module == module) {
-            if function.values.is_empty() {
+            if function.values.is_empty() && !function.user_stack {
                 continue;
             }
             let mut spec = types::value_spec::default();
-            let items = value::bpf_items(&function.values);
+            let items = value::bpf_items(&function.values, function.user_stack);
             spec.items[..items.len()].copy_from_slice(&items);
             spec.count = items.len() as u32;
             // SAFETY: `value_spec` is plain old data generated from interface.h.

@@ -59,6 +59,7 @@ const _: () = {
     assert!(value::VALUES_MAX == types::value_bits::VALUES_MAX.0 as usize);
     assert!(value::ARGUMENT_MAX as u32 == types::value_bits::VALUE_SOURCE_MASK.0);
     assert!(value::STRING_ITEM as u32 == 1 << types::value_bits::VALUE_STRING_BIT.0);
+    assert!(value::STACK_ITEM as u32 == 1 << types::value_bits::VALUE_STACK_BIT.0);
     assert!(value::STRING_SIZE_MAX as u32 == types::value_bits::VALUE_STRING_MAX.0);
 };
 

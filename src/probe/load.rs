@@ -38,10 +38,16 @@ pub struct ProbeConfig {
     /// Some functions capture values (`-A`, `-R`, `-a`), strings up to this many bytes; `None`
     /// when none does.
     pub string_size: Option<u16>,
+    /// Some functions capture the user stack at their entry (`--stack`).
+    pub user_stacks: bool,
 }
 
 /// How many functions may capture values: the map's entries are allocated as they are added.
 const VALUE_FUNCTIONS_MAX: u32 = 65536;
+
+/// How many distinct user stacks are kept (`--stack`): the map holds them all from the start, 2
+/// KiB each (64 frames of a build id and an offset).
+const USER_STACKS_MAX: u32 = 4096;
 
 /// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
 pub type ObjectStorage = MaybeUninit<OpenObject>;
@@ -107,10 +113,16 @@ impl<'obj> LoadedProbes<'obj> {
             .events
             .set_max_entries(config.buffer_bytes)
             .map_err(load_error)?;
-        if config.string_size.is_some() {
+        if config.string_size.is_some() || config.user_stacks {
             open.maps
                 .value_specs
                 .set_max_entries(VALUE_FUNCTIONS_MAX)
+                .map_err(load_error)?;
+        }
+        if config.user_stacks {
+            open.maps
+                .user_stacks
+                .set_max_entries(USER_STACKS_MAX)
                 .map_err(load_error)?;
         }
         if !config.follow {
@@ -184,8 +196,10 @@ fn settings(config: &ProbeConfig) -> types::settings {
         executable_code_vaddr: config.executable_code_vaddr,
         recorder_tgid: u64::from(std::process::id()),
         go_goroutines: u64::from(config.pairing == Pairing::Goroutine),
-        value_functions: u32::from(config.string_size.is_some()),
+        // The user stack's id is a value too.
+        value_functions: u32::from(config.string_size.is_some() || config.user_stacks),
         string_size: u32::from(config.string_size.unwrap_or(0)),
+        user_stacks: u64::from(config.user_stacks),
     }
 }
 

@@ -19,6 +19,7 @@ mod interface;
 mod load;
 mod release;
 mod strategy;
+mod user_stacks;
 
 pub use attach::{ExitSites, Watch};
 pub use error::ProbeError;
@@ -28,3 +29,4 @@ pub use load::{
 };
 pub use release::AttachedProbes;
 pub use strategy::{strategy, AttachMode, AttachStrategy, ATTACH_MODE_VARIABLE};
+pub use user_stacks::{RawFrame, RawStack};

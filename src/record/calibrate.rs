@@ -232,6 +232,7 @@ fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), Calibr
             kind: FunctionKind::Function,
             probes: *class,
             values: Vec::new(),
+            user_stack: false,
         });
         module = Some(file);
     }

@@ -119,6 +119,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             let due = last_flush.elapsed() >= FLUSH_INTERVAL;
             if due {
                 last_flush = Instant::now();
+                self.session.note_mapped_files();
             }
             if self.drain_events(drain, due).is_err() || self.dispatch_notes(drain).is_err() {
                 break Stop::DrainFailed;

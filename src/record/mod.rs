@@ -14,6 +14,7 @@ mod signals;
 mod stack_writes;
 mod target;
 mod user;
+mod user_stacks;
 mod writer;
 
 use std::cell::RefCell;
@@ -125,7 +126,15 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
             "{error}: recording stopped there; the file reads up to its last complete chunk"
         )
     };
-    let writer = writer.finish().map_err(stopped)?;
+    let mut writer = writer.finish().map_err(stopped)?;
+    if let Some(stacks) = &end.user_stacks {
+        writer.write_user_stacks(stacks).map_err(stopped)?;
+        log::debug!("--stack: {} distinct user stacks", stacks.stacks.len());
+        for stack in &stacks.stacks {
+            let frames: Vec<String> = stack.frames.iter().map(|f| f.name()).collect();
+            log::trace!("--stack: stack {}: {}", stack.id, frames.join(" ← "));
+        }
+    }
     let (events, bytes) = (writer.events_written(), writer.bytes_written());
     writer
         .finish(&Statistics {

@@ -2,7 +2,7 @@
 //! attach the probes, drain the ring buffer until the target ends or utrace is asked to stop,
 //! detach. Where the drained events go is the caller's business.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -16,6 +16,7 @@ use super::ring::{Inbox, Note};
 use super::signals;
 use super::stack_writes::{MalformedRequest, StackWriteRequest};
 use super::target::{Prepared, Target, TargetSpec};
+use super::user_stacks;
 use crate::elf::{DebugLookup, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
@@ -24,6 +25,7 @@ use crate::plan::{ExitPolicy, Extension, LibraryPatterns, Loaded, PltLibraries};
 use crate::plan::{PlanOptions, Planner, ProcessOrigin, Program, TracedFile, WatchSites};
 use crate::probe::{self, AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig};
 use crate::table::FunctionTable;
+use crate::user_stack::UserStacks;
 
 /// What to trace and how: the options `record` and `live` share.
 pub struct TraceOptions {
@@ -89,6 +91,8 @@ pub struct SessionEnd {
     pub duration: Duration,
     pub attach_time: Duration,
     pub detach_time: Duration,
+    /// The user stacks the probes unwound (`--stack`), symbolized; `None` without `--stack`.
+    pub user_stacks: Option<UserStacks>,
 }
 
 /// The target and its planned functions, ready to be traced.
@@ -96,6 +100,9 @@ pub struct Session {
     pub target: Target,
     /// What is traced and how, extended as the traced processes load more.
     planner: Planner,
+    /// Under `--stack`, the files the user stacks' frames may lie in: the program's executable
+    /// and libraries, and those its memory map showed while it ran. Empty without `--stack`.
+    stack_files: Vec<PathBuf>,
 }
 
 /// Where a session's events and newly planned functions go.
@@ -117,8 +124,37 @@ impl Session {
         probe::forward_libbpf_messages();
         // Fork (for -c) before any thread exists: the child only waits and execs.
         let Prepared { target, program } = Target::prepare(&options.target, &options.child_setup)?;
+        let stack_files = match options.values.user_stacks.is_empty() {
+            true => Vec::new(),
+            false => std::iter::once(&program.executable)
+                .chain(&program.libraries)
+                .map(|file| file.open_path.clone())
+                .collect(),
+        };
         let planner = Planner::new(plan_options(options, &target), program)?;
-        Ok(Session { target, planner })
+        Ok(Session {
+            target,
+            planner,
+            stack_files,
+        })
+    }
+
+    /// Under `--stack`, adds the files the process has mapped now to those its stacks' frames
+    /// may lie in: a library it loaded with dlopen, or one a running process had (`-p`).
+    pub(super) fn note_mapped_files(&mut self) {
+        if self.stack_files.is_empty() {
+            return;
+        }
+        // The process may have ended: the files seen before are what there is.
+        let Ok(mapped) = executable_files(self.target.pid()) else {
+            return;
+        };
+        for file in mapped {
+            let path = PathBuf::from(&file.path);
+            if !self.stack_files.contains(&path) {
+                self.stack_files.push(path);
+            }
+        }
     }
 
     /// The planned functions so far.
@@ -177,6 +213,7 @@ impl Session {
                 unwind_shadow,
                 pairing: plan.pairing,
                 string_size: values.any().then_some(values.string_size),
+                user_stacks: self.table().functions.iter().any(|f| f.user_stack),
             },
         )?;
         // Before any return probe: from the first replaced return address on, an exception
@@ -238,6 +275,11 @@ impl Session {
         loaded.set_serving_stack_writes(false);
         loaded.set_recording(false);
         let detach_time = AttachedProbes::detach(probes);
+        // Stack ids are never reused (see stacks.bpf.h): the map holds every stack the events
+        // name.
+        self.note_mapped_files();
+        let user_stacks = (!self.stack_files.is_empty())
+            .then(|| user_stacks::symbolize(self.table(), loaded.user_stacks(), &self.stack_files));
         // What the probes wrote last. Processes that still wait for the recorder run on
         // untraced, with the stack writes they asked for made.
         ring.consume_raw();
@@ -271,6 +313,7 @@ impl Session {
             duration,
             attach_time,
             detach_time,
+            user_stacks,
         })
     }
 

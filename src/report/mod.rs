@@ -37,6 +37,7 @@ use crate::probe_cost::ProbeCosts;
 use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats, Replayer};
 use crate::table::{FunctionId, FunctionTable};
 
+use crate::user_stack::UserStacks;
 use chrome::ChromeTrace;
 use distribution::{Both, Distributions};
 use dot::CallGraph;
@@ -210,6 +211,8 @@ pub struct ReportOptions {
     pub percentiles: bool,
     /// Replay and Chrome: leave out the captured arguments and return values (`--no-args`).
     pub hide_values: bool,
+    /// Stacks: the user stacks unwound at record time (`record --stack`), from the data file.
+    pub user_stacks: Option<std::sync::Arc<UserStacks>>,
 }
 
 impl ReportOptions {
@@ -473,6 +476,9 @@ where
         Format::Stacks => {
             stacks::check_selection(format, filter, table)?;
             let mut paths = CallPaths::new(filter, table);
+            if let Some(stacks) = &options.user_stacks {
+                paths.add_user_stacks(stacks.clone());
+            }
             let replay_filter = stacks::without_function_globs(filter);
             let outcome = replay_filtered(source, table, &replay_filter, costs, &mut paths)?;
             if options.folded {

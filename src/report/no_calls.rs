@@ -158,6 +158,7 @@ mod tests {
                     kind: FunctionKind::Function,
                     probes: Default::default(),
                     values: Vec::new(),
+                    user_stack: false,
                 })
                 .collect(),
         }

@@ -53,6 +53,7 @@ pub fn run(request: ReportRequest) -> Result<()> {
     if !request.raw_times {
         options.probe_costs = reader.metadata().probe_costs.clone();
     }
+    options.user_stacks = reader.user_stacks().cloned().map(std::sync::Arc::new);
     // The table is borrowed while the reader streams its events, so it is taken out first.
     let table = reader.functions().clone();
     // A report written to the terminal as it is read would be torn by the bar's redraws.

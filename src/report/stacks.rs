@@ -20,9 +20,15 @@
 //!   (`target [pid 123]: …`).
 //! - `--folded`: the same paths as folded stacks weighted by calls (`main;a;target 10`), the
 //!   input of flamegraph.pl, with a process frame first when there are several processes.
+//! - For functions recorded with `record --stack`, the user stacks unwound at their entries
+//!   follow their paths, under their own heading: the frames the replayer cannot know (callers
+//!   that were not traced), outermost first, counted per distinct stack; a frame that could not
+//!   be named shows as `[module+0xoff]` or `[unknown]`, and calls whose stack was lost are
+//!   counted apart. `--folded` gives them as lines under a `[user stack]` root frame.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
+use std::sync::Arc;
 
 use super::flame_graph::{frame_name, process_frame};
 use super::summary::{plural, HumanDuration};
@@ -31,6 +37,7 @@ use crate::fast_hash::FastHashMap;
 use crate::filter::FilterSpec;
 use crate::replay::{CallSink, FinishedCall};
 use crate::table::{FunctionId, FunctionTable};
+use crate::user_stack::{stack_of, StackRef, UserStacks};
 
 /// Without `-f`, the paths of every function would be shown: beyond this many functions in the
 /// table, [`check_selection`] asks for `-f`.
@@ -66,7 +73,24 @@ pub struct CallPaths {
     processes: FastHashMap<u32, PathCounts>,
     /// The calls of shown functions.
     shown_calls: u64,
+    /// The user stacks unwound at record time, when the file has them.
+    unwound: Option<UnwoundStacks>,
 }
+
+/// The user stacks of a recording (`record --stack`) and the calls of shown functions per
+/// stack.
+struct UnwoundStacks {
+    stacks: Arc<UserStacks>,
+    /// Per process and function, per stack, its calls.
+    calls: FastHashMap<(u32, FunctionId), FastHashMap<StackRef, u64>>,
+}
+
+/// One unwound stack as shown: its frames outermost first, or why there is none (0: its id is
+/// not in the stack table; else the kernel's error).
+type UnwoundRow = (Result<Vec<String>, i32>, u64);
+
+/// The root frame of unwound stacks in folded output, apart from the replayer's paths.
+const USER_STACK_ROOT: &str = "[user stack]";
 
 /// `--format=stacks` without `-f` on a large trace.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -109,7 +133,65 @@ impl CallPaths {
             shown: filter.function_mask(table),
             processes: FastHashMap::default(),
             shown_calls: 0,
+            unwound: None,
         }
+    }
+
+    /// Counts the calls of shown functions per user stack unwound at record time too.
+    pub fn add_user_stacks(&mut self, stacks: Arc<UserStacks>) {
+        self.unwound = Some(UnwoundStacks {
+            stacks,
+            calls: FastHashMap::default(),
+        });
+    }
+
+    /// The user stacks unwound at the calls of `function` in process `pid` with their calls,
+    /// most first.
+    fn unwound_stacks(&self, pid: u32, function: FunctionId) -> Vec<UnwoundRow> {
+        let Some(unwound) = &self.unwound else {
+            return Vec::new();
+        };
+        let Some(calls) = unwound.calls.get(&(pid, function)) else {
+            return Vec::new();
+        };
+        let mut rows: Vec<UnwoundRow> = calls
+            .iter()
+            .map(|(stack, &calls)| {
+                let frames = match *stack {
+                    StackRef::Id(id) => match unwound.stacks.stack(id) {
+                        Some(stack) => Ok(stack.frames.iter().rev().map(|f| f.name()).collect()),
+                        None => Err(0),
+                    },
+                    StackRef::Lost(error) => Err(error),
+                };
+                (frames, calls)
+            })
+            .collect();
+        rows.sort_by(|(a, a_calls), (b, b_calls)| b_calls.cmp(a_calls).then_with(|| a.cmp(b)));
+        rows
+    }
+
+    /// Writes the unwound stacks of `function` in process `pid`, if it has any.
+    fn write_unwound(&self, pid: u32, function: FunctionId, out: &mut dyn Write) -> io::Result<()> {
+        let rows = self.unwound_stacks(pid, function);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let distinct = rows.iter().filter(|(frames, _)| frames.is_ok()).count();
+        writeln!(
+            out,
+            "  Unwound user stacks (record --stack): {}",
+            plural(distinct as u64, "stack", "stacks")
+        )?;
+        writeln!(out, "  {:>10}  Stack", "Calls")?;
+        for (frames, calls) in rows {
+            match frames {
+                Ok(frames) => writeln!(out, "  {calls:>10}  {}", frames.join(" → "))?,
+                Err(0) => writeln!(out, "  {calls:>10}  (stack not in the file)")?,
+                Err(error) => writeln!(out, "  {calls:>10}  (stack lost: error {error})")?,
+            }
+        }
+        Ok(())
     }
 
     /// The calls of the functions shown: with none, the report is empty.
@@ -198,6 +280,7 @@ impl CallPaths {
                 }
                 writeln!(out)?;
             }
+            self.write_unwound(pid, function, out)?;
         }
         Ok(())
     }
@@ -221,6 +304,24 @@ impl CallPaths {
                 lines.push((text, stats.calls));
             }
         }
+        if let Some(unwound) = &self.unwound {
+            for &(pid, function) in unwound.calls.keys() {
+                for (frames, calls) in self.unwound_stacks(pid, function) {
+                    let Ok(frames) = frames else { continue };
+                    let mut text = if several {
+                        process_frame(table, pid, &[function])
+                    } else {
+                        String::new()
+                    };
+                    text.push_str(USER_STACK_ROOT);
+                    for frame in frames {
+                        text.push(';');
+                        text.push_str(&frame_name(&frame));
+                    }
+                    lines.push((text, calls));
+                }
+            }
+        }
         lines.sort_unstable();
         for (text, calls) in lines {
             writeln!(out, "{text} {calls}")?;
@@ -241,6 +342,23 @@ impl CallSink for CallPaths {
         }
         self.shown_calls += 1;
         count_call(self.processes.entry(call.pid).or_default(), stack, call);
+        if let Some(unwound) = &mut self.unwound {
+            unwound.count(call);
+        }
+    }
+}
+
+impl UnwoundStacks {
+    /// Counts `call` under the stack its entry carries, if its function captured one.
+    fn count(&mut self, call: &FinishedCall) {
+        if !self.stacks.captured_by(call.function) {
+            return;
+        }
+        let Some(stack) = call.values.arguments.as_deref().and_then(stack_of) else {
+            return;
+        };
+        let calls = self.calls.entry((call.pid, call.function)).or_default();
+        *calls.entry(stack).or_default() += 1;
     }
 }
 

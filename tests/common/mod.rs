@@ -551,6 +551,7 @@ pub fn written_table(names: &[&str]) -> utrace::table::FunctionTable {
                 kind: utrace::table::FunctionKind::Function,
                 probes: Default::default(),
                 values: Vec::new(),
+                user_stack: false,
             })
             .collect(),
     }
