@@ -797,3 +797,30 @@ fn the_patched_offsets_match_the_format() {
         ChunkKind::Events
     );
 }
+
+/// A process's files are opened through `/proc/PID/map_files`, but messages name them by their
+/// path, once.
+#[test]
+fn errors_about_a_running_process_name_its_program() {
+    if !bpf_available("errors_about_a_running_process_name_its_program") {
+        return;
+    }
+    let stripped = compile("bare.c", "bare_spin", &["-nostdlib", "-static", "-s", "-DSPIN"]);
+    let mut running = std::process::Command::new(&stripped).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let dir = TempDir::new().unwrap();
+    let output = utrace()
+        .args(["record", "-o"])
+        .arg(dir.path().join("bare.data"))
+        .args(["-p", &running.id().to_string()])
+        .output()
+        .unwrap();
+    running.kill().unwrap();
+    running.wait().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    let path = stripped.display().to_string();
+    assert_eq!(stderr.matches(&path).count(), 1, "{stderr}");
+    assert!(!stderr.contains("/proc/"), "{stderr}");
+    assert!(stderr.contains("no function symbols and no PLT stubs"), "{stderr}");
+}

@@ -194,3 +194,18 @@ fn every_report_format_tells_the_same_story() {
     assert!(svg.starts_with("<?xml") && svg.contains("<svg"));
     assert!(svg.contains("worker_step") && svg.contains(&calls.display().to_string()));
 }
+
+/// A command started through a symlink is named as the user named it.
+#[test]
+fn a_program_started_through_a_symlink_is_named_as_given() {
+    if !bpf_available("a_program_started_through_a_symlink_is_named_as_given") {
+        return;
+    }
+    let program = compile("exitcode.c", "exitcode", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("my-tool");
+    std::os::unix::fs::symlink(&program, &link).unwrap();
+    let recording = record(&link, &["0"], &[]);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    assert!(stderr.contains(" functions of my-tool (pid "), "{stderr}");
+}

@@ -72,6 +72,13 @@ impl ElfFile {
         ElfFile::from_bytes(path, bytes)
     }
 
+    /// Reads and parses the file opened as `open`, named `name` in errors and messages (a
+    /// process's file opened through `/proc/PID/map_files`, named by its path).
+    pub fn open_as(open: &Path, name: &Path) -> Result<ElfFile, ElfError> {
+        let bytes = read_file(open)?;
+        ElfFile::from_bytes(name, bytes)
+    }
+
     /// Parses `bytes`, the contents of the file at `path` (which only names it in errors).
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<ElfFile, ElfError> {
         let elf = parse(path, &bytes)?;

@@ -124,12 +124,10 @@ pub struct ProbePlan {
 /// Why planning failed. Each message says what failed, on which file and what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
-    #[error("reading the symbols of {path}")]
-    Symbols {
-        path: String,
-        #[source]
-        source: ElfError,
-    },
+    /// The file's error names it: as the user knows it, not as it was opened (a process's
+    /// file through `/proc/PID/map_files`).
+    #[error("{error}")]
+    Symbols { path: String, error: ElfError },
 
     #[error("no function of {program} matches --function/--no-function: nothing to trace")]
     NothingToTrace { program: String },

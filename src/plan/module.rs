@@ -37,9 +37,9 @@ pub(super) fn plan(
 ) -> Result<PlannedModule, PlanError> {
     let read = elf
         .functions(options.sites)
-        .map_err(|source| PlanError::Symbols {
+        .map_err(|error| PlanError::Symbols {
             path: file.path.clone(),
-            source,
+            error,
         })?;
     log::debug!("symbols of {}: {}", file.path, elf.symbol_origin());
     warn_unprobeable(&read.unprobeable);

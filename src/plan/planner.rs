@@ -170,10 +170,10 @@ impl Planner {
             .filter(|file| self.options.nest_libs.matches(&file.path))
             .filter(|file| self.module_of(file).is_none())
             .map(|file| {
-                let mut elf =
-                    ElfFile::open(&file.open_path).map_err(|source| PlanError::Symbols {
+                let mut elf = ElfFile::open_as(&file.open_path, Path::new(&file.path))
+                    .map_err(|error| PlanError::Symbols {
                         path: file.path.clone(),
-                        source,
+                        error,
                     })?;
                 elf.load_debug_symbols(&self.options.debug, Path::new(&file.path));
                 let exits = self.plan.exit_policy;

@@ -68,7 +68,7 @@ pub(super) struct OpenedFile {
 
 impl OpenedFile {
     fn open(file: TracedFile) -> OpenedFile {
-        let elf = ElfFile::open(&file.open_path);
+        let elf = ElfFile::open_as(&file.open_path, Path::new(&file.path));
         OpenedFile { file, elf }
     }
 }
@@ -132,7 +132,7 @@ impl ProgramFiles {
         let OpenedFile { file, elf } = self.opened.swap_remove(index);
         PlanError::Symbols {
             path: file.path,
-            source: elf.err().expect("a file that could not be read"),
+            error: elf.err().expect("a file that could not be read"),
         }
     }
 }

@@ -148,7 +148,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     log::info!(
         "traced {} functions of {} (pid {}): {} events in {:.3} s, {} lost, {} bytes written to {}",
         session.table().functions.len(),
-        session.program_name(),
+        session.program_name(&trace.target),
         session.target.pid(),
         events,
         end.duration.as_secs_f64(),

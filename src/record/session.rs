@@ -163,9 +163,15 @@ impl Session {
     }
 
     /// The traced file's name, for messages.
-    pub fn program_name(&self) -> &str {
-        let path = self.planner.plan().files[0].path.as_str();
-        path.rsplit('/').next().unwrap_or(path)
+    /// The program's name: as the user named the command (a symlink's name, as `redis-server`
+    /// for `redis-check-rdb`), else its executable's file name.
+    pub fn program_name(&self, spec: &TargetSpec) -> String {
+        let named = match spec {
+            TargetSpec::Command(command) => command.first().map(String::as_str),
+            TargetSpec::Pid(_) => None,
+        };
+        let path = named.unwrap_or(self.planner.plan().files[0].path.as_str());
+        path.rsplit('/').next().unwrap_or(path).to_owned()
     }
 
     /// Traces until the target ends, `--duration` passes or a signal says stop, handing the
