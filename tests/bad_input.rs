@@ -805,7 +805,11 @@ fn errors_about_a_running_process_name_its_program() {
     if !bpf_available("errors_about_a_running_process_name_its_program") {
         return;
     }
-    let stripped = compile("bare.c", "bare_spin", &["-nostdlib", "-static", "-s", "-DSPIN"]);
+    let stripped = compile(
+        "bare.c",
+        "bare_spin",
+        &["-nostdlib", "-static", "-s", "-DSPIN"],
+    );
     let mut running = std::process::Command::new(&stripped).spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
     let dir = TempDir::new().unwrap();
@@ -822,5 +826,8 @@ fn errors_about_a_running_process_name_its_program() {
     let path = stripped.display().to_string();
     assert_eq!(stderr.matches(&path).count(), 1, "{stderr}");
     assert!(!stderr.contains("/proc/"), "{stderr}");
-    assert!(stderr.contains("no function symbols and no PLT stubs"), "{stderr}");
+    assert!(
+        stderr.contains("no function symbols and no PLT stubs"),
+        "{stderr}"
+    );
 }

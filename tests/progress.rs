@@ -111,3 +111,36 @@ fn long_reports_show_a_bar_on_a_terminal_only() {
     common::assert_success(&output);
     assert!(output.stderr.is_empty(), "{:?}", output.stderr);
 }
+
+/// The recorder's progress line stays off a terminal the traced program writes to, where the
+/// program's lines would land in the middle of it; with the program's output elsewhere, it is
+/// drawn.
+#[test]
+fn the_record_progress_line_never_garbles_the_programs_output() {
+    if !common::bpf_available("the_record_progress_line_never_garbles_the_programs_output") {
+        return;
+    }
+    let busy = common::compile("busy.c", "busy", &[]);
+    let dir = tempfile::TempDir::new().unwrap();
+    let record = |redirect: &str| {
+        let command = format!(
+            "{} record -o {} -- sh -c 'exec {} 2 {redirect}'",
+            env!("CARGO_BIN_EXE_utrace"),
+            dir.path().join("busy.data").display(),
+            busy.display()
+        );
+        let output = Command::new("script")
+            .args(["-qfec", &command, "/dev/null"])
+            .output()
+            .unwrap();
+        common::assert_success(&output);
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    // busy prints a line every 100 ms for 2 s, on the terminal.
+    let shared = record("");
+    assert!(shared.contains("rate "), "{shared:?}");
+    assert!(!shared.contains("events/s"), "{shared:?}");
+    // The program's output goes to a file: the terminal is the line's.
+    let apart = record(&format!("> {} 2>&1", dir.path().join("out").display()));
+    assert!(apart.contains("events/s"), "{apart:?}");
+}

@@ -170,10 +170,12 @@ impl Planner {
             .filter(|file| self.options.nest_libs.matches(&file.path))
             .filter(|file| self.module_of(file).is_none())
             .map(|file| {
-                let mut elf = ElfFile::open_as(&file.open_path, Path::new(&file.path))
-                    .map_err(|error| PlanError::Symbols {
-                        path: file.path.clone(),
-                        error,
+                let mut elf =
+                    ElfFile::open_as(&file.open_path, Path::new(&file.path)).map_err(|error| {
+                        PlanError::Symbols {
+                            path: file.path.clone(),
+                            error,
+                        }
                     })?;
                 elf.load_debug_symbols(&self.options.debug, Path::new(&file.path));
                 let exits = self.plan.exit_policy;

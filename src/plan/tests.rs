@@ -345,7 +345,11 @@ fn an_unreadable_program_is_a_typed_error_naming_it() {
     let script = dir.path().join("script");
     std::fs::write(&script, "#!/bin/sh\n").unwrap();
     let error = plan_of(&script, PlanOptions::default()).unwrap_err();
-    let PlanError::Symbols { path, error: source } = &error else {
+    let PlanError::Symbols {
+        path,
+        error: source,
+    } = &error
+    else {
         panic!("{error}");
     };
     assert_eq!(path, &script.display().to_string());

@@ -110,7 +110,8 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
         started: Instant,
     ) -> Result<Stop> {
         let mut last_flush = Instant::now();
-        let mut progress = Progress::new(mode == SessionMode::Record);
+        let pid = self.session.target.pid();
+        let mut progress = Progress::new(mode == SessionMode::Record, pid);
         let mut watch = SignalWatch::default();
         let stop = loop {
             // Negative results are EINTR from our own signals; the next round handles them.
