@@ -44,6 +44,8 @@ trait LivePrinter: CallSink {
     fn end(self, stats: &ReplayStats) -> io::Result<()>;
     /// Functions planned during the session, numbered on from the table's.
     fn add_functions(&mut self, more: &FunctionTable);
+    /// `count` events were lost here (the ring buffer was full): say so where it happened.
+    fn events_lost(&mut self, count: u64) -> io::Result<()>;
 }
 
 impl<W: Write> LivePrinter for TreePrinter<'_, W> {
@@ -59,6 +61,18 @@ impl<W: Write> LivePrinter for TreePrinter<'_, W> {
     fn add_functions(&mut self, more: &FunctionTable) {
         TreePrinter::add_functions(self, more);
     }
+
+    fn events_lost(&mut self, count: u64) -> io::Result<()> {
+        self.note(&lost_note(count))
+    }
+}
+
+/// The line live mode prints where events were lost.
+fn lost_note(count: u64) -> String {
+    format!(
+        "{count} events lost here (the ring buffer was full): calls around this point are \
+         missing; a larger --buffer-size helps"
+    )
 }
 
 impl<W: Write> LivePrinter for FlatPrinter<'_, W> {
@@ -72,6 +86,10 @@ impl<W: Write> LivePrinter for FlatPrinter<'_, W> {
 
     fn add_functions(&mut self, more: &FunctionTable) {
         FlatPrinter::add_functions(self, more);
+    }
+
+    fn events_lost(&mut self, count: u64) -> io::Result<()> {
+        self.note(&lost_note(count))
     }
 }
 
@@ -123,6 +141,14 @@ impl<P: LivePrinter> Drain for LiveDrain<'_, P> {
             }
         }
         true
+    }
+
+    fn events_lost(&mut self, count: u64) {
+        if self.write_error.is_none() {
+            if let Err(error) = self.filtered.inner_mut().events_lost(count) {
+                self.write_error = Some(error);
+            }
+        }
     }
 
     /// The functions of a program a followed process exec'ed (live mode does not follow dlopen).

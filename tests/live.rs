@@ -289,3 +289,29 @@ fn a_thread_filter_at_record_time_keeps_that_thread_only() {
     assert!(calls_of(&json, "tick") > 10, "{json}");
     assert_eq!(calls_of(&json, "work"), 0, "{json}");
 }
+
+/// Where the ring buffer overflowed, the live tree says how many events were lost, and the
+/// marks add up to the loss utrace reports at the end.
+#[test]
+fn live_marks_where_events_were_lost() {
+    if !bpf_available("live_marks_where_events_were_lost") {
+        return;
+    }
+    let program = compile("loop.c", "loop", &[]);
+    let (output, tree) = live_to_file(&["--buffer-size", "4096"], &program, &["1"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let reported: u64 = stderr
+        .split("utrace: warning: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no loss reported: {stderr}"));
+    let marked: u64 = tree
+        .lines()
+        .filter_map(|line| line.strip_prefix("# note: "))
+        .filter_map(|note| note.strip_suffix(" events lost here (the ring buffer was full): calls around this point are missing; a larger --buffer-size helps"))
+        .map(|count| count.parse::<u64>().unwrap())
+        .sum();
+    assert!(reported > 0);
+    assert_eq!(marked, reported, "{stderr}");
+}

@@ -47,6 +47,23 @@ pub struct Tracing<'a, 'obj> {
     events: u64,
     /// The target's status once it has ended, while followed processes still run.
     target_end: Option<Option<super::process::ExitStatus>>,
+    losses: LossWatch,
+}
+
+/// Tells the drain of events lost since it was last told.
+#[derive(Default)]
+pub struct LossWatch {
+    told: u64,
+}
+
+impl LossWatch {
+    pub fn tell(&mut self, loaded: &LoadedProbes, drain: &mut dyn Drain) {
+        let lost = loaded.lost_events();
+        if lost > self.told {
+            drain.events_lost(lost - self.told);
+            self.told = lost;
+        }
+    }
 }
 
 /// What a finished [`Tracing`] leaves to tear down.
@@ -57,6 +74,7 @@ pub struct TracingEnd {
     pub traced: Option<TracedProcesses>,
     /// The target waits stopped for the recorder.
     pub held: bool,
+    pub losses: LossWatch,
 }
 
 /// The drain could take no more: the recording stops.
@@ -99,6 +117,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             served: 0,
             events: 0,
             target_end: None,
+            losses: LossWatch::default(),
         }
     }
 
@@ -125,6 +144,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             if self.drain_events(drain, due).is_err() || self.dispatch_notes(drain).is_err() {
                 break Stop::DrainFailed;
             }
+            self.losses.tell(self.loaded, drain);
             if self.held && self.let_go_when_served(drain).is_err() {
                 break Stop::DrainFailed;
             }
@@ -263,6 +283,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             probes,
             traced: self.traced,
             held: self.held,
+            losses: self.losses,
         }
     }
 }

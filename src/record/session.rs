@@ -116,6 +116,10 @@ pub trait Drain {
     /// matches, a program a process exec'ed under `--follow`), numbered on from the table's: the
     /// events that use them come after. False when it can take no more.
     fn more_functions(&mut self, more: &FunctionTable) -> bool;
+
+    /// `count` more events were lost (the ring buffer was full) since the events taken before:
+    /// live mode marks the place in its tree. The file's statistics count them anyway.
+    fn events_lost(&mut self, _count: u64) {}
 }
 
 impl Session {
@@ -276,6 +280,7 @@ impl Session {
             probes,
             traced,
             mut held,
+            mut losses,
         } = tracing.end();
 
         loaded.set_serving_stack_writes(false);
@@ -291,6 +296,7 @@ impl Session {
         ring.consume_raw();
         // Full or not, nothing more comes.
         let _ = drain_events(&inbox, drain, true, &mut events);
+        losses.tell(&loaded, drain);
         for note in inbox.take_notes() {
             match note {
                 Note::StackWrite(request) => {

@@ -38,6 +38,11 @@ impl<'t, W: Write> FlatPrinter<'t, W> {
         self.table.to_mut().extend(more.clone());
     }
 
+    /// A line of its own that says something of the trace at this point (`# text`).
+    pub fn note(&mut self, text: &str) -> io::Result<()> {
+        writeln!(self.out, "# {text}")
+    }
+
     pub fn flush(&mut self) -> io::Result<()> {
         match self.error.take() {
             Some(error) => Err(error),

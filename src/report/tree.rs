@@ -175,6 +175,12 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         }
     }
 
+    /// A line of its own that says something of the trace at this point (`# note: text`), after
+    /// what is printed so far (a held-back entry's line comes after it).
+    pub fn note(&mut self, text: &str) -> io::Result<()> {
+        writeln!(self.out, "# note: {text}")
+    }
+
     /// Hands what was printed to the writer's destination.
     pub fn flush(&mut self) -> io::Result<()> {
         match self.error.take() {
