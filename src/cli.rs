@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use utrace::data::OnDamage;
 use utrace::elf::{DebugLookup, SitePolicy};
 use utrace::filter::{FilterError, FilterSpec};
-use utrace::plan::{ExitPolicy, LibraryPatterns, PltLibraries, ValueRequests};
+use utrace::plan::{EventRequests, ExitPolicy, LibraryPatterns, PltLibraries, ValueRequests};
 use utrace::record::{self, split_command, ChildSetup, TargetSpec, TraceOptions, UserIds};
 use utrace::report::flame_graph::Weight;
 use utrace::report::summary::SortKey;
@@ -163,6 +163,13 @@ pub struct TraceArgs {
     /// The most bytes of a string argument or return value captured.
     #[arg(long, value_name = "BYTES", default_value_t = u64::from(STRING_SIZE_DEFAULT))]
     pub string_size: u64,
+    /// Also trace events, shown in the call tree where they happened: offcpu
+    /// (tracepoint:sched:sched_switch: time off the CPU as calls of linux:schedule), syscalls
+    /// (or tracepoint:syscalls:sys_enter_NAME, globs: each system call a call `sys_NAME` with its
+    /// return value), usdt:PROVIDER:NAME (globs; USDT probes of the program and the --nest-lib
+    /// libraries, with their arguments); repeatable, or a comma list.
+    #[arg(short = 'E', long = "event", value_name = "EVENT")]
+    pub events: Vec<String>,
     /// Say what was planned, attached and measured; twice (-dd) adds libbpf's own messages.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub debug: u8,
@@ -339,6 +346,7 @@ impl TraceArgs {
                 args.auto_args,
                 args.string_size,
             )?,
+            events: EventRequests::parse(&args.events)?,
         })
     }
 }

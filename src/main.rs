@@ -42,7 +42,9 @@ fn main() -> ExitCode {
 /// A flag's value that does not parse: the exit code of clap's own usage errors.
 fn is_usage_error(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
-        cause.is::<utrace::plan::ValueRequestError>() || cause.is::<utrace::filter::FilterError>()
+        cause.is::<utrace::plan::ValueRequestError>()
+            || cause.is::<utrace::filter::FilterError>()
+            || cause.is::<utrace::plan::EventRequestError>()
     })
 }
 

@@ -25,6 +25,17 @@ pub enum ProbeError {
         function: String,
         error: libbpf_rs::Error,
     },
+    #[error("cannot trace system call {number}: {error}")]
+    Syscalls {
+        number: u32,
+        error: libbpf_rs::Error,
+    },
+    #[error("cannot attach USDT probe {probe} of {path}: {error}")]
+    Usdt {
+        probe: String,
+        path: String,
+        error: libbpf_rs::Error,
+    },
     #[error("cannot attach {count} {direction} probes to {path} with {mode}: {error}")]
     Attach {
         count: usize,

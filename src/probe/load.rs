@@ -38,6 +38,8 @@ pub struct ProbeConfig {
     /// Some functions capture values (`-A`, `-R`, `-a`), strings up to this many bytes; `None`
     /// when none does.
     pub string_size: Option<u16>,
+    /// The kernel event and USDT programs needed (`-E`).
+    pub events: super::EventPrograms,
 }
 
 /// How many functions may capture values: the map's entries are allocated as they are added.
@@ -85,6 +87,7 @@ impl<'obj> LoadedProbes<'obj> {
         // verification costs tens of milliseconds at start-up (the shadow stack's code).
         open.progs.function_exit.set_autoload(!strategy.sessions);
         open.progs.process_forked.set_autoload(strategy.follow);
+        config.events.choose(&mut open);
         if strategy.mode == AttachMode::Single {
             for program in [
                 &mut open.progs.function_entry,
@@ -180,6 +183,8 @@ fn settings(config: &ProbeConfig) -> types::settings {
         go_goroutines: u64::from(config.pairing == Pairing::Goroutine),
         value_functions: u32::from(config.string_size.is_some()),
         string_size: u32::from(config.string_size.unwrap_or(0)),
+        off_cpu_function: config.events.off_cpu.unwrap_or(0),
+        kernel_events_reserved: 0,
     }
 }
 

@@ -19,10 +19,10 @@ use super::target::{Prepared, Target, TargetSpec};
 use crate::elf::{DebugLookup, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
-use crate::plan::ValueRequests;
+use crate::plan::{EventRequests, ValueRequests};
 use crate::plan::{ExitPolicy, Extension, LibraryPatterns, Loaded, PltLibraries};
 use crate::plan::{PlanOptions, Planner, ProcessOrigin, Program, TracedFile, WatchSites};
-use crate::probe::{self, AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig};
+use crate::probe::{self, AttachedProbes, EventPrograms, LoadedProbes, ObjectStorage, ProbeConfig};
 use crate::table::FunctionTable;
 
 /// What to trace and how: the options `record` and `live` share.
@@ -52,6 +52,8 @@ pub struct TraceOptions {
     pub follow: bool,
     /// The arguments and return values to capture (`-A`, `-R`, `-a`).
     pub values: ValueRequests,
+    /// Kernel events and USDT probes (`-E`).
+    pub events: EventRequests,
 }
 
 /// Which command runs the session: what it shows besides the events, and what it follows.
@@ -177,6 +179,7 @@ impl Session {
                 unwind_shadow,
                 pairing: plan.pairing,
                 string_size: values.any().then_some(values.string_size),
+                events: EventPrograms::of(&plan.events),
             },
         )?;
         // Before any return probe: from the first replaced return address on, an exception
@@ -190,6 +193,8 @@ impl Session {
         let all_modules: Vec<usize> = (0..self.table().modules.len()).collect();
         let mut attached = self.attach_modules(&loaded, &all_modules, pid)?;
         attached.absorb(loaded.attach_landings(&self.planner.plan().landings, pid)?);
+        // Detached when the session ends, after the functions' probes.
+        let _event_links = loaded.attach_events(&self.planner.plan().events, pid)?;
         let traced = match options.follow {
             true => Some(TracedProcesses::new(pid, all_modules)?),
             false => None,
@@ -429,6 +434,7 @@ fn plan_options(options: &TraceOptions, target: &Target) -> PlanOptions {
         preloaded_libraries: preloads_libraries(target),
         kernel_lacks_sessions: !probe::strategy().sessions,
         values: options.values.clone(),
+        events: options.events.clone(),
     }
 }
 
