@@ -68,3 +68,100 @@ fn off_cpu_time_is_a_call_of_linux_schedule_where_the_thread_slept() {
     );
     assert!(calls_of(&long.json(), "linux:schedule") >= 2);
 }
+
+/// The return values of the calls of `function` in the replay, in order.
+fn returns_of(replay: &str, function: &str) -> Vec<i64> {
+    let shown = format!("{function}() = ");
+    replay
+        .lines()
+        .filter_map(|line| {
+            let value = line.split(&shown).nth(1)?;
+            value.trim_end_matches(';').parse().ok()
+        })
+        .collect()
+}
+
+#[test]
+fn system_calls_are_calls_under_the_function_that_made_them_with_their_return_values() {
+    if !bpf_available(
+        "system_calls_are_calls_under_the_function_that_made_them_with_their_return_values",
+    ) {
+        return;
+    }
+    let sleeper = compile("sleeper.c", "sleeper", &[]);
+    const WRITES: u64 = 40;
+    for event in ["tracepoint:syscalls:sys_enter_write", "syscalls"] {
+        let recording = record_unchanged(&sleeper, &["1", &WRITES.to_string()], &["-E", event]);
+        let calls = folded(&recording, "calls");
+        // Exactly the program's own: not utrace's writes, not other processes'.
+        assert_eq!(
+            under(&calls, "write_all", "sys_write"),
+            WRITES,
+            "{event}: {calls:?}"
+        );
+        assert_eq!(
+            under(&calls, "write@plt", "sys_write"),
+            WRITES,
+            "{event}: nested under the PLT call that made it: {calls:?}"
+        );
+        // The return values the program saw: write i wrote 1 + i % 32 bytes.
+        let replay = recording.report(&["--format=replay"]);
+        let returned = returns_of(&replay, "sys_write");
+        let expected: Vec<i64> = (0..WRITES as i64).map(|i| 1 + i % 32).collect();
+        assert_eq!(
+            returned[..WRITES as usize],
+            expected[..],
+            "{event}: {replay}"
+        );
+        let json = recording.json();
+        assert_eq!(module_of(&json, "sys_write").as_deref(), Some("[kernel]"));
+    }
+    // Only the system calls asked for.
+    let writes = record_unchanged(
+        &sleeper,
+        &["1", "3"],
+        &["-E", "tracepoint:syscalls:sys_exit_write"],
+    );
+    let counts = writes.traced_counts();
+    assert!(
+        counts
+            .keys()
+            .all(|name| !name.starts_with("sys_") || name == "sys_write"),
+        "{counts:?}"
+    );
+}
+
+#[test]
+fn follow_puts_a_childs_system_calls_and_off_cpu_time_under_its_pid() {
+    if !bpf_available("follow_puts_a_childs_system_calls_and_off_cpu_time_under_its_pid") {
+        return;
+    }
+    let sleeper = compile("sleeper.c", "sleeper", &[]);
+    let recording = record_unchanged(
+        &sleeper,
+        &["5", "7", "1"],
+        &[
+            "--follow",
+            "-E",
+            "offcpu,tracepoint:syscalls:sys_enter_write",
+        ],
+    );
+    let json = recording.json();
+    let processes = counts_by_pid(&json);
+    let target = json["pid"].as_u64().unwrap();
+    assert_eq!(processes.len(), 2, "{processes:?}");
+    let child = *processes.keys().find(|&&pid| pid != target).unwrap();
+    // The child writes only in write_all; the parent prints too.
+    assert_eq!(
+        processes[&child].get("sys_write"),
+        Some(&7),
+        "{processes:?}"
+    );
+    assert!(processes[&target]["sys_write"] >= 7, "{processes:?}");
+    for pid in [target, child] {
+        assert!(
+            processes[&pid]["linux:schedule"] >= 5,
+            "{pid}: {processes:?}"
+        );
+    }
+}
