@@ -429,6 +429,10 @@ pub struct InfoArgs {
     /// With --symbols: also look for debug files under this folder (repeatable), as record does.
     #[arg(long = "debug-dir", value_name = "DIR", requires = "symbols")]
     pub debug_dir: Vec<PathBuf>,
+    /// Instead of a data file, list the USDT probes FILE carries (provider:name, address,
+    /// semaphore, arguments), as `-E usdt:PROVIDER:NAME` names them.
+    #[arg(long = "list-usdt", value_name = "FILE", conflicts_with = "symbols")]
+    pub list_usdt: Option<PathBuf>,
 }
 
 impl InfoArgs {

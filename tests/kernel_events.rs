@@ -165,3 +165,80 @@ fn follow_puts_a_childs_system_calls_and_off_cpu_time_under_its_pid() {
         );
     }
 }
+
+#[test]
+fn usdt_probes_are_comment_lines_with_their_arguments_and_exact_counts() {
+    if !bpf_available("usdt_probes_are_comment_lines_with_their_arguments_and_exact_counts") {
+        return;
+    }
+    let usdt = compile("usdt.c", "usdt", &[]);
+    // Untraced, nobody listens: the semaphore stays 0 and tick never fires.
+    let untraced = run_untraced(&usdt, &["4"]);
+    assert!(String::from_utf8_lossy(&untraced.stdout).contains("ticks 0"));
+    let recording = record(&usdt, &["4"], &["-E", "usdt:myapp:*"]);
+    assert_success(&recording.output);
+    // Traced, the kernel set the semaphore: every tick fired, and each was recorded.
+    assert!(String::from_utf8_lossy(&recording.output.stdout).contains("ticks 4"));
+    let counts = recording.traced_counts();
+    assert_eq!(counts.get("usdt:myapp:tick"), Some(&4), "{counts:?}");
+    assert_eq!(counts.get("usdt:myapp:done"), Some(&1), "{counts:?}");
+    let replay = recording.report(&["--format=replay"]);
+    let comments: Vec<&str> = replay
+        .lines()
+        .filter_map(|line| line.split("| ").nth(1))
+        .map(str::trim)
+        .filter(|text| text.starts_with("/* usdt:"))
+        .collect();
+    assert_eq!(
+        comments,
+        [
+            "/* usdt:myapp:tick(1, 2) */",
+            "/* usdt:myapp:tick(2, 4) */",
+            "/* usdt:myapp:tick(3, 6) */",
+            "/* usdt:myapp:tick(4, 8) */",
+            "/* usdt:myapp:done(4, -7) */",
+        ],
+        "{replay}"
+    );
+    // Under the function that hit them, and in the executable's module.
+    let calls = folded(&recording, "calls");
+    assert_eq!(under(&calls, "run", "usdt:myapp:tick"), 4, "{calls:?}");
+    assert_eq!(
+        module_of(&recording.json(), "usdt:myapp:tick").as_deref(),
+        Some("usdt")
+    );
+    // One probe by name: only it is attached.
+    let one = record(&usdt, &["2"], &["-E", "usdt:myapp:done"]);
+    assert!(String::from_utf8_lossy(&one.output.stdout).contains("ticks 0"));
+    assert_eq!(one.traced_counts().get("usdt:myapp:tick"), None);
+    assert!(recording
+        .info()
+        .contains("USDT probes usdt:myapp:done, usdt:myapp:tick"));
+}
+
+#[test]
+fn info_lists_the_usdt_probes_of_a_file() {
+    let usdt = compile("usdt.c", "usdt", &[]);
+    let output = utrace()
+        .args(["info", "--list-usdt"])
+        .arg(&usdt)
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let text = String::from_utf8(output.stdout).unwrap();
+    let tick = text
+        .lines()
+        .find(|l| l.starts_with("myapp:tick"))
+        .expect(&text);
+    let fields: Vec<&str> = tick.split_whitespace().collect();
+    assert!(
+        fields[1].starts_with("0x") && fields[2].starts_with("0x"),
+        "{tick}"
+    );
+    assert_eq!(fields[3..].len(), 2, "two arguments: {tick}");
+    let done = text
+        .lines()
+        .find(|l| l.starts_with("myapp:done"))
+        .expect(&text);
+    assert!(done.contains("$-7"), "{done}");
+}

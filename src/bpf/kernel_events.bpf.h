@@ -127,6 +127,7 @@ int usdt_hit(struct pt_regs *ctx)
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct usdt_record r = {};
+	struct event *e;
 	long count, value;
 	int i;
 
@@ -149,8 +150,15 @@ int usdt_hit(struct pt_regs *ctx)
 		count_lost((__u32)pid_tgid);
 		return 0;
 	}
-	/* The exit, right after: a point event is a call that takes no time. */
-	return record(function | EVENT_EXIT, 0);
+	/* The exit, at the same time: a point event is a call that takes none. */
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_lost((__u32)pid_tgid);
+		return 0;
+	}
+	fill_event(e, now, function | EVENT_EXIT, 0, (__u32)pid_tgid);
+	bpf_ringbuf_submit(e, wakeup_flag());
+	return 0;
 }
 
 #endif
