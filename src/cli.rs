@@ -170,6 +170,10 @@ pub struct TraceArgs {
     /// libraries, with their arguments); repeatable, or a comma list.
     #[arg(short = 'E', long = "event", value_name = "EVENT")]
     pub events: Vec<String>,
+    /// Also trace the kernel functions matching GLOB (repeatable, comma lists): needs fentry or
+    /// kprobe_multi, and is not available yet (utrace says what the kernel lacks).
+    #[arg(short = 'k', long = "kernel", value_name = "GLOB")]
+    pub kernel: Vec<String>,
     /// Say what was planned, attached and measured; twice (-dd) adds libbpf's own messages.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub debug: u8,
@@ -347,6 +351,7 @@ impl TraceArgs {
                 args.string_size,
             )?,
             events: EventRequests::parse(&args.events)?,
+            kernel_functions: args.kernel,
         })
     }
 }

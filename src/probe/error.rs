@@ -25,6 +25,8 @@ pub enum ProbeError {
         function: String,
         error: libbpf_rs::Error,
     },
+    #[error("-k '{asked}': {why}")]
+    KernelFunctions { asked: String, why: String },
     #[error("cannot trace system call {number}: {error}")]
     Syscalls {
         number: u32,

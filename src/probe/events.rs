@@ -6,8 +6,33 @@ use libbpf_rs::{Link, MapCore, MapFlags, UsdtOpts};
 
 use super::error::{load_error, ProbeError};
 use super::interface::skel::OpenUtraceSkel;
-use super::LoadedProbes;
+use super::{LoadedProbes, Support};
 use crate::plan::PlannedEvents;
+
+/// Whether kernel functions (`-k GLOB`) can be traced here; the error names what is missing and
+/// what would provide it. They need fentry/fexit programs (BPF trampolines); utrace does not
+/// trace them yet on any kernel, and says so where the kernel would allow them.
+pub fn check_kernel_functions(globs: &[String]) -> Result<(), ProbeError> {
+    let Some(first) = globs.first() else {
+        return Ok(());
+    };
+    let fentry = super::strategy().features.fentry;
+    let why = match fentry {
+        Support::Yes => "utrace does not trace kernel functions yet (this kernel loads fentry \
+                         programs)"
+            .to_owned(),
+        _ => format!(
+            "tracing kernel functions needs fentry/fexit programs (BPF trampolines), which this \
+             kernel refuses (fentry: {fentry}): use a kernel that loads them \
+             (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS, CONFIG_DEBUG_INFO_BTF, and no security \
+             policy refusing them)"
+        ),
+    };
+    Err(ProbeError::KernelFunctions {
+        asked: first.clone(),
+        why,
+    })
+}
 
 /// Which event programs a recording needs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -24,7 +24,7 @@ mod strategy;
 
 pub use attach::{ExitSites, Watch};
 pub use error::ProbeError;
-pub use events::{EventLinks, EventPrograms};
+pub use events::{check_kernel_functions, EventLinks, EventPrograms};
 pub use features::{KernelFeatures, Support};
 pub use load::{
     forward_libbpf_messages, ring_buffer_size, LoadedProbes, ObjectStorage, ProbeConfig,

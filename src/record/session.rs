@@ -54,6 +54,9 @@ pub struct TraceOptions {
     pub values: ValueRequests,
     /// Kernel events and USDT probes (`-E`).
     pub events: EventRequests,
+    /// Kernel functions (`-k`): refused for now, with what is missing (see
+    /// [`probe::check_kernel_functions`]).
+    pub kernel_functions: Vec<String>,
 }
 
 /// Which command runs the session: what it shows besides the events, and what it follows.
@@ -117,6 +120,7 @@ impl Session {
     /// Starts the command (held before exec) or finds the process, and plans its functions.
     pub fn prepare(options: &TraceOptions) -> Result<Session> {
         probe::forward_libbpf_messages();
+        probe::check_kernel_functions(&options.kernel_functions)?;
         // Fork (for -c) before any thread exists: the child only waits and execs.
         let Prepared { target, program } = Target::prepare(&options.target, &options.child_setup)?;
         let planner = Planner::new(plan_options(options, &target), program)?;
