@@ -15,10 +15,20 @@ fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let vmlinux =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it")).join("vmlinux");
+    // libbpf's usdt.bpf.h includes <linux/errno.h>, which needs the multiarch <asm/…> headers.
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets it");
+    let multiarch = format!("/usr/include/{arch}-linux-gnu");
     for (source, skeleton) in SKELETONS {
         SkeletonBuilder::new()
             .source(source)
-            .clang_args(["-I", vmlinux.to_str().expect("UTF-8 path"), "-Wall", "-O2"])
+            .clang_args([
+                "-I",
+                vmlinux.to_str().expect("UTF-8 path"),
+                "-idirafter",
+                &multiarch,
+                "-Wall",
+                "-O2",
+            ])
             .build_and_generate(out_dir.join(skeleton))
             .expect("building the BPF skeleton (needs clang)");
         println!("cargo:rerun-if-changed={source}");
@@ -26,4 +36,6 @@ fn main() {
     println!("cargo:rerun-if-changed=src/bpf/interface.h");
     println!("cargo:rerun-if-changed=src/bpf/shadow.bpf.h");
     println!("cargo:rerun-if-changed=src/bpf/go.bpf.h");
+    println!("cargo:rerun-if-changed=src/bpf/values.bpf.h");
+    println!("cargo:rerun-if-changed=src/bpf/kernel_events.bpf.h");
 }

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use utrace::data::OnDamage;
 use utrace::elf::{DebugLookup, SitePolicy};
 use utrace::filter::{parse_globs, FilterError, FilterSpec};
-use utrace::plan::{ExitPolicy, LibraryPatterns, PltLibraries, ValueRequests};
+use utrace::plan::{EventRequests, ExitPolicy, LibraryPatterns, PltLibraries, ValueRequests};
 use utrace::record::{
     self, split_command, ChildSetup, RecordOptions, TargetSpec, TraceOptions, UserIds,
 };
@@ -165,6 +165,17 @@ pub struct TraceArgs {
     /// The most bytes of a string argument or return value captured.
     #[arg(long, value_name = "BYTES", default_value_t = u64::from(STRING_SIZE_DEFAULT))]
     pub string_size: u64,
+    /// Also trace events, shown in the call tree where they happened: offcpu
+    /// (tracepoint:sched:sched_switch: time off the CPU as calls of linux:schedule), syscalls
+    /// (or tracepoint:syscalls:sys_enter_NAME, globs: each system call a call `sys_NAME` with its
+    /// return value), usdt:PROVIDER:NAME (globs; USDT probes of the program and the --nest-lib
+    /// libraries, with their arguments); repeatable, or a comma list.
+    #[arg(short = 'E', long = "event", value_name = "EVENT")]
+    pub events: Vec<String>,
+    /// Also trace the kernel functions matching GLOB (repeatable, comma lists): needs fentry or
+    /// kprobe_multi, and is not available yet (utrace says what the kernel lacks).
+    #[arg(short = 'k', long = "kernel", value_name = "GLOB")]
+    pub kernel: Vec<String>,
     /// Say what was planned, attached and measured; twice (-dd) adds libbpf's own messages.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub debug: u8,
@@ -358,6 +369,8 @@ impl TraceArgs {
                 args.auto_args,
                 args.string_size,
             )?,
+            events: EventRequests::parse(&args.events)?,
+            kernel_functions: args.kernel,
         })
     }
 }
@@ -440,6 +453,10 @@ pub struct InfoArgs {
     /// With --symbols: also look for debug files under this folder (repeatable), as record does.
     #[arg(long = "debug-dir", value_name = "DIR", requires = "symbols")]
     pub debug_dir: Vec<PathBuf>,
+    /// Instead of a data file, list the USDT probes FILE carries (provider:name, address,
+    /// semaphore, arguments), as `-E usdt:PROVIDER:NAME` names them.
+    #[arg(long = "list-usdt", value_name = "FILE", conflicts_with = "symbols")]
+    pub list_usdt: Option<PathBuf>,
 }
 
 impl InfoArgs {

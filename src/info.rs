@@ -7,11 +7,12 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::data::{DamagedChunk, DataError, DataReader, Metadata, OnDamage, Statistics};
+use crate::elf::usdt::UsdtNote;
 use crate::elf::{DebugLookup, ElfFile};
 use crate::filter::FilterSpec;
 use crate::report::summary::HumanDuration;
 use crate::report::{scan_threads, ReportError, ThreadScan};
-use crate::table::FunctionTable;
+use crate::table::{FunctionKind, FunctionTable};
 
 #[derive(Debug, Error)]
 pub enum InfoError {
@@ -37,6 +38,69 @@ pub fn run(input: &Path, on_damage: OnDamage, symbols: Option<&DebugLookup>) -> 
         })
         .and_then(|()| out.flush())
         .context("cannot write to standard output")
+}
+
+/// `utrace info --list-usdt FILE`: the USDT probes `file` carries, one line each.
+pub fn list_usdt(file: &Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let elf = ElfFile::open(file)?;
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    write_usdt_notes(elf.usdt_notes(), &mut out)
+        .and_then(|()| out.flush())
+        .context("cannot write to standard output")
+}
+
+/// One line per note: `provider:name`, address, semaphore (`-` for none), argument operands.
+pub fn write_usdt_notes(notes: &[UsdtNote], out: &mut dyn Write) -> io::Result<()> {
+    if notes.is_empty() {
+        return writeln!(out, "no USDT probe (the file has no .note.stapsdt)");
+    }
+    writeln!(
+        out,
+        "{:<32} {:>18} {:>18}  ARGUMENTS",
+        "PROBE", "ADDRESS", "SEMAPHORE"
+    )?;
+    for note in notes {
+        let semaphore = match note.semaphore {
+            0 => "-".to_owned(),
+            address => format!("{address:#x}"),
+        };
+        writeln!(
+            out,
+            "{:<32} {:>18} {semaphore:>18}  {}",
+            format!("{}:{}", note.provider, note.name),
+            format!("{:#x}", note.address),
+            note.arguments
+        )?;
+    }
+    Ok(())
+}
+
+/// What of each kind the table traces: functions, and the events of `-E`, as one line.
+fn traced_kinds(table: &FunctionTable) -> String {
+    let functions = table.functions.iter();
+    let count = |kind: FunctionKind| functions.clone().filter(|f| f.kind == kind).count();
+    let code = count(FunctionKind::Function) + count(FunctionKind::Plt);
+    let mut parts = vec![format!("{code} functions")];
+    let kernel = functions.clone().filter(|f| f.kind == FunctionKind::Kernel);
+    let (off_cpu, syscalls): (Vec<_>, Vec<_>) =
+        kernel.partition(|f| f.name == crate::plan::OFF_CPU_FUNCTION);
+    if !off_cpu.is_empty() {
+        parts.push(format!("off-CPU time ({})", crate::plan::OFF_CPU_FUNCTION));
+    }
+    if !syscalls.is_empty() {
+        parts.push(format!("{} system calls", syscalls.len()));
+    }
+    let usdt: Vec<&str> = (functions.clone())
+        .filter(|f| f.kind == FunctionKind::Event)
+        .map(|f| f.name.as_str())
+        .collect();
+    match usdt.len() {
+        0 => {}
+        1..=4 => parts.push(format!("USDT probes {}", usdt.join(", "))),
+        n => parts.push(format!("{n} USDT probes")),
+    }
+    parts.join(", ")
 }
 
 /// Where the symbols of each of `modules` come from, and how many functions each table gives:
@@ -131,6 +195,7 @@ impl DataFileInfo {
             let count = self.functions.functions_in_module(index);
             writeln!(out, "  {module} ({count})")?;
         }
+        writeln!(out, "traced:      {}", traced_kinds(&self.functions))?;
         match &m.probe_costs {
             Some(costs) => {
                 writeln!(
@@ -311,6 +376,7 @@ duration:    1.500 ms
 functions:   3 planned in 2 modules
   /bin/calls (2)
   /lib/libc.so.6 (1)
+traced:      3 functions
 probe costs: not measured (reports show raw times)
 events:      4
 lost events: 2

@@ -19,6 +19,9 @@ fn main() -> ExitCode {
         Command::Record(args) => run_record(args),
         Command::Live(args) => run_live(args),
         Command::Report(args) => args.request().and_then(report::run).map(|()| 0),
+        Command::Info(args) if args.list_usdt.is_some() => {
+            info::list_usdt(args.list_usdt.as_deref().expect("checked")).map(|()| 0)
+        }
         Command::Info(args) => {
             let symbols = args.symbol_lookup();
             info::run(&args.input, args.damage.on_damage(), symbols.as_ref()).map(|()| 0)
@@ -42,7 +45,9 @@ fn main() -> ExitCode {
 /// A flag's value that does not parse: the exit code of clap's own usage errors.
 fn is_usage_error(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
-        cause.is::<utrace::plan::ValueRequestError>() || cause.is::<utrace::filter::FilterError>()
+        cause.is::<utrace::plan::ValueRequestError>()
+            || cause.is::<utrace::filter::FilterError>()
+            || cause.is::<utrace::plan::EventRequestError>()
     })
 }
 

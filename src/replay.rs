@@ -213,7 +213,11 @@ impl Replayer {
         self.costs = table
             .functions
             .iter()
-            .map(|function| costs.of(function.probes))
+            .map(|function| match function.kind.is_probed_code() {
+                true => costs.of(function.probes),
+                // Kernel events cost a tracepoint's program, not uprobes: nothing measured.
+                false => ProbeCost::default(),
+            })
             .collect();
     }
 

@@ -17,6 +17,19 @@ pub enum FunctionKind {
     Function,
     /// A PLT stub (`name@plt`): a call into a shared library.
     Plt,
+    /// What the kernel did for the thread, shown as a call (`-E`): a system call (`sys_write`),
+    /// an interval off the CPU (`linux:schedule`). Module `[kernel]`; not probed as user code.
+    Kernel,
+    /// A point event (`-E usdt:…`): an entry with its arguments and an exit right after it,
+    /// shown as a comment line in the call tree. Not probed as user code.
+    Event,
+}
+
+impl FunctionKind {
+    /// Whether the function is user code that gets uprobes at its entry and exits.
+    pub fn is_probed_code(self) -> bool {
+        matches!(self, FunctionKind::Function | FunctionKind::Plt)
+    }
 }
 
 /// One traced function.

@@ -296,6 +296,56 @@ fn program_cases(dir: &Path) -> Vec<Case> {
             &[&"record", &"-p", &"init"],
             &["--pid", "init"],
         ),
+        // Events and kernel functions (-E, -k): tests/kernel_events.rs.
+        Case::new(
+            "unknown event",
+            &[
+                &"record",
+                &"-E",
+                &"tracepoint:sched:sched_wakeup",
+                &"/bin/true",
+            ],
+            &[
+                "-E 'tracepoint:sched:sched_wakeup'",
+                "unknown event",
+                "usdt:PROVIDER:NAME",
+            ],
+        ),
+        Case::new(
+            "unknown system call",
+            &[
+                &"record",
+                &"-E",
+                &"tracepoint:syscalls:sys_enter_nosuch",
+                &"/bin/true",
+            ],
+            &["sys_enter_nosuch", "no x86_64 system call matches"],
+        ),
+        Case::new(
+            "bad event glob",
+            &[&"record", &"-E", &"usdt:myapp:tick[", &"/bin/true"],
+            &["-E 'usdt:myapp:tick['", "without a closing"],
+        ),
+        Case::new(
+            "USDT probe that does not exist",
+            &[&"record", &"-E", &"usdt:myapp:nope", &"/bin/true"],
+            &[
+                "-E 'usdt:myapp:nope'",
+                "no USDT probe of",
+                "true matches",
+                "--list-usdt",
+            ],
+        ),
+        Case::new(
+            "kernel functions",
+            &[&"record", &"-k", &"vfs_write", &"/bin/true"],
+            &["-k 'vfs_write'", "kernel functions"],
+        ),
+        Case::new(
+            "USDT listing of a missing file",
+            &[&"info", &"--list-usdt", &"/no/such/program"],
+            &["/no/such/program", "No such file"],
+        ),
         Case::new(
             "unknown user",
             &[&"record", &"-u", &"no-such-user-utrace", &"/bin/true"],

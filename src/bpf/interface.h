@@ -147,6 +147,19 @@ struct settings {
 	/* Non-zero when some functions capture the user stack at their entry (--stack: see
 	 * stacks.bpf.h). 64 bits, so the struct has no padding. */
 	__u64 user_stacks;
+	/* -E offcpu: the function id of `linux:schedule`, whose calls are a traced thread's time off
+	 * the CPU (kernel_events.bpf.h). */
+	__u32 off_cpu_function;
+	/* Unused: keeps the struct without padding. */
+	__u32 kernel_events_reserved;
+};
+
+/* Kernel events and USDT probes (-E, kernel_events.bpf.h). */
+enum kernel_event_bits {
+	/* System call numbers below this can be traced: the size of the map of their ids. */
+	SYSCALL_NUMBERS = 512,
+	/* The most arguments of a USDT probe captured (<sys/sdt.h> passes at most 12). */
+	USDT_ARGUMENTS_MAX = 12,
 };
 
 /* Not used by the programs: one object of each type above that no global holds, so that the
@@ -158,6 +171,7 @@ struct interface_types {
 	enum cookie_bits cookie_bits;
 	enum value_bits value_bits;
 	struct value_spec value_spec;
+	enum kernel_event_bits kernel_event_bits;
 };
 
 #endif

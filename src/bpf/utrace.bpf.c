@@ -157,6 +157,7 @@ static __always_inline int record(__u32 function, __u64 stack)
 #include "stacks.bpf.h"
 #include "values.bpf.h"
 #include "go.bpf.h"
+#include "kernel_events.bpf.h"
 
 /* At the return of dlopen: tells the recorder a library may have been mapped. */
 SEC("uretprobe.multi")

@@ -58,6 +58,8 @@ pub struct ElfFile {
     pub(super) stubs_in_data: BTreeSet<u64>,
     /// The file has a `.go.buildinfo` section: the Go toolchain built it.
     pub(super) go_buildinfo: bool,
+    /// The USDT probe sites of `.note.stapsdt`.
+    pub(super) usdt_notes: Vec<super::usdt::UsdtNote>,
     /// What points to the file's symbols elsewhere (build id, debug link, MiniDebugInfo).
     debug_links: DebugLinks,
     /// Where the symbols beside `.dynsym` came from.
@@ -89,6 +91,7 @@ impl ElfFile {
         let position_independent = elf.header.e_type == ET_DYN;
         let segments = ExecutableSegments::new(&elf.program_headers);
         let go_buildinfo = super::go::has_buildinfo_section(&elf);
+        let usdt_notes = super::usdt::notes(&elf, &bytes);
         let debug_links = DebugLinks::of(&elf, &bytes);
         let symbol_source = match symbols.iter().any(|s| !s.dynamic) {
             true => SymbolSource::OwnSymtab,
@@ -104,6 +107,7 @@ impl ElfFile {
             stubs,
             stubs_in_data,
             go_buildinfo,
+            usdt_notes,
             debug_links,
             symbol_source,
         })
@@ -194,6 +198,11 @@ impl ElfFile {
             }
             _ => own,
         }
+    }
+
+    /// The USDT probe sites the file carries (`.note.stapsdt`).
+    pub fn usdt_notes(&self) -> &[super::usdt::UsdtNote] {
+        &self.usdt_notes
     }
 
     /// The path the file was read from.

@@ -42,6 +42,7 @@ mod segments;
 pub mod site;
 mod symbols;
 pub mod unwinder;
+pub mod usdt;
 
 #[cfg(test)]
 mod fuzz;
@@ -272,7 +273,8 @@ impl ElfFile {
                 FunctionKind::Plt => plt_sites
                     .remove(&function.address)
                     .unwrap_or(Ok(Vec::new())),
-                FunctionKind::Function => {
+                // Symbols are functions or stubs; events are planned elsewhere.
+                FunctionKind::Function | FunctionKind::Kernel | FunctionKind::Event => {
                     returns::exit_sites(&index, function.address, function.size)
                 }
             };
@@ -317,6 +319,6 @@ fn code_at(bytes: &[u8], offset: u64, size: u64) -> &[u8] {
 fn kind_rank(kind: FunctionKind) -> u8 {
     match kind {
         FunctionKind::Plt => 0,
-        FunctionKind::Function => 1,
+        FunctionKind::Function | FunctionKind::Kernel | FunctionKind::Event => 1,
     }
 }

@@ -14,8 +14,10 @@
 //! - `landings`: the executable's PLT calls probed in the library function they land in;
 //! - `values`: which arguments and return values each function captures (`-A`, `-R`, `-a`);
 //! - `watches`: where the recorder watches `dlopen` and the unwinder;
+//! - `events`: kernel events and USDT probes (`-E`) as pseudo-functions after the program's;
 //! - `planner`: the [`Planner`].
 
+mod events;
 mod exits;
 mod go;
 mod landings;
@@ -24,12 +26,15 @@ mod module;
 mod planner;
 mod program;
 mod stubs;
+mod syscall_names;
 mod values;
 mod watches;
 
 #[cfg(test)]
 mod tests;
 
+pub use events::{EventRequestError, EventRequests, NoUsdtProbe, PlannedEvents, PlannedUsdt};
+pub use events::{KERNEL_MODULE, OFF_CPU_FUNCTION, SYSCALL_NUMBERS, USDT_ARGUMENTS_MAX};
 pub use exits::{ExitPolicy, UnknownExitPolicy};
 pub use go::Pairing;
 pub use landings::{LandedCall, Landings, StubKept};
@@ -78,6 +83,8 @@ pub struct PlanOptions {
     pub kernel_lacks_sessions: bool,
     /// The arguments and return values to capture (`-A`, `-R`, `-a`).
     pub values: ValueRequests,
+    /// Kernel events and USDT probes (`-E`).
+    pub events: EventRequests,
 }
 
 /// Whether utrace starts the traced process or attaches to one running.
@@ -119,6 +126,8 @@ pub struct ProbePlan {
     /// (module, file offset) of the exit sites where a function that captures its return value
     /// leaves before it has one (a tail jump): their probes capture nothing.
     pub exits_before_return_value: HashSet<(u32, u64)>,
+    /// The kernel events and USDT probes traced, as pseudo-functions of the table (`-E`).
+    pub events: PlannedEvents,
 }
 
 /// Why planning failed. Each message says what failed, on which file and what to do about it.
@@ -131,4 +140,7 @@ pub enum PlanError {
 
     #[error("no function of {program} matches --function/--no-function: nothing to trace")]
     NothingToTrace { program: String },
+
+    #[error(transparent)]
+    NoUsdtProbe(#[from] NoUsdtProbe),
 }

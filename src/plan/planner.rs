@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::program::{ProgramFiles, UnmatchedPatterns};
-use super::{go, landings, module, stubs, watches};
+use super::{events, go, landings, module, stubs, watches};
 use super::{ExitPolicy, Pairing, PlanError, PlanOptions, ProbePlan, Program, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::elf::{ElfFile, ExitProbe};
@@ -108,11 +108,20 @@ impl Planner {
             unwinder_sites,
             pairing,
             exits_before_return_value: Default::default(),
+            events: Default::default(),
         };
         warn_unmatched_value_requests(&options, &modules);
         for module in modules {
             plan.add(module);
         }
+        let traced: Vec<_> = (files.traced.iter().enumerate())
+            .filter_map(|(module, &index)| {
+                let opened = &files.opened[index];
+                let elf = opened.elf.as_ref().ok()?;
+                Some((module as u32, &opened.file, elf))
+            })
+            .collect();
+        plan.events = events::plan(&options.events, &traced, &mut plan)?;
         // Their probe costs are those of the emulated site in the library, not of the stub.
         for id in plan.landings.functions() {
             plan.table.functions[id as usize].probes.entry = Execution::Emulated;

@@ -354,9 +354,13 @@ fn an_unreadable_program_is_a_typed_error_naming_it() {
     };
     assert_eq!(path, &script.display().to_string());
     assert!(matches!(source, crate::elf::ElfError::NotElf { .. }));
+    // The file's own error names it, once.
     assert_eq!(
         error.to_string(),
-        format!("reading the symbols of {}", script.display())
+        format!(
+            "{} is not an ELF file: give the path of an executable or a shared library",
+            script.display()
+        )
     );
 }
 
@@ -515,6 +519,7 @@ fn ids_are_dense_across_modules() {
         unwinder_sites: Vec::new(),
         pairing: Default::default(),
         exits_before_return_value: Default::default(),
+        events: Default::default(),
     };
     plan.add(planned(
         "/bin/prog",

@@ -115,7 +115,10 @@ impl LoadedProbes<'_> {
     fn set_value_specs(&self, table: &FunctionTable, module: u32) -> Result<(), ProbeError> {
         let functions = table.functions.iter().enumerate();
         for (id, function) in functions.filter(|(_, f)| f.module == module) {
-            if function.values.is_empty() && !function.user_stack {
+            // Events write their values themselves (src/bpf/kernel_events.bpf.h).
+            if (function.values.is_empty() && !function.user_stack)
+                || !function.kind.is_probed_code()
+            {
                 continue;
             }
             let mut spec = types::value_spec::default();
@@ -331,7 +334,10 @@ impl ModuleProbes {
             exit_sites: Vec::new(),
         };
         for (id, function) in table.functions.iter().enumerate() {
-            if function.module != module || landings.contains(id as u32) {
+            if function.module != module
+                || landings.contains(id as u32)
+                || !function.kind.is_probed_code()
+            {
                 continue;
             }
             let id = id as u64;

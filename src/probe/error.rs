@@ -25,6 +25,19 @@ pub enum ProbeError {
         function: String,
         error: libbpf_rs::Error,
     },
+    #[error("-k '{asked}': {why}")]
+    KernelFunctions { asked: String, why: String },
+    #[error("cannot trace system call {number}: {error}")]
+    Syscalls {
+        number: u32,
+        error: libbpf_rs::Error,
+    },
+    #[error("cannot attach USDT probe {probe} of {path}: {error}")]
+    Usdt {
+        probe: String,
+        path: String,
+        error: libbpf_rs::Error,
+    },
     #[error("cannot attach {count} {direction} probes to {path} with {mode}: {error}")]
     Attach {
         count: usize,

@@ -40,6 +40,8 @@ pub struct ProbeConfig {
     pub string_size: Option<u16>,
     /// Some functions capture the user stack at their entry (`--stack`).
     pub user_stacks: bool,
+    /// The kernel event and USDT programs needed (`-E`).
+    pub events: super::EventPrograms,
 }
 
 /// How many functions may capture values: the map's entries are allocated as they are added.
@@ -92,6 +94,7 @@ impl<'obj> LoadedProbes<'obj> {
         // verification costs tens of milliseconds at start-up (the shadow stack's code).
         open.progs.function_exit.set_autoload(!strategy.sessions);
         open.progs.process_forked.set_autoload(strategy.follow);
+        config.events.choose(&mut open);
         if strategy.mode == AttachMode::Single {
             for program in [
                 &mut open.progs.function_entry,
@@ -200,6 +203,8 @@ fn settings(config: &ProbeConfig) -> types::settings {
         value_functions: u32::from(config.string_size.is_some() || config.user_stacks),
         string_size: u32::from(config.string_size.unwrap_or(0)),
         user_stacks: u64::from(config.user_stacks),
+        off_cpu_function: config.events.off_cpu.unwrap_or(0),
+        kernel_events_reserved: 0,
     }
 }
 

@@ -5,6 +5,7 @@
 //!    attached on it (`uprobe_multi`, or one uprobe per probe site);
 //! 1. `load.rs`: open the skeleton, write its configuration, load the programs;
 //! 2. `attach.rs`: attach the planned functions' probes and the watches, filtered to a process;
+//!    `events.rs`: the kernel events and USDT probes (`-E`);
 //! 3. `globals.rs`: while they run, switch recording on and off and read their counters;
 //! 4. `release.rs`: detach every link, in the order the kernel needs.
 //!
@@ -13,6 +14,7 @@
 
 mod attach;
 mod error;
+mod events;
 mod features;
 mod globals;
 mod interface;
@@ -23,6 +25,7 @@ mod user_stacks;
 
 pub use attach::{ExitSites, Watch};
 pub use error::ProbeError;
+pub use events::{check_kernel_functions, EventLinks, EventPrograms};
 pub use features::{KernelFeatures, Support};
 pub use load::{
     forward_libbpf_messages, ring_buffer_size, LoadedProbes, ObjectStorage, ProbeConfig,

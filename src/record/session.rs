@@ -20,10 +20,10 @@ use super::user_stacks;
 use crate::elf::{DebugLookup, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
-use crate::plan::ValueRequests;
+use crate::plan::{EventRequests, ValueRequests};
 use crate::plan::{ExitPolicy, Extension, LibraryPatterns, Loaded, PltLibraries};
 use crate::plan::{PlanOptions, Planner, ProcessOrigin, Program, TracedFile, WatchSites};
-use crate::probe::{self, AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig};
+use crate::probe::{self, AttachedProbes, EventPrograms, LoadedProbes, ObjectStorage, ProbeConfig};
 use crate::table::FunctionTable;
 use crate::user_stack::UserStacks;
 
@@ -54,6 +54,11 @@ pub struct TraceOptions {
     pub follow: bool,
     /// The arguments and return values to capture (`-A`, `-R`, `-a`).
     pub values: ValueRequests,
+    /// Kernel events and USDT probes (`-E`).
+    pub events: EventRequests,
+    /// Kernel functions (`-k`): refused for now, with what is missing (see
+    /// [`probe::check_kernel_functions`]).
+    pub kernel_functions: Vec<String>,
 }
 
 /// Which command runs the session: what it shows besides the events, and what it follows.
@@ -126,6 +131,7 @@ impl Session {
     /// Starts the command (held before exec) or finds the process, and plans its functions.
     pub fn prepare(options: &TraceOptions) -> Result<Session> {
         probe::forward_libbpf_messages();
+        probe::check_kernel_functions(&options.kernel_functions)?;
         // Fork (for -c) before any thread exists: the child only waits and execs.
         let Prepared { target, program } = Target::prepare(&options.target, &options.child_setup)?;
         let stack_files = match options.values.user_stacks.is_empty() {
@@ -224,6 +230,7 @@ impl Session {
                 pairing: plan.pairing,
                 string_size: values.any().then_some(values.string_size),
                 user_stacks: self.table().functions.iter().any(|f| f.user_stack),
+                events: EventPrograms::of(&plan.events),
             },
         )?;
         // Before any return probe: from the first replaced return address on, an exception
@@ -237,6 +244,8 @@ impl Session {
         let all_modules: Vec<usize> = (0..self.table().modules.len()).collect();
         let mut attached = self.attach_modules(&loaded, &all_modules, pid)?;
         attached.absorb(loaded.attach_landings(&self.planner.plan().landings, pid)?);
+        // Detached when the session ends, after the functions' probes.
+        let _event_links = loaded.attach_events(&self.planner.plan().events, pid)?;
         let traced = match options.follow {
             true => Some(TracedProcesses::new(pid, all_modules)?),
             false => None,
@@ -484,6 +493,7 @@ fn plan_options(options: &TraceOptions, target: &Target) -> PlanOptions {
         preloaded_libraries: preloads_libraries(target),
         kernel_lacks_sessions: !probe::strategy().sessions,
         values: options.values.clone(),
+        events: options.events.clone(),
     }
 }
 

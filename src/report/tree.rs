@@ -15,7 +15,8 @@
 //! skipped (longjmp, exceptions, the kernel's uretprobe limit) has no duration and is marked
 //! `/* time unknown */`. Captured values (`-A`, `-R`) show as uftrace shows them: the arguments
 //! in the parentheses (`add(2, 3) = 5;`), the return value after the call or its block
-//! (`} = 5; /* fib */`).
+//! (`} = 5; /* fib */`). A point event (a USDT probe, `-E usdt:…`) is a comment line where it
+//! happened, with its arguments and no duration (`/* usdt:myapp:tick(3, 6) */`).
 //!
 //! [`TreePrinter`] is fed call by call, so the same printer serves a data file and, later, the
 //! live ring buffer, with the same output. A call is only known to be a leaf at its exit, so
@@ -30,7 +31,7 @@ use std::io::{self, Write};
 use super::summary::{replay_note, HumanDuration};
 use crate::fast_hash::FastHashMap;
 use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats};
-use crate::table::{FunctionId, FunctionTable};
+use crate::table::{FunctionId, FunctionKind, FunctionTable};
 use crate::value::format_values;
 
 /// Prints the call tree; a [`CallSink`] that needs entries. Write errors are kept and returned by
@@ -229,6 +230,13 @@ impl<'t, W: Write> TreePrinter<'t, W> {
     }
 
     /// The line of a held-back entry that turned out to open a block.
+    /// Whether `function` is a point event, shown as a comment line.
+    fn is_point_event(&self, function: FunctionId) -> bool {
+        self.table
+            .function(function)
+            .is_some_and(|f| f.kind == FunctionKind::Event)
+    }
+
     fn open_line(&mut self, held: Held) {
         let place = Place::entry(&held.entry);
         let text = LineText {
@@ -251,7 +259,13 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         }
         let name = self.table.name_of(function);
         let parens = self.parens.get(function as usize).copied().unwrap_or("()");
-        let call = CallText { name, parens, text };
+        let point_event = self.is_point_event(function);
+        let call = CallText {
+            name,
+            parens,
+            text,
+            point_event,
+        };
         let result = write_line(&mut self.out, &place, self.columns, &call, line);
         if let Err(error) = result {
             self.error = Some(error);
@@ -309,6 +323,8 @@ struct CallText<'a> {
     name: &'a str,
     parens: &'a str,
     text: LineText,
+    /// A point event: its line is a comment.
+    point_event: bool,
 }
 
 impl CallText<'_> {
@@ -394,6 +410,11 @@ fn write_line(
             call.write_call(out)?;
             writeln!(out, " {{")
         }
+        Line::Leaf(_) if call.point_event => {
+            write!(out, "/* ")?;
+            call.write_call(out)?;
+            writeln!(out, " */")
+        }
         Line::Leaf(ending) => {
             call.write_call(out)?;
             call.write_returned(out)?;
@@ -450,8 +471,10 @@ impl<W: Write> CallSink for TreePrinter<'_, W> {
             Line::Leaf { .. } => call.start_ns,
             _ => call.end_ns,
         };
+        // A point event takes no time of its own.
+        let point_event = self.is_point_event(call.function);
         let place = Place {
-            duration: call.time_known.then_some(call.duration_ns),
+            duration: (call.time_known && !point_event).then_some(call.duration_ns),
             timestamp_ns,
             pid: call.pid,
             tid: call.tid,

@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Kernel events and USDT probes (-E): each written as the events of a pseudo-function of the
+ * plan's function table (src/plan/events.rs), on the thread it happened to, with stack slot 0,
+ * so the replayer pairs its exit with its entry by function:
+ * - off-CPU time: at a context switch, the entry of `linux:schedule` for the traced thread that
+ *   leaves the CPU, its exit for the traced thread that gets it;
+ * - system calls: the entry of `sys_NAME` at sys_enter, its exit at sys_exit with the return
+ *   value after the event, as a function's captured return value is (interface.h);
+ * - USDT probes: the entry of the probe's function with its arguments after the event, and its
+ *   exit right after.
+ * Each program is loaded and attached only when asked. Included by utrace.bpf.c after
+ * record_on(). */
+#ifndef UTRACE_KERNEL_EVENTS_BPF_H
+#define UTRACE_KERNEL_EVENTS_BPF_H
+
+#include <bpf/usdt.bpf.h>
+
+/* The task is dead after this switch: it never comes back (include/linux/sched.h). */
+#define TASK_DEAD 0x80
+
+/* System call number → the function id of its `sys_NAME`, 0 for a system call not traced (id 0
+ * is always one of the program's functions). Filled by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SYSCALL_NUMBERS);
+	__type(key, __u32);
+	__type(value, __u32);
+} syscall_functions SEC(".maps");
+
+/* Writes an event of `function` for thread `task` (not necessarily the current one) at `now`,
+ */
+static __always_inline void record_for_task(struct task_struct *task, __u32 function, __u64 now)
+{
+	__u32 thread = task->pid;
+	struct event *e;
+
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_lost(thread);
+		return;
+	}
+	e->timestamp_ns = now;
+	e->tid = (thread & ((1u << EVENT_TID_BITS) - 1)) |
+		 (bpf_get_smp_processor_id() << EVENT_TID_BITS);
+	e->function = function;
+	e->stack = 0;
+	e->pid = task->tgid;
+	bpf_ringbuf_submit(e, wakeup_flag());
+}
+
+/* A context switch: `prev` leaves the CPU, `next` gets it. The tracepoint runs in prev's
+ * context, so neither event can use the current task's ids. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(off_cpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	/* A thread that is exiting leaves for good: no interval to open. */
+	if (!(prev_state & TASK_DEAD) && recording_in(prev->tgid))
+		record_for_task(prev, settings.off_cpu_function, now);
+	if (recording_in(next->tgid))
+		record_for_task(next, settings.off_cpu_function | EVENT_EXIT, now);
+	return 0;
+}
+
+/* The function id of system call `number`'s pseudo-function, 0 when it is not traced. */
+static __always_inline __u32 syscall_function(long number)
+{
+	__u32 key = (__u32)number;
+	__u32 *function;
+
+	if (number < 0 || number >= SYSCALL_NUMBERS)
+		return 0;
+	function = bpf_map_lookup_elem(&syscall_functions, &key);
+	return function ? *function : 0;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(syscall_entered, struct pt_regs *regs, long number)
+{
+	__u32 function = syscall_function(number);
+
+	if (!function)
+		return 0;
+	return record(function, 0);
+}
+
+/* A system call's exit event and its return value, as values.bpf.h writes a return value. */
+struct syscall_exit_record {
+	struct event event;
+	__s64 returned;
+};
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(syscall_exited, struct pt_regs *regs, long returned)
+{
+	__u32 function = syscall_function(regs->orig_ax);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct syscall_exit_record *r;
+
+	if (!function || !recording_in(pid_tgid >> 32))
+		return 0;
+	r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		count_lost((__u32)pid_tgid);
+		return 0;
+	}
+	fill_event(&r->event, now, function | EVENT_EXIT, 0, (__u32)pid_tgid);
+	r->returned = returned;
+	bpf_ringbuf_submit(r, wakeup_flag());
+	return 0;
+}
+
+/* A USDT probe's entry event and its arguments, one 8-byte integer each. */
+struct usdt_record {
+	struct event event;
+	__s64 arguments[USDT_ARGUMENTS_MAX];
+};
+
+/* A USDT probe was hit: the cookie holds its function id (libbpf finds the arguments). */
+SEC("usdt")
+int usdt_hit(struct pt_regs *ctx)
+{
+	__u32 function = (__u32)bpf_usdt_cookie(ctx);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct usdt_record r = {};
+	struct event *e;
+	long count, value;
+	int i;
+
+	if (!recording_in(pid_tgid >> 32))
+		return 0;
+	count = bpf_usdt_arg_cnt(ctx);
+	if (count < 0)
+		count = 0;
+	if (count > USDT_ARGUMENTS_MAX)
+		count = USDT_ARGUMENTS_MAX;
+	for (i = 0; i < USDT_ARGUMENTS_MAX; i++) {
+		if (i >= count)
+			break;
+		value = 0;
+		bpf_usdt_arg(ctx, i, &value);
+		r.arguments[i] = value;
+	}
+	fill_event(&r.event, now, function, 0, (__u32)pid_tgid);
+	if (bpf_ringbuf_output(&events, &r, sizeof(r.event) + count * sizeof(r.arguments[0]), 0)) {
+		count_lost((__u32)pid_tgid);
+		return 0;
+	}
+	/* The exit, at the same time: a point event is a call that takes none. */
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_lost((__u32)pid_tgid);
+		return 0;
+	}
+	fill_event(e, now, function | EVENT_EXIT, 0, (__u32)pid_tgid);
+	bpf_ringbuf_submit(e, wakeup_flag());
+	return 0;
+}
+
+#endif

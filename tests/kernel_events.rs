@@ -1,0 +1,244 @@
+//! End to end: events beside the user functions (`-E`): off-CPU time as calls of
+//! `linux:schedule`, system calls as calls of `sys_NAME` with their return values, USDT probes
+//! as comment lines with their arguments; each nested under the user call where it happened.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+
+/// Per folded stack (`main;sleep_all;nanosleep@plt;linux:schedule`), its weight: self time in ns,
+/// or calls.
+fn folded(recording: &Recording, weight: &str) -> BTreeMap<String, u64> {
+    let report = recording.report(&["--format=flame-graph", &format!("--weight={weight}")]);
+    report
+        .lines()
+        .map(|line| {
+            let (stack, weight) = line.rsplit_once(' ').expect("a folded stack line");
+            (stack.to_owned(), weight.parse().expect("a weight"))
+        })
+        .collect()
+}
+
+/// The summed weight of the stacks that pass through `caller` and end in `function`.
+fn under(stacks: &BTreeMap<String, u64>, caller: &str, function: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|(stack, _)| {
+            let frames: Vec<&str> = stack.split(';').collect();
+            frames.last() == Some(&function) && frames.contains(&caller)
+        })
+        .map(|(_, weight)| weight)
+        .sum()
+}
+
+#[test]
+fn off_cpu_time_is_a_call_of_linux_schedule_where_the_thread_slept() {
+    if !bpf_available("off_cpu_time_is_a_call_of_linux_schedule_where_the_thread_slept") {
+        return;
+    }
+    let sleeper = compile("sleeper.c", "sleeper", &[]);
+    const SLEEPS: u64 = 50;
+    let recording = record_unchanged(&sleeper, &[&SLEEPS.to_string(), "3"], &["-E", "offcpu"]);
+    let calls = folded(&recording, "calls");
+    let times = folded(&recording, "time");
+    let naps = under(&calls, "sleep_all", "linux:schedule");
+    assert!(
+        naps >= SLEEPS,
+        "{naps} off-CPU intervals in sleep_all: {calls:?}"
+    );
+    let slept = under(&times, "sleep_all", "linux:schedule") as f64;
+    let asked = (SLEEPS * 2_000_000) as f64;
+    assert!(
+        (slept - asked).abs() <= 0.2 * asked,
+        "{slept} ns off the CPU in sleep_all, for {asked} ns of sleeps"
+    );
+    // The pseudo-function is the kernel's, and the summary counts it.
+    let json = recording.json();
+    assert_eq!(
+        module_of(&json, "linux:schedule").as_deref(),
+        Some("[kernel]")
+    );
+    // The tracepoint's short and long names are one thing.
+    let long = record(
+        &sleeper,
+        &["2", "1"],
+        &["-E", "tracepoint:sched:sched_switch"],
+    );
+    assert!(calls_of(&long.json(), "linux:schedule") >= 2);
+}
+
+/// The return values of the calls of `function` in the replay, in order.
+fn returns_of(replay: &str, function: &str) -> Vec<i64> {
+    let shown = format!("{function}() = ");
+    replay
+        .lines()
+        .filter_map(|line| {
+            let value = line.split(&shown).nth(1)?;
+            value.trim_end_matches(';').parse().ok()
+        })
+        .collect()
+}
+
+#[test]
+fn system_calls_are_calls_under_the_function_that_made_them_with_their_return_values() {
+    if !bpf_available(
+        "system_calls_are_calls_under_the_function_that_made_them_with_their_return_values",
+    ) {
+        return;
+    }
+    let sleeper = compile("sleeper.c", "sleeper", &[]);
+    const WRITES: u64 = 40;
+    for event in ["tracepoint:syscalls:sys_enter_write", "syscalls"] {
+        let recording = record_unchanged(&sleeper, &["1", &WRITES.to_string()], &["-E", event]);
+        let calls = folded(&recording, "calls");
+        // Exactly the program's own: not utrace's writes, not other processes'.
+        assert_eq!(
+            under(&calls, "write_all", "sys_write"),
+            WRITES,
+            "{event}: {calls:?}"
+        );
+        assert_eq!(
+            under(&calls, "write@plt", "sys_write"),
+            WRITES,
+            "{event}: nested under the PLT call that made it: {calls:?}"
+        );
+        // The return values the program saw: write i wrote 1 + i % 32 bytes.
+        let replay = recording.report(&["--format=replay"]);
+        let returned = returns_of(&replay, "sys_write");
+        let expected: Vec<i64> = (0..WRITES as i64).map(|i| 1 + i % 32).collect();
+        assert_eq!(
+            returned[..WRITES as usize],
+            expected[..],
+            "{event}: {replay}"
+        );
+        let json = recording.json();
+        assert_eq!(module_of(&json, "sys_write").as_deref(), Some("[kernel]"));
+    }
+    // Only the system calls asked for.
+    let writes = record_unchanged(
+        &sleeper,
+        &["1", "3"],
+        &["-E", "tracepoint:syscalls:sys_exit_write"],
+    );
+    let counts = writes.traced_counts();
+    assert!(
+        counts
+            .keys()
+            .all(|name| !name.starts_with("sys_") || name == "sys_write"),
+        "{counts:?}"
+    );
+}
+
+#[test]
+fn follow_puts_a_childs_system_calls_and_off_cpu_time_under_its_pid() {
+    if !bpf_available("follow_puts_a_childs_system_calls_and_off_cpu_time_under_its_pid") {
+        return;
+    }
+    let sleeper = compile("sleeper.c", "sleeper", &[]);
+    let recording = record_unchanged(
+        &sleeper,
+        &["5", "7", "1"],
+        &[
+            "--follow",
+            "-E",
+            "offcpu,tracepoint:syscalls:sys_enter_write",
+        ],
+    );
+    let json = recording.json();
+    let processes = counts_by_pid(&json);
+    let target = json["pid"].as_u64().unwrap();
+    assert_eq!(processes.len(), 2, "{processes:?}");
+    let child = *processes.keys().find(|&&pid| pid != target).unwrap();
+    // The child writes only in write_all; the parent prints too.
+    assert_eq!(
+        processes[&child].get("sys_write"),
+        Some(&7),
+        "{processes:?}"
+    );
+    assert!(processes[&target]["sys_write"] >= 7, "{processes:?}");
+    for pid in [target, child] {
+        assert!(
+            processes[&pid]["linux:schedule"] >= 5,
+            "{pid}: {processes:?}"
+        );
+    }
+}
+
+#[test]
+fn usdt_probes_are_comment_lines_with_their_arguments_and_exact_counts() {
+    if !bpf_available("usdt_probes_are_comment_lines_with_their_arguments_and_exact_counts") {
+        return;
+    }
+    let usdt = compile("usdt.c", "usdt", &[]);
+    // Untraced, nobody listens: the semaphore stays 0 and tick never fires.
+    let untraced = run_untraced(&usdt, &["4"]);
+    assert!(String::from_utf8_lossy(&untraced.stdout).contains("ticks 0"));
+    let recording = record(&usdt, &["4"], &["-E", "usdt:myapp:*"]);
+    assert_success(&recording.output);
+    // Traced, the kernel set the semaphore: every tick fired, and each was recorded.
+    assert!(String::from_utf8_lossy(&recording.output.stdout).contains("ticks 4"));
+    let counts = recording.traced_counts();
+    assert_eq!(counts.get("usdt:myapp:tick"), Some(&4), "{counts:?}");
+    assert_eq!(counts.get("usdt:myapp:done"), Some(&1), "{counts:?}");
+    let replay = recording.report(&["--format=replay"]);
+    let comments: Vec<&str> = replay
+        .lines()
+        .filter_map(|line| line.split("| ").nth(1))
+        .map(str::trim)
+        .filter(|text| text.starts_with("/* usdt:"))
+        .collect();
+    assert_eq!(
+        comments,
+        [
+            "/* usdt:myapp:tick(1, 2) */",
+            "/* usdt:myapp:tick(2, 4) */",
+            "/* usdt:myapp:tick(3, 6) */",
+            "/* usdt:myapp:tick(4, 8) */",
+            "/* usdt:myapp:done(4, -7) */",
+        ],
+        "{replay}"
+    );
+    // Under the function that hit them, and in the executable's module.
+    let calls = folded(&recording, "calls");
+    assert_eq!(under(&calls, "run", "usdt:myapp:tick"), 4, "{calls:?}");
+    assert_eq!(
+        module_of(&recording.json(), "usdt:myapp:tick").as_deref(),
+        Some("usdt")
+    );
+    // One probe by name: only it is attached.
+    let one = record(&usdt, &["2"], &["-E", "usdt:myapp:done"]);
+    assert!(String::from_utf8_lossy(&one.output.stdout).contains("ticks 0"));
+    assert_eq!(one.traced_counts().get("usdt:myapp:tick"), None);
+    assert!(recording
+        .info()
+        .contains("USDT probes usdt:myapp:done, usdt:myapp:tick"));
+}
+
+#[test]
+fn info_lists_the_usdt_probes_of_a_file() {
+    let usdt = compile("usdt.c", "usdt", &[]);
+    let output = utrace()
+        .args(["info", "--list-usdt"])
+        .arg(&usdt)
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let text = String::from_utf8(output.stdout).unwrap();
+    let tick = text
+        .lines()
+        .find(|l| l.starts_with("myapp:tick"))
+        .expect(&text);
+    let fields: Vec<&str> = tick.split_whitespace().collect();
+    assert!(
+        fields[1].starts_with("0x") && fields[2].starts_with("0x"),
+        "{tick}"
+    );
+    assert_eq!(fields[3..].len(), 2, "two arguments: {tick}");
+    let done = text
+        .lines()
+        .find(|l| l.starts_with("myapp:done"))
+        .expect(&text);
+    assert!(done.contains("$-7"), "{done}");
+}
