@@ -242,3 +242,59 @@ fn info_lists_the_usdt_probes_of_a_file() {
         .expect(&text);
     assert!(done.contains("$-7"), "{done}");
 }
+
+/// In the call graph, kernel pseudo-functions are hexagons and the calls into them dashed; the
+/// graph renders with graphviz.
+#[test]
+fn the_call_graph_shows_kernel_calls_apart() {
+    if !bpf_available("the_call_graph_shows_kernel_calls_apart") {
+        return;
+    }
+    let sleeper = compile("sleeper.c", "sleeper", &[]);
+    let recording = record_unchanged(&sleeper, &["1", "5"], &["-E", "syscalls"]);
+    let dot = recording.report(&["--format=dot"]);
+    let json = recording.json();
+    let functions = json["functions"].as_array().unwrap();
+    let id_of = |name: &str| {
+        dot.lines()
+            .find(|line| line.contains(&format!("[label=\"{name}\\ncalls")))
+            .and_then(|line| line.trim().split(' ').next())
+            .unwrap_or_else(|| panic!("no node for {name}: {dot}"))
+            .to_owned()
+    };
+    let sys_write = id_of("sys_write");
+    let node = dot
+        .lines()
+        .find(|line| line.trim().starts_with(&format!("{sys_write} [")))
+        .unwrap();
+    assert!(node.ends_with(", shape=hexagon];"), "{node}");
+    let edge = dot
+        .lines()
+        .find(|line| line.contains(&format!("{} -> {sys_write} ", id_of("write@plt"))))
+        .unwrap_or_else(|| panic!("no write@plt -> sys_write edge: {dot}"));
+    assert!(
+        edge.contains("label=\"5\"") && edge.ends_with(", style=dashed];"),
+        "{edge}"
+    );
+    // User calls stay plain boxes with solid edges.
+    assert!(dot
+        .lines()
+        .filter(|line| line.contains(&format!("{} ", id_of("write_all"))))
+        .all(|line| !line.contains("hexagon") && !line.contains("dashed")));
+    assert!(functions.len() > 2);
+    let mut render = std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("graphviz's dot (tools/setup.sh installs it)");
+    use std::io::Write;
+    render
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(dot.as_bytes())
+        .unwrap();
+    let svg = render.wait_with_output().unwrap();
+    assert!(svg.status.success() && String::from_utf8_lossy(&svg.stdout).contains("<svg"));
+}

@@ -14,7 +14,7 @@ use std::io::{self, Write};
 use super::summary::{GroupedSummaries, Grouping, HumanDuration, Summary};
 use crate::fast_hash::FastHashMap;
 use crate::replay::{CallSink, FinishedCall};
-use crate::table::{FunctionId, FunctionTable};
+use crate::table::{FunctionId, FunctionKind, FunctionTable};
 
 /// The call graph: the summary per process and the calls per edge; a [`CallSink`]. Memory grows
 /// with processes × functions and with the distinct caller→callee pairs.
@@ -84,10 +84,11 @@ impl CallGraph {
                 }
                 writeln!(
                     out,
-                    "{indent}{} [label={}, fillcolor=\"{}\"];",
+                    "{indent}{} [label={}, fillcolor=\"{}\"{}];",
                     node_name(several, pid, row.id),
                     quoted(&label),
                     heat(s.total_ns, hottest),
+                    node_shape(row.function.kind),
                 )?;
             }
             if several {
@@ -101,12 +102,17 @@ impl CallGraph {
                 .get(&pid)
                 .and_then(|summary| summary.stats(callee))
                 .map_or(0, |stats| stats.total_ns);
+            // A user function's call into the kernel (a system call, time off the CPU).
+            let kind = |id| table.function(id).map(|f| f.kind);
+            let into_kernel = kind(callee) == Some(FunctionKind::Kernel)
+                && kind(caller) != Some(FunctionKind::Kernel);
             writeln!(
                 out,
-                "  {} -> {} [label=\"{calls}\", color=\"{}\"];",
+                "  {} -> {} [label=\"{calls}\", color=\"{}\"{}];",
                 node_name(several, pid, caller),
                 node_name(several, pid, callee),
                 heat(callee_total, hottest),
+                if into_kernel { ", style=dashed" } else { "" },
             )?;
         }
         writeln!(out, "}}")
@@ -139,6 +145,16 @@ fn heat(total_ns: u64, hottest: u64) -> String {
     };
     // Hue 0.667 is blue, 0 is red; the saturation keeps the labels readable.
     format!("{:.3} 0.550 1.000", 0.667 * (1.0 - share))
+}
+
+/// The shape of a node that is no user function: kernel pseudo-functions (`sys_write`,
+/// `linux:schedule`) are hexagons, USDT probes notes; user functions keep the default box.
+fn node_shape(kind: FunctionKind) -> &'static str {
+    match kind {
+        FunctionKind::Kernel => ", shape=hexagon",
+        FunctionKind::Event => ", shape=note",
+        FunctionKind::Function | FunctionKind::Plt => "",
+    }
 }
 
 /// `text` as a graphviz quoted string: `"` and `\` escaped, line breaks as `\n`.
