@@ -105,8 +105,10 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
     let calibrating = (!options.raw_times).then(|| std::thread::spawn(calibrate::probe_costs));
     let prepared = Session::prepare(&options.trace);
     // Dropped, with its probes, after the session's probes are gone.
-    let calibration = calibrating.map(calibrate::joined).transpose()?;
+    let calibration = calibrating.map(calibrate::joined).transpose();
+    // The target's own problem comes first: it says more than a missing permission.
     let mut session = prepared?;
+    let calibration = calibration?;
     let table = session.table().clone();
     let mut replayer = Replayer::new(table.functions.len());
     if let Some(costs) = calibration.as_ref().and_then(|c| c.costs.as_ref()) {

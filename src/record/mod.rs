@@ -73,8 +73,10 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     // Measured while the program is planned: both take tens of milliseconds of start-up.
     let calibrating = std::thread::spawn(calibrate::probe_costs);
     let prepared = Session::prepare(trace);
-    let calibration = calibrate::joined(calibrating)?;
+    let calibration = calibrate::joined(calibrating);
+    // The target's own problem comes first: it says more than a missing permission.
     let mut session = prepared?;
+    let calibration = calibration?;
     // Created before anything is loaded or attached: an output that cannot be written stops
     // utrace while a started command is still held, before it has run at all.
     let writer = DataWriter::create(
