@@ -64,23 +64,10 @@ fn live(
     args: &[&str],
     prints_addresses: bool,
 ) -> (Vec<String>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("live.txt");
-    let output = utrace()
-        .arg("live")
-        .args(flags)
-        .arg("-o")
-        .arg(&tree)
-        .arg("--")
-        .arg(program)
-        .args(args)
-        .output()
-        .unwrap();
-    assert_success(&output);
+    let (output, tree) = live_to_file(flags, program, args);
     if !prints_addresses {
         assert_eq!(output.stdout, run_untraced(program, args).stdout);
     }
-    let tree = std::fs::read_to_string(&tree).unwrap();
     (program_lines(&output.stdout), tree)
 }
 

@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -26,26 +26,6 @@ fn expected(name: &str) -> String {
         .join("tests/data/live")
         .join(name);
     std::fs::read_to_string(path).unwrap()
-}
-
-/// Runs `utrace live FLAGS -o FILE -- PROGRAM ARGS`; checks it succeeds, and returns its
-/// output and the tree it wrote.
-fn live_to_file(flags: &[&str], program: &Path, args: &[&str]) -> (Output, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("live.txt");
-    let output = utrace()
-        .arg("live")
-        .args(flags)
-        .arg("-o")
-        .arg(&tree)
-        .arg("--")
-        .arg(program)
-        .args(args)
-        .output()
-        .unwrap();
-    assert_success(&output);
-    let tree = std::fs::read_to_string(&tree).unwrap();
-    (output, tree)
 }
 
 #[test]

@@ -243,20 +243,29 @@ fn say(executable: &str, landings: &Landings, stubs: usize) {
     if !log::log_enabled!(log::Level::Debug) {
         return;
     }
-    let mut kept: Vec<(&str, usize)> = landings
-        .kept
-        .iter()
-        .map(|(why, &n)| (why.why(), n))
-        .collect();
-    // By reason, as the words sort.
-    kept.sort_unstable();
-    let kept: Vec<String> = kept.iter().map(|(why, n)| format!("{n} {why}")).collect();
     log::debug!(
         "PLT calls of {executable}: {} probed in the library function they call (an emulated \
-         site), {} at their stub (single-stepped){}{}",
+         site), {} at their stub (single-stepped){}",
         landings.len(),
         stubs - landings.len(),
-        if kept.is_empty() { "" } else { ": " },
-        kept.join(", ")
+        counted_reasons(&landings.kept, |why| why.why()),
     );
+}
+
+/// `counts` of stubs by reason as `--debug` says them: `": 3 into files not traced, 1 …"`, by
+/// reason as the words sort; nothing when there is none.
+pub(super) fn counted_reasons<K>(
+    counts: &BTreeMap<K, usize>,
+    why: impl Fn(&K) -> &'static str,
+) -> String {
+    let mut reasons: Vec<(&str, usize)> = counts.iter().map(|(k, &n)| (why(k), n)).collect();
+    reasons.sort_unstable();
+    let reasons: Vec<String> = reasons
+        .iter()
+        .map(|(why, n)| format!("{n} {why}"))
+        .collect();
+    match reasons.is_empty() {
+        true => String::new(),
+        false => format!(": {}", reasons.join(", ")),
+    }
 }

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::landings::counted_reasons;
 use super::module::PlannedModule;
 use super::PlanOptions;
 use crate::elf::binding::{BindingScope, ExportTarget};
@@ -170,18 +171,10 @@ fn say(path: &str, outcome: &StubOutcome) {
     if outcome.dropped + kept_count == 0 {
         return;
     }
-    let mut kept: Vec<(&str, usize)> = outcome
-        .kept
-        .iter()
-        .map(|(why, &n)| (why.why(), n))
-        .collect();
-    kept.sort_unstable();
-    let kept: Vec<String> = kept.iter().map(|(why, n)| format!("{n} {why}")).collect();
     log::debug!(
         "PLT stubs of {path}: {} not probed (the traced function they call sees each call at its \
-         own entry), {kept_count} probed{}{}",
+         own entry), {kept_count} probed{}",
         outcome.dropped,
-        if kept.is_empty() { "" } else { ": " },
-        kept.join(", ")
+        counted_reasons(&outcome.kept, |why| why.why()),
     );
 }

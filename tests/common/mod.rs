@@ -255,6 +255,26 @@ pub fn counts_of(json: &serde_json::Value) -> BTreeMap<String, u64> {
     counts
 }
 
+/// Runs `utrace live FLAGS -o FILE -- PROGRAM ARGS`; checks it succeeds, and returns its
+/// output and the tree it wrote.
+pub fn live_to_file(flags: &[&str], program: &Path, args: &[&str]) -> (Output, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("live.txt");
+    let output = utrace()
+        .arg("live")
+        .args(flags)
+        .arg("-o")
+        .arg(&tree)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let tree = std::fs::read_to_string(&tree).unwrap();
+    (output, tree)
+}
+
 /// Records `program args` with utrace (plus `extra` record flags).
 pub fn record(program: &Path, args: &[&str], extra: &[&str]) -> Recording {
     record_with_env(program, args, extra, &[])
