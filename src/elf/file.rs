@@ -113,6 +113,12 @@ impl ElfFile {
         })
     }
 
+    /// Whether the file defines a function symbol spelled `name` (mangled), without planning
+    /// its functions.
+    pub fn defines_function(&self, name: &str) -> bool {
+        self.symbols.iter().any(|s| s.defined && s.name == name)
+    }
+
     /// Whether the instruction at file offset `offset` is a `ret` (`c3`, `c2 imm16`, `f3 c3`,
     /// `f2 c3`): an exit site where the return value is in rax, unlike a tail jump.
     pub fn is_return_at(&self, offset: u64) -> bool {

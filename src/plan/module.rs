@@ -48,10 +48,12 @@ pub(super) fn plan(
         .plt_libraries
         .apply(&file.path, read.functions, scope);
     functions.retain(|f| options.functions.shows_name(&f.name));
-    if elf.is_go() {
+    // Looked up once: it scans the file's symbols.
+    let is_go = elf.is_go();
+    if is_go {
         elf.move_sites_past_go_stack_checks(&mut functions);
     }
-    let exits = match elf.is_go() {
+    let exits = match is_go {
         true => go::go_exit_probes(elf, &functions),
         false => exit_probes(elf, &functions, exit_policy),
     };
@@ -61,7 +63,7 @@ pub(super) fn plan(
     // Go functions capture no values (see plan_values), the stack's id among them.
     let user_stacks: Vec<bool> = functions
         .iter()
-        .map(|function| !elf.is_go() && options.values.captures_user_stack(function))
+        .map(|function| !is_go && options.values.captures_user_stack(function))
         .collect();
     for (specs, _) in values.iter_mut().zip(&user_stacks).filter(|(_, &s)| s) {
         // The stack's id takes the last item.

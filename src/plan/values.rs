@@ -333,6 +333,7 @@ pub(super) fn plan_values(
         true => elf.prototypes(),
         false => HashMap::new(),
     };
+    let is_go = elf.is_go();
     functions
         .iter()
         .map(|function| {
@@ -340,7 +341,7 @@ pub(super) fn plan_values(
             if specs.is_empty() {
                 return specs;
             }
-            if elf.is_go() {
+            if is_go {
                 refused.go.push(function.name.clone());
                 return Vec::new();
             }
