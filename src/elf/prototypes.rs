@@ -49,10 +49,10 @@ pub struct Prototype {
     pub returns: Option<ValueKind>,
 }
 
-/// Why the DWARF of a file could not be read.
+/// Why the DWARF of a file could not be read (for its prototypes or its source lines).
 #[derive(Debug, thiserror::Error)]
-pub enum PrototypeError {
-    #[error("not a 64-bit little-endian ELF file: its DWARF prototypes are not read")]
+pub enum DwarfError {
+    #[error("not a 64-bit little-endian ELF file: its DWARF is not read")]
     UnsupportedFile,
 
     #[error("its section headers cannot be read ({0}): check the file with `readelf -S`")]
@@ -81,7 +81,7 @@ pub enum PrototypeError {
 ///
 /// A file without `.debug_info` gives an empty map; so does one whose DWARF is compressed
 /// (`SHF_COMPRESSED`), which is not decompressed.
-pub fn read_prototypes(elf_bytes: &[u8]) -> Result<HashMap<u64, Prototype>, PrototypeError> {
+pub fn read_prototypes(elf_bytes: &[u8]) -> Result<HashMap<u64, Prototype>, DwarfError> {
     let sections = ElfSections::parse(elf_bytes)?;
     if sections.get(".debug_info").is_none() {
         return Ok(HashMap::new());
@@ -129,22 +129,22 @@ pub fn read_prototypes(elf_bytes: &[u8]) -> Result<HashMap<u64, Prototype>, Prot
 
 /// The section headers of an ELF file, read without following anything else (a debug file's
 /// code sections are `NOBITS`).
-struct ElfSections<'a> {
+pub(super) struct ElfSections<'a> {
     bytes: &'a [u8],
     headers: Vec<SectionHeader>,
     names: Vec<Option<&'a str>>,
 }
 
 impl<'a> ElfSections<'a> {
-    fn parse(bytes: &'a [u8]) -> Result<ElfSections<'a>, PrototypeError> {
+    pub(super) fn parse(bytes: &'a [u8]) -> Result<ElfSections<'a>, DwarfError> {
         if bytes.get(..header::SELFMAG) != Some(header::ELFMAG.as_slice()) {
-            return Err(PrototypeError::UnsupportedFile);
+            return Err(DwarfError::UnsupportedFile);
         }
         let header: Header = goblin::elf::Elf::parse_header(bytes)?;
         if header.e_ident[header::EI_CLASS] != header::ELFCLASS64
             || header.e_ident[header::EI_DATA] != header::ELFDATA2LSB
         {
-            return Err(PrototypeError::UnsupportedFile);
+            return Err(DwarfError::UnsupportedFile);
         }
         let ctx = goblin::container::Ctx::new(
             goblin::container::Container::Big,
@@ -177,12 +177,12 @@ impl<'a> ElfSections<'a> {
     }
 
     /// The contents of the section `name`, if the file has them.
-    fn get(&self, name: &str) -> Option<&'a [u8]> {
+    pub(super) fn get(&self, name: &str) -> Option<&'a [u8]> {
         section_bytes(self.bytes, self.header(name)?)
     }
 
     /// The name of the first compressed `.debug_` section, if any.
-    fn compressed_debug_section(&self) -> Option<&'a str> {
+    pub(super) fn compressed_debug_section(&self) -> Option<&'a str> {
         self.headers
             .iter()
             .zip(&self.names)
@@ -289,7 +289,7 @@ struct Parameters {
 }
 
 impl<'d, 'a> Functions<'d, 'a> {
-    fn read(dwarf: &'d gimli::Dwarf<Slice<'a>>) -> Result<Functions<'d, 'a>, PrototypeError> {
+    fn read(dwarf: &'d gimli::Dwarf<Slice<'a>>) -> Result<Functions<'d, 'a>, DwarfError> {
         let mut units = Vec::new();
         let mut headers = dwarf.units();
         loop {
@@ -300,7 +300,7 @@ impl<'d, 'a> Functions<'d, 'a> {
                     let offset = units.last().map_or(0, |u: &ReadUnit| {
                         u.start + u.unit.header.length_including_self()
                     });
-                    return Err(PrototypeError::Dwarf { offset, error });
+                    return Err(DwarfError::Dwarf { offset, error });
                 }
             };
             let Some(start) = header.offset().as_debug_info_offset() else {
@@ -894,7 +894,7 @@ mod tests {
     fn text_is_not_an_elf_file() {
         assert!(matches!(
             read_prototypes(b"#!/bin/sh\n"),
-            Err(PrototypeError::UnsupportedFile)
+            Err(DwarfError::UnsupportedFile)
         ));
     }
 }

@@ -497,6 +497,7 @@ fn planned(path: &str, functions: Vec<FunctionSymbol>) -> PlannedModule {
         exits: vec![ExitProbe::Uretprobe(NoExitSites::UretprobesAsked); functions.len()],
         values: vec![Vec::new(); functions.len()],
         user_stacks: vec![false; functions.len()],
+        sources: vec![None; functions.len()],
         functions,
         exits_before_return_value: Vec::new(),
     }
