@@ -273,6 +273,10 @@ pub struct ReportArgs {
     /// Replay and chrome: leave out the captured arguments and return values.
     #[arg(long)]
     pub no_args: bool,
+    /// Replay: end each call's first line with the source file and line where its function
+    /// starts (`/* test/args.c:10 */`), as recorded from DWARF.
+    #[arg(long)]
+    pub srcline: bool,
     #[command(flatten)]
     pub damage: DamageArgs,
     #[command(flatten)]
@@ -386,6 +390,9 @@ impl ReportArgs {
         if self.diff.is_some() && (self.per_thread || self.avg_self || self.percentiles) {
             bail!("--diff compares calls, total and self times: it takes no --per-thread, --avg-self or --percentiles");
         }
+        if self.srcline && format != Format::Replay {
+            bail!("--srcline applies to --format=replay, not {format} (json always gives each function's \"source\")");
+        }
         if self.folded && format != Format::Stacks {
             bail!("--folded applies to --format=stacks, not {format} (--format=flame-graph folds every path)");
         }
@@ -401,6 +408,7 @@ impl ReportArgs {
                 folded: self.folded,
                 percentiles: self.percentiles,
                 hide_values: self.no_args,
+                show_source_lines: self.srcline,
                 ..ReportOptions::default()
             },
             input: self.input,
