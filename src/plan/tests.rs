@@ -754,3 +754,30 @@ fn arguments_past_a_skipped_instruction_are_refused() {
     );
     assert_eq!(specs("plain_total").len(), 1);
 }
+
+#[test]
+fn dropping_stubs_keeps_each_function_with_its_own_stack_flag_and_source_line() {
+    use crate::table::SourceLine;
+    let line = |line| {
+        Some(SourceLine {
+            file: "prog.c".into(),
+            line,
+        })
+    };
+    let mut module = planned(
+        "/bin/prog",
+        vec![
+            symbol("first", 0x10),
+            symbol("dropped@plt", 0x20),
+            symbol("third", 0x30),
+        ],
+    );
+    module.user_stacks = vec![false, true, true];
+    module.sources = vec![line(1), None, line(3)];
+    super::stubs::retain(&mut module, &[true, false, true]);
+    let names: Vec<&str> = module.functions.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["first", "third"]);
+    assert_eq!(module.user_stacks, [false, true]);
+    assert_eq!(module.sources, [line(1), line(3)]);
+    assert_eq!((module.exits.len(), module.values.len()), (2, 2));
+}
