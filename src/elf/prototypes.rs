@@ -13,6 +13,7 @@
 //! changed signature (`.isra`, `.constprop`) keep their origin's prototype in DWARF but not in
 //! their registers: they are left out (see [`Functions::parameters`]).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::convert::Infallible;
 
@@ -179,6 +180,36 @@ impl<'a> ElfSections<'a> {
     /// The contents of the section `name`, if the file has them.
     pub(super) fn get(&self, name: &str) -> Option<&'a [u8]> {
         section_bytes(self.bytes, self.header(name)?)
+    }
+
+    /// The contents of the section `name`, decompressed where it is compressed with zlib
+    /// (`SHF_COMPRESSED`, `ELFCOMPRESS_ZLIB`: `gcc -gz`, `objcopy --compress-debug-sections`, the
+    /// debug files of Debian's packages). None where the file has no such section, or where it
+    /// is compressed otherwise (zstd) or damaged (said under `--debug`).
+    pub(super) fn decompressed(&self, name: &str) -> Option<Cow<'a, [u8]>> {
+        let header = self.header(name)?;
+        let bytes = section_bytes(self.bytes, header)?;
+        if header.sh_flags & u64::from(SHF_COMPRESSED) == 0 {
+            return Some(Cow::Borrowed(bytes));
+        }
+        // Elf64_Chdr: ch_type u32, ch_reserved u32, ch_size u64, ch_addralign u64.
+        const CHDR_LEN: usize = 24;
+        const ELFCOMPRESS_ZLIB: u32 = 1;
+        let chdr = bytes.get(..CHDR_LEN)?;
+        let kind = u32::from_le_bytes(chdr[0..4].try_into().ok()?);
+        let size = u64::from_le_bytes(chdr[8..16].try_into().ok()?);
+        if kind != ELFCOMPRESS_ZLIB {
+            log::debug!("{name} is compressed with type {kind}, not zlib: not read");
+            return None;
+        }
+        let size = usize::try_from(size).ok()?;
+        match miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&bytes[CHDR_LEN..], size) {
+            Ok(data) => Some(Cow::Owned(data)),
+            Err(error) => {
+                log::debug!("{name} does not decompress ({error:?}): not read");
+                None
+            }
+        }
     }
 
     /// The name of the first compressed `.debug_` section, if any.

@@ -19,6 +19,7 @@
 //! linker discarded (GNU ld resolves their addresses to 0; lld to a tombstone near `u64::MAX`):
 //! they are skipped, as no function of an executable or shared library sits at address 0.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::convert::Infallible;
 
@@ -29,24 +30,41 @@ use crate::table::SourceLine;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
+/// The sections the line tables need: the units' root DIEs (their line table, compilation
+/// directory and string bases), the line tables, and the strings they name. The others (types,
+/// locations, macros) are not loaded, so not decompressed.
+const SECTIONS: &[&str] = &[
+    ".debug_info",
+    ".debug_abbrev",
+    ".debug_line",
+    ".debug_line_str",
+    ".debug_str",
+    ".debug_str_offsets",
+    ".debug_addr",
+];
+
 /// The source lines of the entry addresses `addresses` (virtual addresses, as the symbols give
 /// them) in the ELF file `elf_bytes`; an address without a line-table row is left out. A file
-/// without `.debug_line` gives an empty map; so does one whose DWARF is compressed
-/// (`SHF_COMPRESSED`), which is not decompressed.
+/// without `.debug_line` gives an empty map. Sections compressed with zlib (Debian's debug
+/// files) are decompressed first: only those the line tables need (see [`SECTIONS`]).
 pub fn read_source_lines(
     elf_bytes: &[u8],
     addresses: &[u64],
 ) -> Result<HashMap<u64, SourceLine>, DwarfError> {
     let sections = ElfSections::parse(elf_bytes)?;
-    if sections.get(".debug_line").is_none() || sections.get(".debug_info").is_none() {
-        return Ok(HashMap::new());
-    }
-    if let Some(name) = sections.compressed_debug_section() {
-        log::debug!("{name} is compressed: the source lines of the file are not read");
+    let loaded: Vec<(&str, Cow<[u8]>)> = SECTIONS
+        .iter()
+        .filter_map(|&name| Some((name, sections.decompressed(name)?)))
+        .collect();
+    let section = |name: &str| {
+        let found = loaded.iter().find(|(n, _)| *n == name);
+        found.map(|(_, data)| data.as_ref())
+    };
+    if section(".debug_line").is_none() || section(".debug_info").is_none() {
         return Ok(HashMap::new());
     }
     let dwarf = gimli::Dwarf::load(|id| {
-        let data = sections.get(id.name()).unwrap_or_default();
+        let data = section(id.name()).unwrap_or_default();
         Ok::<_, Infallible>(EndianSlice::new(data, LittleEndian))
     })
     .unwrap_or_else(|never: Infallible| match never {});
