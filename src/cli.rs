@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use utrace::data::OnDamage;
 use utrace::elf::{DebugLookup, SitePolicy};
 use utrace::filter::{parse_globs, FilterError, FilterSpec};
-use utrace::plan::{ExitPolicy, LibraryPatterns, PltLibraries, ValueRequests};
+use utrace::plan::{ExitPolicy, LibraryPatterns, PltLibraries, SourceLines, ValueRequests};
 use utrace::record::{
     self, split_command, ChildSetup, RecordOptions, TargetSpec, TraceOptions, UserIds,
 };
@@ -138,6 +138,11 @@ pub struct TraceArgs {
     /// (which the kernel single-steps): for comparison.
     #[arg(long)]
     pub probe_at_entry: bool,
+    /// Read where each traced function starts in the source (file and line, from DWARF: the
+    /// file's own or its debug file's) and store it, for `report --format=replay --srcline`
+    /// and json; live shows it on each call's first line.
+    #[arg(long)]
+    pub srcline: bool,
     /// Ring buffer size (K, M and G suffixes; rounded up to a power of two).
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
     pub buffer_size: u64,
@@ -339,6 +344,10 @@ impl TraceArgs {
             duration: args.duration,
             nest_libs: LibraryPatterns::parse("--nest-lib", &args.nest_lib)?,
             debug: DebugLookup::with_dirs(&args.debug_dir),
+            source_lines: match args.srcline {
+                true => SourceLines::Read,
+                false => SourceLines::Skip,
+            },
             sites: if args.probe_at_entry {
                 SitePolicy::Entry
             } else {

@@ -1,5 +1,5 @@
-//! End to end: `record` reads where each traced function starts in the source (DWARF line
-//! tables), and `report --format=replay --srcline` and json show it, exactly as `addr2line` says
+//! End to end: `record --srcline` reads where each traced function starts in the source (DWARF
+//! line tables), and `report --format=replay --srcline` and json show it, exactly as `addr2line` says
 //! for the function's address.
 
 mod common;
@@ -80,7 +80,7 @@ fn replay_srcline_shows_where_addr2line_puts_each_function() {
         return;
     }
     let program = compile("args.c", "args", &[]);
-    let recording = record_unchanged(&program, &[], &[]);
+    let recording = record_unchanged(&program, &[], &["--srcline"]);
     let replay = recording.report(&["--format=replay", "--srcline"]);
     let addresses = symbol_addresses(&program);
 
@@ -125,6 +125,26 @@ fn replay_srcline_shows_where_addr2line_puts_each_function() {
     // Without --srcline the replay has no source lines.
     let plain = recording.report(&["--format=replay"]);
     assert!(!plain.contains("args.c"), "{plain}");
+}
+
+#[test]
+fn without_record_srcline_no_lines_are_read() {
+    if !bpf_available("without_record_srcline_no_lines_are_read") {
+        return;
+    }
+    let program = compile("args.c", "args", &[]);
+    let recording = record_unchanged(&program, &[], &[]);
+    let replay = recording.report(&["--format=replay", "--srcline"]);
+    assert!(
+        replay.contains("add()") && !replay.contains("/* test/"),
+        "{replay}"
+    );
+    let json = recording.json();
+    let functions = json["functions"].as_array().unwrap();
+    assert!(
+        functions.iter().all(|f| f.get("source").is_none()),
+        "{json}"
+    );
 }
 
 #[test]

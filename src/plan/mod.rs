@@ -78,6 +78,17 @@ pub struct PlanOptions {
     pub kernel_lacks_sessions: bool,
     /// The arguments and return values to capture (`-A`, `-R`, `-a`).
     pub values: ValueRequests,
+    /// Read each function's source line from DWARF (`--srcline`).
+    pub source_lines: SourceLines,
+}
+
+/// Whether planning reads the functions' source lines (`--srcline`). Off by default: on a
+/// Debian debug file (zlib-compressed) reading them costs a third of planning libc.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SourceLines {
+    #[default]
+    Skip,
+    Read,
 }
 
 /// Whether utrace starts the traced process or attaches to one running.

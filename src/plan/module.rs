@@ -5,7 +5,7 @@
 use super::exits::exit_probes;
 use super::go;
 use super::values::{plan_values, Refused};
-use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, TracedFile};
+use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, SourceLines, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, SiteKind, Unprobeable};
 use crate::table::{ExitKind, FunctionKind, ProbeClass, SourceLine, TracedFunction};
@@ -69,7 +69,10 @@ pub(super) fn plan(
         // The stack's id takes the last item.
         specs.truncate(VALUES_MAX - 1);
     }
-    let sources = source_lines(&file.path, elf, &functions);
+    let sources = match options.source_lines {
+        SourceLines::Read => source_lines(&file.path, elf, &functions),
+        SourceLines::Skip => vec![None; functions.len()],
+    };
     let exits_before_return_value = values
         .iter()
         .zip(&exits)

@@ -20,9 +20,9 @@ use super::user_stacks;
 use crate::elf::{DebugLookup, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
-use crate::plan::ValueRequests;
 use crate::plan::{ExitPolicy, Extension, LibraryPatterns, Loaded, PltLibraries};
 use crate::plan::{PlanOptions, Planner, ProcessOrigin, Program, TracedFile, WatchSites};
+use crate::plan::{SourceLines, ValueRequests};
 use crate::probe::{self, AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig};
 use crate::table::FunctionTable;
 use crate::user_stack::UserStacks;
@@ -54,6 +54,8 @@ pub struct TraceOptions {
     pub follow: bool,
     /// The arguments and return values to capture (`-A`, `-R`, `-a`).
     pub values: ValueRequests,
+    /// Read each traced function's source line from DWARF (`--srcline`).
+    pub source_lines: SourceLines,
 }
 
 /// Which command runs the session: what it shows besides the events, and what it follows.
@@ -478,6 +480,7 @@ fn plan_options(options: &TraceOptions, target: &Target) -> PlanOptions {
         preloaded_libraries: preloads_libraries(target),
         kernel_lacks_sessions: !probe::strategy().sessions,
         values: options.values.clone(),
+        source_lines: options.source_lines,
     }
 }
 
