@@ -9,7 +9,9 @@ use clap::{Args, Parser, Subcommand};
 use utrace::data::OnDamage;
 use utrace::elf::{DebugLookup, SitePolicy};
 use utrace::filter::{parse_globs, FilterError, FilterSpec};
-use utrace::plan::{EventRequests, ExitPolicy, LibraryPatterns, PltLibraries, ValueRequests};
+use utrace::plan::{
+    EventRequests, ExitPolicy, LibraryPatterns, PltLibraries, SourceLines, ValueRequests,
+};
 use utrace::record::{
     self, split_command, ChildSetup, RecordOptions, TargetSpec, TraceOptions, UserIds,
 };
@@ -138,6 +140,11 @@ pub struct TraceArgs {
     /// (which the kernel single-steps): for comparison.
     #[arg(long)]
     pub probe_at_entry: bool,
+    /// Read where each traced function starts in the source (file and line, from DWARF: the
+    /// file's own or its debug file's) and store it, for `report --format=replay --srcline`
+    /// and json; live shows it on each call's first line.
+    #[arg(long)]
+    pub srcline: bool,
     /// Ring buffer size (K, M and G suffixes; rounded up to a power of two).
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
     pub buffer_size: u64,
@@ -284,6 +291,10 @@ pub struct ReportArgs {
     /// Replay and chrome: leave out the captured arguments and return values.
     #[arg(long)]
     pub no_args: bool,
+    /// Replay: end each call's first line with the source file and line where its function
+    /// starts (`/* test/args.c:10 */`), as recorded from DWARF.
+    #[arg(long)]
+    pub srcline: bool,
     #[command(flatten)]
     pub damage: DamageArgs,
     #[command(flatten)]
@@ -346,6 +357,10 @@ impl TraceArgs {
             duration: args.duration,
             nest_libs: LibraryPatterns::parse("--nest-lib", &args.nest_lib)?,
             debug: DebugLookup::with_dirs(&args.debug_dir),
+            source_lines: match args.srcline {
+                true => SourceLines::Read,
+                false => SourceLines::Skip,
+            },
             sites: if args.probe_at_entry {
                 SitePolicy::Entry
             } else {
@@ -399,6 +414,9 @@ impl ReportArgs {
         if self.diff.is_some() && (self.per_thread || self.avg_self || self.percentiles) {
             bail!("--diff compares calls, total and self times: it takes no --per-thread, --avg-self or --percentiles");
         }
+        if self.srcline && format != Format::Replay {
+            bail!("--srcline applies to --format=replay, not {format} (json always gives each function's \"source\")");
+        }
         if self.folded && format != Format::Stacks {
             bail!("--folded applies to --format=stacks, not {format} (--format=flame-graph folds every path)");
         }
@@ -414,6 +432,7 @@ impl ReportArgs {
                 folded: self.folded,
                 percentiles: self.percentiles,
                 hide_values: self.no_args,
+                show_source_lines: self.srcline,
                 ..ReportOptions::default()
             },
             input: self.input,

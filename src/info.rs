@@ -330,6 +330,7 @@ mod tests {
             probes: Default::default(),
             values: Vec::new(),
             user_stack: false,
+            source: None,
         };
         let table = FunctionTable {
             modules: vec!["/bin/calls".into(), "/lib/libc.so.6".into()],

@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::event::Event;
 use crate::filter::{FilterSpec, FilteredSink};
+use crate::plan::SourceLines;
 use crate::record::{
     calibrate, monotonic_now_ns, Drain, RecordOutcome, Session, SessionMode, TraceOptions,
 };
@@ -118,8 +119,11 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
         let printer = FlatPrinter::new(&table, out).context("writing the calls")?;
         print_live(&mut session, &options.trace, &table, replayer, printer)
     } else {
-        let printer =
+        let mut printer =
             TreePrinter::live(&table, options.columns, out).context("writing the call tree")?;
+        if options.trace.source_lines == SourceLines::Read {
+            printer.show_source_lines();
+        }
         print_live(&mut session, &options.trace, &table, replayer, printer)
     }
 }

@@ -56,6 +56,28 @@ pub struct TracedFunction {
     /// stacks, so tables stay as older readers know them.
     #[serde(skip)]
     pub user_stack: bool,
+    /// Where its code starts in the source (`record` reads it from DWARF when the file, or its
+    /// debug file, has line tables). Stored after the table like `values` (see
+    /// [`FunctionTable::source_lines`]): tables without it read as having none.
+    #[serde(skip)]
+    pub source: Option<SourceLine>,
+}
+
+/// The source line of a function's entry: the line-table row at its entry address, as
+/// `addr2line -e FILE ADDRESS` prints it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceLine {
+    /// The source file's path relative to the compilation directory where it lies under it
+    /// (`test/args.c`), absolute otherwise (`/usr/include/x86_64-linux-gnu/bits/stdio2.h`).
+    pub file: String,
+    /// 1 for the first line.
+    pub line: u32,
+}
+
+impl std::fmt::Display for SourceLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
 }
 
 /// The traced functions and the files they live in.
@@ -112,6 +134,25 @@ impl FunctionTable {
         for (id, specs) in values {
             if let Some(function) = self.functions.get_mut(id as usize) {
                 function.values = specs;
+            }
+        }
+    }
+
+    /// The functions whose source line is known, with it: what `utrace.data` stores beside the
+    /// table, after the captured values.
+    pub fn source_lines(&self) -> Vec<(FunctionId, SourceLine)> {
+        let functions = self.functions.iter().enumerate();
+        functions
+            .filter_map(|(id, function)| Some((id as FunctionId, function.source.clone()?)))
+            .collect()
+    }
+
+    /// Sets the [`source_lines`](Self::source_lines) read back; ids beyond the table are
+    /// ignored.
+    pub fn set_source_lines(&mut self, lines: Vec<(FunctionId, SourceLine)>) {
+        for (id, line) in lines {
+            if let Some(function) = self.functions.get_mut(id as usize) {
+                function.source = Some(line);
             }
         }
     }
@@ -203,6 +244,7 @@ impl FunctionTable {
                 probes: ProbeClass::default(),
                 values: Vec::new(),
                 user_stack: false,
+                source: None,
             }));
         table
     }

@@ -22,7 +22,8 @@
 //! |------|----------------|------------------------------------------------------------------|
 //! | 1    | metadata       | bincode 2 (standard configuration) of [`Metadata`]               |
 //! | 2    | function table | bincode 2 (standard configuration) of [`FunctionTable`], then   |
-//! |      |                | (version 6) of its captured values' specs (`encode_table`)      |
+//! |      |                | (version 6) of its captured values' specs, then of its functions'|
+//! |      |                | source lines (`encode_table`; tables without them have none)     |
 //! | 3    | events         | up to [`EVENTS_PER_CHUNK`] events, each encoded as its change    |
 //! |      |                | from the one before (the layout is in `format/events.rs`)        |
 //! | 4    | statistics     | bincode 2 (standard configuration) of [`Statistics`]             |
@@ -277,21 +278,35 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::error::Encode
 }
 
 /// The payload of a function table or more-functions chunk: the table, then (version 6) the
-/// specs of the values its functions capture, which a reader of version 5 ignores.
+/// specs of the values its functions capture, then the source lines of its functions, which
+/// readers that predate either ignore.
 pub fn encode_table(table: &FunctionTable) -> Result<Vec<u8>, bincode::error::EncodeError> {
     let mut payload = encode(table)?;
     payload.extend(encode(&table.captured_values())?);
+    payload.extend(encode(&table.source_lines())?);
     Ok(payload)
 }
 
-/// Decodes a function table or more-functions payload, with its value specs when they follow.
+/// Decodes a function table or more-functions payload, with its value specs and source lines
+/// when they follow (a table written before either has none).
 pub fn decode_table(payload: &[u8]) -> Result<FunctionTable, bincode::error::DecodeError> {
-    let (mut table, used): (FunctionTable, usize) =
-        bincode::serde::decode_from_slice(payload, bincode_config())?;
-    if used < payload.len() {
-        table.set_captured_values(decode(&payload[used..])?);
+    let (mut table, used): (FunctionTable, usize) = decode_with_length(payload)?;
+    let mut rest = &payload[used..];
+    if !rest.is_empty() {
+        let (values, used) = decode_with_length(rest)?;
+        table.set_captured_values(values);
+        rest = &rest[used..];
+    }
+    if !rest.is_empty() {
+        table.set_source_lines(decode(rest)?);
     }
     Ok(table)
+}
+
+fn decode_with_length<T: DeserializeOwned>(
+    payload: &[u8],
+) -> Result<(T, usize), bincode::error::DecodeError> {
+    bincode::serde::decode_from_slice(payload, bincode_config())
 }
 
 /// Decodes a metadata, function table or statistics payload. Bytes after the value are ignored
@@ -351,5 +366,44 @@ mod tests {
             damaged[bit / 8] ^= 1 << (bit % 8);
             assert_eq!(ChunkHeader::decode(&damaged, VERSION), None, "bit {bit}");
         }
+    }
+
+    /// A table of two functions, the second with a captured argument and a source line.
+    fn described_table() -> FunctionTable {
+        use crate::table::SourceLine;
+        use crate::value::{ValueFormat, ValueSource, ValueSpec};
+        let mut table = FunctionTable::of_names(&["main", "add"]);
+        table.functions[1].values = vec![ValueSpec::new(
+            ValueSource::Argument(1),
+            ValueFormat::Signed,
+        )];
+        table.functions[1].source = Some(SourceLine {
+            file: "test/args.c".into(),
+            line: 10,
+        });
+        table
+    }
+
+    #[test]
+    fn tables_keep_their_values_and_source_lines() {
+        let table = described_table();
+        let payload = encode_table(&table).unwrap();
+        assert_eq!(decode_table(&payload).unwrap(), table);
+    }
+
+    #[test]
+    fn tables_written_before_source_lines_read_without_them() {
+        let table = described_table();
+        // Version 5: the table alone.
+        let v5 = encode(&table).unwrap();
+        let read = decode_table(&v5).unwrap();
+        assert!(read.functions.iter().all(|f| f.values.is_empty()));
+        assert!(read.functions.iter().all(|f| f.source.is_none()));
+        // Version 6 before source lines: the table and its values.
+        let mut v6 = encode(&table).unwrap();
+        v6.extend(encode(&table.captured_values()).unwrap());
+        let read = decode_table(&v6).unwrap();
+        assert_eq!(read.functions[1].values, table.functions[1].values);
+        assert!(read.functions.iter().all(|f| f.source.is_none()));
     }
 }

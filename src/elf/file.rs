@@ -8,10 +8,12 @@ use goblin::elf::Elf;
 
 use super::debug_file::{DebugLinks, DebugLookup, SymbolSource};
 use super::plt::{self, PltStub};
-use super::prototypes::{self, Prototype};
+use super::prototypes::{self, DwarfError, Prototype};
 use super::segments::ExecutableSegments;
+use super::source_lines;
 use super::symbols::{self, Symbol};
 use super::{plt_calls, ElfError};
+use crate::table::SourceLine;
 
 /// Where the symbols of a file came from, and how many functions each table gave.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,10 +178,31 @@ impl ElfFile {
     /// (so only for a stripped file whose debug file was found). Failures are warned of, and
     /// give no prototypes.
     pub fn prototypes(&self) -> HashMap<u64, Prototype> {
+        self.read_dwarf("arguments are not shown", prototypes::read_prototypes)
+    }
+
+    /// The source lines of the functions that start at `addresses` (virtual addresses), by
+    /// address (see [`source_lines`](super::source_lines)): from the file's own line tables, or
+    /// where it has none, from its debug file, as for [`ElfFile::prototypes`]. Failures are
+    /// warned of, and give no lines.
+    pub fn source_lines(&self, addresses: &[u64]) -> HashMap<u64, SourceLine> {
+        self.read_dwarf("source lines are not shown", |bytes| {
+            source_lines::read_source_lines(bytes, addresses)
+        })
+    }
+
+    /// What `read` finds in the DWARF of the file, or where the file's own gives nothing, in
+    /// that of the debug file its symbols were taken from. Failures are warned of, saying that
+    /// `consequence`, and give nothing.
+    fn read_dwarf<K, V>(
+        &self,
+        consequence: &str,
+        read: impl Fn(&[u8]) -> Result<HashMap<K, V>, DwarfError>,
+    ) -> HashMap<K, V> {
         let read = |path: &Path, bytes: &[u8]| {
-            prototypes::read_prototypes(bytes).unwrap_or_else(|error| {
+            read(bytes).unwrap_or_else(|error| {
                 log::warn!(
-                    "the DWARF of {} is not read: {error}; arguments are not shown",
+                    "the DWARF of {} is not read: {error}; {consequence}",
                     path.display()
                 );
                 HashMap::new()
@@ -195,7 +218,7 @@ impl ElfFile {
                     Ok(bytes) => read(debug, &bytes),
                     Err(error) => {
                         log::warn!(
-                            "cannot read the debug file {} ({error}): arguments are not shown",
+                            "cannot read the debug file {} ({error}): {consequence}",
                             debug.display()
                         );
                         HashMap::new()

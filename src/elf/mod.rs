@@ -23,6 +23,8 @@
 //! - `unwinder`: where the stack unwinder's entry points are;
 //! - `prototypes`: how DWARF says each function's parameters and return value are shown
 //!   (`-a/--auto-args`);
+//! - `source_lines`: the source file and line of each function's entry, from the DWARF line
+//!   tables (`--srcline`);
 //! - `go`: whether the Go toolchain built the file;
 //! - `loader`, `ldcache`: the libraries a program will load, found as the dynamic loader does.
 
@@ -40,6 +42,7 @@ pub mod prototypes;
 pub mod returns;
 mod segments;
 pub mod site;
+pub mod source_lines;
 mod symbols;
 pub mod unwinder;
 pub mod usdt;

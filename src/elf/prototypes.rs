@@ -13,6 +13,7 @@
 //! changed signature (`.isra`, `.constprop`) keep their origin's prototype in DWARF but not in
 //! their registers: they are left out (see [`Functions::parameters`]).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::convert::Infallible;
 
@@ -49,10 +50,10 @@ pub struct Prototype {
     pub returns: Option<ValueKind>,
 }
 
-/// Why the DWARF of a file could not be read.
+/// Why the DWARF of a file could not be read (for its prototypes or its source lines).
 #[derive(Debug, thiserror::Error)]
-pub enum PrototypeError {
-    #[error("not a 64-bit little-endian ELF file: its DWARF prototypes are not read")]
+pub enum DwarfError {
+    #[error("not a 64-bit little-endian ELF file: its DWARF is not read")]
     UnsupportedFile,
 
     #[error("its section headers cannot be read ({0}): check the file with `readelf -S`")]
@@ -81,7 +82,7 @@ pub enum PrototypeError {
 ///
 /// A file without `.debug_info` gives an empty map; so does one whose DWARF is compressed
 /// (`SHF_COMPRESSED`), which is not decompressed.
-pub fn read_prototypes(elf_bytes: &[u8]) -> Result<HashMap<u64, Prototype>, PrototypeError> {
+pub fn read_prototypes(elf_bytes: &[u8]) -> Result<HashMap<u64, Prototype>, DwarfError> {
     let sections = ElfSections::parse(elf_bytes)?;
     if sections.get(".debug_info").is_none() {
         return Ok(HashMap::new());
@@ -129,22 +130,22 @@ pub fn read_prototypes(elf_bytes: &[u8]) -> Result<HashMap<u64, Prototype>, Prot
 
 /// The section headers of an ELF file, read without following anything else (a debug file's
 /// code sections are `NOBITS`).
-struct ElfSections<'a> {
+pub(super) struct ElfSections<'a> {
     bytes: &'a [u8],
     headers: Vec<SectionHeader>,
     names: Vec<Option<&'a str>>,
 }
 
 impl<'a> ElfSections<'a> {
-    fn parse(bytes: &'a [u8]) -> Result<ElfSections<'a>, PrototypeError> {
+    pub(super) fn parse(bytes: &'a [u8]) -> Result<ElfSections<'a>, DwarfError> {
         if bytes.get(..header::SELFMAG) != Some(header::ELFMAG.as_slice()) {
-            return Err(PrototypeError::UnsupportedFile);
+            return Err(DwarfError::UnsupportedFile);
         }
         let header: Header = goblin::elf::Elf::parse_header(bytes)?;
         if header.e_ident[header::EI_CLASS] != header::ELFCLASS64
             || header.e_ident[header::EI_DATA] != header::ELFDATA2LSB
         {
-            return Err(PrototypeError::UnsupportedFile);
+            return Err(DwarfError::UnsupportedFile);
         }
         let ctx = goblin::container::Ctx::new(
             goblin::container::Container::Big,
@@ -177,12 +178,42 @@ impl<'a> ElfSections<'a> {
     }
 
     /// The contents of the section `name`, if the file has them.
-    fn get(&self, name: &str) -> Option<&'a [u8]> {
+    pub(super) fn get(&self, name: &str) -> Option<&'a [u8]> {
         section_bytes(self.bytes, self.header(name)?)
     }
 
+    /// The contents of the section `name`, decompressed where it is compressed with zlib
+    /// (`SHF_COMPRESSED`, `ELFCOMPRESS_ZLIB`: `gcc -gz`, `objcopy --compress-debug-sections`, the
+    /// debug files of Debian's packages). None where the file has no such section, or where it
+    /// is compressed otherwise (zstd) or damaged (said under `--debug`).
+    pub(super) fn decompressed(&self, name: &str) -> Option<Cow<'a, [u8]>> {
+        let header = self.header(name)?;
+        let bytes = section_bytes(self.bytes, header)?;
+        if header.sh_flags & u64::from(SHF_COMPRESSED) == 0 {
+            return Some(Cow::Borrowed(bytes));
+        }
+        // Elf64_Chdr: ch_type u32, ch_reserved u32, ch_size u64, ch_addralign u64.
+        const CHDR_LEN: usize = 24;
+        const ELFCOMPRESS_ZLIB: u32 = 1;
+        let chdr = bytes.get(..CHDR_LEN)?;
+        let kind = u32::from_le_bytes(chdr[0..4].try_into().ok()?);
+        let size = u64::from_le_bytes(chdr[8..16].try_into().ok()?);
+        if kind != ELFCOMPRESS_ZLIB {
+            log::debug!("{name} is compressed with type {kind}, not zlib: not read");
+            return None;
+        }
+        let size = usize::try_from(size).ok()?;
+        match miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&bytes[CHDR_LEN..], size) {
+            Ok(data) => Some(Cow::Owned(data)),
+            Err(error) => {
+                log::debug!("{name} does not decompress ({error:?}): not read");
+                None
+            }
+        }
+    }
+
     /// The name of the first compressed `.debug_` section, if any.
-    fn compressed_debug_section(&self) -> Option<&'a str> {
+    pub(super) fn compressed_debug_section(&self) -> Option<&'a str> {
         self.headers
             .iter()
             .zip(&self.names)
@@ -289,7 +320,7 @@ struct Parameters {
 }
 
 impl<'d, 'a> Functions<'d, 'a> {
-    fn read(dwarf: &'d gimli::Dwarf<Slice<'a>>) -> Result<Functions<'d, 'a>, PrototypeError> {
+    fn read(dwarf: &'d gimli::Dwarf<Slice<'a>>) -> Result<Functions<'d, 'a>, DwarfError> {
         let mut units = Vec::new();
         let mut headers = dwarf.units();
         loop {
@@ -300,7 +331,7 @@ impl<'d, 'a> Functions<'d, 'a> {
                     let offset = units.last().map_or(0, |u: &ReadUnit| {
                         u.start + u.unit.header.length_including_self()
                     });
-                    return Err(PrototypeError::Dwarf { offset, error });
+                    return Err(DwarfError::Dwarf { offset, error });
                 }
             };
             let Some(start) = header.offset().as_debug_info_offset() else {
@@ -894,7 +925,7 @@ mod tests {
     fn text_is_not_an_elf_file() {
         assert!(matches!(
             read_prototypes(b"#!/bin/sh\n"),
-            Err(PrototypeError::UnsupportedFile)
+            Err(DwarfError::UnsupportedFile)
         ));
     }
 }

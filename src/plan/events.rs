@@ -252,6 +252,7 @@ fn add_function(plan: &mut ProbePlan, name: String, module: u32, kind: FunctionK
         probes: ProbeClass::default(),
         values: Vec::new(),
         user_stack: false,
+        source: None,
     });
     // Never probed as user code: no exit site.
     plan.exits.push(ExitProbe::Sites(Vec::new()));

@@ -5,10 +5,10 @@
 use super::exits::exit_probes;
 use super::go;
 use super::values::{plan_values, Refused};
-use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, TracedFile};
+use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, SourceLines, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, SiteKind, Unprobeable};
-use crate::table::{ExitKind, ProbeClass, TracedFunction};
+use crate::table::{ExitKind, FunctionKind, ProbeClass, SourceLine, TracedFunction};
 use crate::value::{ValueSource, ValueSpec, VALUES_MAX};
 
 /// One traced file's functions, planned.
@@ -21,6 +21,8 @@ pub(super) struct PlannedModule {
     pub values: Vec<Vec<ValueSpec>>,
     /// Whether each of `functions` captures the user stack at its entry (`--stack`).
     pub user_stacks: Vec<bool>,
+    /// The source line of each of `functions`, where DWARF gives it.
+    pub sources: Vec<Option<SourceLine>>,
     /// The exit sites (file offsets) of functions that capture their return value where it is
     /// not in rax: tail jumps, which leave before the callee computes it.
     pub exits_before_return_value: Vec<u64>,
@@ -69,6 +71,10 @@ pub(super) fn plan(
         // The stack's id takes the last item.
         specs.truncate(VALUES_MAX - 1);
     }
+    let sources = match options.source_lines {
+        SourceLines::Read => source_lines(&file.path, elf, &functions),
+        SourceLines::Skip => vec![None; functions.len()],
+    };
     let exits_before_return_value = values
         .iter()
         .zip(&exits)
@@ -86,6 +92,7 @@ pub(super) fn plan(
         exits,
         values,
         user_stacks,
+        sources,
         exits_before_return_value,
     })
 }
@@ -96,32 +103,65 @@ impl ProbePlan {
         let index = self.table.push_module(module.file.path.clone());
         let functions = module.functions.into_iter().zip(&module.exits);
         let functions = functions.zip(module.values).zip(module.user_stacks);
-        self.table
-            .functions
-            .extend(
-                functions.map(|(((symbol, exit), values), user_stack)| TracedFunction {
-                    name: symbol.name,
-                    module: index,
-                    offset: symbol.offset,
-                    size: symbol.size,
-                    kind: symbol.kind,
-                    probes: ProbeClass::new(
-                        symbol.execution,
-                        match exit {
-                            ExitProbe::Sites(_) => ExitKind::Instruction,
-                            ExitProbe::Uretprobe(_) => ExitKind::Uretprobe,
-                        },
-                    ),
-                    values,
-                    user_stack,
-                }),
-            );
+        let functions = functions.zip(module.sources);
+        self.table.functions.extend(functions.map(
+            |((((symbol, exit), values), user_stack), source)| TracedFunction {
+                name: symbol.name,
+                module: index,
+                offset: symbol.offset,
+                size: symbol.size,
+                kind: symbol.kind,
+                probes: ProbeClass::new(
+                    symbol.execution,
+                    match exit {
+                        ExitProbe::Sites(_) => ExitKind::Instruction,
+                        ExitProbe::Uretprobe(_) => ExitKind::Uretprobe,
+                    },
+                ),
+                values,
+                user_stack,
+                source,
+            },
+        ));
         self.exits.extend(module.exits);
         let before_return_value = module.exits_before_return_value.into_iter();
         self.exits_before_return_value
             .extend(before_return_value.map(|site| (index, site)));
         self.files.push(module.file);
     }
+}
+
+/// The source line of each of `functions` (none for PLT stubs, which DWARF does not describe).
+/// Under `--debug`, says how many were found and what reading them cost.
+fn source_lines(
+    path: &str,
+    elf: &ElfFile,
+    functions: &[FunctionSymbol],
+) -> Vec<Option<SourceLine>> {
+    let started = std::time::Instant::now();
+    let addresses: Vec<u64> = functions
+        .iter()
+        .filter(|f| f.kind == FunctionKind::Function)
+        .map(|f| f.address)
+        .collect();
+    if addresses.is_empty() {
+        return vec![None; functions.len()];
+    }
+    let lines = elf.source_lines(&addresses);
+    let sources: Vec<Option<SourceLine>> = functions
+        .iter()
+        .map(|f| match f.kind {
+            FunctionKind::Function => lines.get(&f.address).cloned(),
+            FunctionKind::Plt | FunctionKind::Kernel | FunctionKind::Event => None,
+        })
+        .collect();
+    log::debug!(
+        "source lines of {path}: {} of {} functions, read in {:.1} ms",
+        sources.iter().flatten().count(),
+        addresses.len(),
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    sources
 }
 
 /// Says how many functions of a file got which kind of probe site (`--debug`).

@@ -147,17 +147,23 @@ pub(super) fn drop_stubs_seen_by_their_callees(
     outcomes
 }
 
-/// Keeps the functions of `module` (and their exits and values) whose `keep` is true.
-fn retain(module: &mut PlannedModule, keep: &[bool]) {
+/// Keeps the functions of `module` (and their exits, values, user stack flags and source
+/// lines) whose `keep` is true.
+pub(super) fn retain(module: &mut PlannedModule, keep: &[bool]) {
     let functions = std::mem::take(&mut module.functions);
     let exits = std::mem::take(&mut module.exits);
     let values = std::mem::take(&mut module.values);
+    let user_stacks = std::mem::take(&mut module.user_stacks);
+    let sources = std::mem::take(&mut module.sources);
     let planned = functions.into_iter().zip(exits).zip(values);
-    for (((function, exit), values), &kept) in planned.zip(keep) {
+    let planned = planned.zip(user_stacks).zip(sources);
+    for (((((function, exit), values), user_stack), source), &kept) in planned.zip(keep) {
         if kept {
             module.functions.push(function);
             module.exits.push(exit);
             module.values.push(values);
+            module.user_stacks.push(user_stack);
+            module.sources.push(source);
         }
     }
 }

@@ -501,6 +501,7 @@ fn planned(path: &str, functions: Vec<FunctionSymbol>) -> PlannedModule {
         exits: vec![ExitProbe::Uretprobe(NoExitSites::UretprobesAsked); functions.len()],
         values: vec![Vec::new(); functions.len()],
         user_stacks: vec![false; functions.len()],
+        sources: vec![None; functions.len()],
         functions,
         exits_before_return_value: Vec::new(),
     }
@@ -757,4 +758,31 @@ fn arguments_past_a_skipped_instruction_are_refused() {
         crate::value::ValueSource::Return
     );
     assert_eq!(specs("plain_total").len(), 1);
+}
+
+#[test]
+fn dropping_stubs_keeps_each_function_with_its_own_stack_flag_and_source_line() {
+    use crate::table::SourceLine;
+    let line = |line| {
+        Some(SourceLine {
+            file: "prog.c".into(),
+            line,
+        })
+    };
+    let mut module = planned(
+        "/bin/prog",
+        vec![
+            symbol("first", 0x10),
+            symbol("dropped@plt", 0x20),
+            symbol("third", 0x30),
+        ],
+    );
+    module.user_stacks = vec![false, true, true];
+    module.sources = vec![line(1), None, line(3)];
+    super::stubs::retain(&mut module, &[true, false, true]);
+    let names: Vec<&str> = module.functions.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["first", "third"]);
+    assert_eq!(module.user_stacks, [false, true]);
+    assert_eq!(module.sources, [line(1), line(3)]);
+    assert_eq!((module.exits.len(), module.values.len()), (2, 2));
 }

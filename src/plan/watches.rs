@@ -23,7 +23,11 @@ pub(super) fn dlopen_sites(libraries: &[OpenedFile]) -> Option<WatchSites> {
     libraries.iter().find_map(|library| {
         // Checked first: planning every function of a large library (libLLVM's 34,000) only
         // to look for dlopen took most of the planning time.
-        let elf = library.elf.as_ref().ok().filter(|elf| elf.defines_function("dlopen"))?;
+        let elf = library
+            .elf
+            .as_ref()
+            .ok()
+            .filter(|elf| elf.defines_function("dlopen"))?;
         let offsets: Vec<usize> = elf
             .functions(SitePolicy::Best)
             .ok()?

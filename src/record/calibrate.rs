@@ -233,6 +233,7 @@ fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), Calibr
             probes: *class,
             values: Vec::new(),
             user_stack: false,
+            source: None,
         });
         module = Some(file);
     }

@@ -20,7 +20,7 @@ use super::user_stacks;
 use crate::elf::{DebugLookup, SitePolicy};
 use crate::event::Event;
 use crate::filter::FilterSpec;
-use crate::plan::{EventRequests, ValueRequests};
+use crate::plan::{EventRequests, SourceLines, ValueRequests};
 use crate::plan::{ExitPolicy, Extension, LibraryPatterns, Loaded, PltLibraries};
 use crate::plan::{PlanOptions, Planner, ProcessOrigin, Program, TracedFile, WatchSites};
 use crate::probe::{self, AttachedProbes, EventPrograms, LoadedProbes, ObjectStorage, ProbeConfig};
@@ -59,6 +59,8 @@ pub struct TraceOptions {
     /// Kernel functions (`-k`): refused for now, with what is missing (see
     /// [`probe::check_kernel_functions`]).
     pub kernel_functions: Vec<String>,
+    /// Read each traced function's source line from DWARF (`--srcline`).
+    pub source_lines: SourceLines,
 }
 
 /// Which command runs the session: what it shows besides the events, and what it follows.
@@ -494,6 +496,7 @@ fn plan_options(options: &TraceOptions, target: &Target) -> PlanOptions {
         kernel_lacks_sessions: !probe::strategy().sessions,
         values: options.values.clone(),
         events: options.events.clone(),
+        source_lines: options.source_lines,
     }
 }
 

@@ -211,6 +211,8 @@ pub struct ReportOptions {
     pub percentiles: bool,
     /// Replay and Chrome: leave out the captured arguments and return values (`--no-args`).
     pub hide_values: bool,
+    /// Replay: end each call's first line with its function's source line (`--srcline`).
+    pub show_source_lines: bool,
     /// Stacks: the user stacks unwound at record time (`record --stack`), from the data file.
     pub user_stacks: Option<std::sync::Arc<UserStacks>>,
 }
@@ -459,6 +461,9 @@ where
             let mut printer = TreePrinter::new(table, columns, &mut *out)?;
             if options.hide_values {
                 printer.hide_values();
+            }
+            if options.show_source_lines {
+                printer.show_source_lines();
             }
             let outcome = replay_filtered(source, table, filter, costs, &mut printer)?;
             printer.finish(&outcome.replay)?;

@@ -159,6 +159,7 @@ mod tests {
                     probes: Default::default(),
                     values: Vec::new(),
                     user_stack: false,
+                    source: None,
                 })
                 .collect(),
         }

@@ -18,6 +18,12 @@
 //! (`} = 5; /* fib */`). A point event (a USDT probe, `-E usdt:…`) is a comment line where it
 //! happened, with its arguments and no duration (`/* usdt:myapp:tick(3, 6) */`).
 //!
+//! With `--srcline`, a call's first line ends with where its function starts in the source, as
+//! uftrace's `replay --srcline` shows it: `add(2, 3) = 5; /* test/args.c:10 */`,
+//! `fib(5) { /* test/args.c:46 */`, after any mark (`fib(); /* no exit */ /* test/args.c:46 */`).
+//! The closing line of a block stays `} /* fib */`. Functions whose line `record` did not find
+//! (no DWARF, PLT stubs) show none.
+//!
 //! [`TreePrinter`] is fed call by call, so the same printer serves a data file and, later, the
 //! live ring buffer, with the same output. A call is only known to be a leaf at its exit, so
 //! each thread holds back at most one line: the entry it saw last. The next call of that thread
@@ -31,7 +37,7 @@ use std::io::{self, Write};
 use super::summary::{replay_note, HumanDuration};
 use crate::fast_hash::FastHashMap;
 use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats};
-use crate::table::{FunctionId, FunctionKind, FunctionTable};
+use crate::table::{FunctionId, FunctionKind, FunctionTable, SourceLine};
 use crate::value::format_values;
 
 /// Prints the call tree; a [`CallSink`] that needs entries. Write errors are kept and returned by
@@ -56,6 +62,8 @@ pub struct TreePrinter<'t, W: Write> {
     pending: Vec<(u32, Option<Held>)>,
     /// Show the captured values (not under `--no-args`).
     values: bool,
+    /// Show each call's source line (`--srcline`).
+    source_lines: bool,
     /// Thread id → index into `pending`.
     index: FastHashMap<u32, usize>,
     error: Option<io::Error>,
@@ -122,6 +130,7 @@ impl<'t, W: Write> TreePrinter<'t, W> {
             pending: Vec::new(),
             index: FastHashMap::default(),
             values: true,
+            source_lines: false,
             error: None,
         })
     }
@@ -129,6 +138,11 @@ impl<'t, W: Write> TreePrinter<'t, W> {
     /// Leaves the captured values out (`--no-args`).
     pub fn hide_values(&mut self) {
         self.values = false;
+    }
+
+    /// Ends the first line of each call with its function's source line (`--srcline`).
+    pub fn show_source_lines(&mut self) {
+        self.source_lines = true;
     }
 
     /// The captured values of `function` in `bytes` as text, when they are shown.
@@ -260,11 +274,19 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         let name = self.table.name_of(function);
         let parens = self.parens.get(function as usize).copied().unwrap_or("()");
         let point_event = self.is_point_event(function);
+        let source = match self.source_lines {
+            true => self
+                .table
+                .function(function)
+                .and_then(|f| f.source.as_ref()),
+            false => None,
+        };
         let call = CallText {
             name,
             parens,
             text,
             point_event,
+            source,
         };
         let result = write_line(&mut self.out, &place, self.columns, &call, line);
         if let Err(error) = result {
@@ -318,13 +340,15 @@ struct LineText {
     returned: Option<String>,
 }
 
-/// What a line says of its function: its name, and its values.
+/// What a line says of its function: its name, its values, and where it is in the source.
 struct CallText<'a> {
     name: &'a str,
     parens: &'a str,
     text: LineText,
     /// A point event: its line is a comment.
     point_event: bool,
+    /// Shown on the call's first line, under `--srcline`.
+    source: Option<&'a SourceLine>,
 }
 
 impl CallText<'_> {
@@ -334,6 +358,14 @@ impl CallText<'_> {
         match &self.text.arguments {
             Some(arguments) => write!(out, "{}({arguments})", self.name),
             None => write!(out, "{}{}", self.name, self.parens),
+        }
+    }
+
+    /// ` /* file:line */` and the end of the line, or only the end.
+    fn end_first_line(&self, out: &mut impl Write) -> io::Result<()> {
+        match self.source {
+            Some(source) => writeln!(out, " /* {source} */"),
+            None => writeln!(out),
         }
     }
 
@@ -408,7 +440,8 @@ fn write_line(
     match line {
         Line::Open => {
             call.write_call(out)?;
-            writeln!(out, " {{")
+            write!(out, " {{")?;
+            call.end_first_line(out)
         }
         Line::Leaf(_) if call.point_event => {
             write!(out, "/* ")?;
@@ -419,9 +452,10 @@ fn write_line(
             call.write_call(out)?;
             call.write_returned(out)?;
             match ending.mark() {
-                None => writeln!(out, ";"),
-                Some(mark) => writeln!(out, "; /* {mark} */"),
+                None => write!(out, ";")?,
+                Some(mark) => write!(out, "; /* {mark} */")?,
             }
+            call.end_first_line(out)
         }
         Line::Close(ending) => {
             write!(out, "}}")?;

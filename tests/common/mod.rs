@@ -572,6 +572,7 @@ pub fn written_table(names: &[&str]) -> utrace::table::FunctionTable {
                 probes: Default::default(),
                 values: Vec::new(),
                 user_stack: false,
+                source: None,
             })
             .collect(),
     }
