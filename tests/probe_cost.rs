@@ -6,10 +6,11 @@ mod common;
 use common::*;
 
 /// test/spin.c's ROUNDS CALLS SPIN LEAF_SPIN: each call of `work` spins about 2.5 µs between
-/// each of its 500 calls of `tiny` (emulated entry), whose probes add about a fifth to its
-/// raw self time; `leaf` spins about 70 µs, and its single-stepped entry probe adds about a quarter
-/// to its raw duration.
-const ARGS: [&str; 4] = ["50", "500", "9000", "250000"];
+/// each of its 500 calls of `tiny` (emulated entry), whose probes add about a fifth to a third to
+/// its raw self time; `leaf` spins about 17 µs, and its single-stepped entry probe adds about 40%
+/// to its raw duration (on this VM in November 2026 a single-step costs about 5 µs: a leaf of
+/// 70 µs, as before, showed it as only 6% and proved nothing).
+const ARGS: [&str; 4] = ["50", "500", "9000", "50000"];
 
 /// The untraced copies and the program's own timing get no probes.
 const UNPROBED: [&str; 4] = [
@@ -56,8 +57,14 @@ fn corrected_self_times_are_the_untraced_times() {
     panic!("{}", failures.join("\n\n"));
 }
 
+/// How far from its untraced time `work`'s corrected self time may be, and how far above it its
+/// raw one must be. DESIGN.md asks for 25%; on this 2-vCPU VM the correction of `work`'s 500
+/// emulated calls lands between 0.87 and 1.03 of the untraced time from one run to the next
+/// (with the code of 2026-11-24 as with today's), so 10% failed runs that meet the target.
+const WORK_TOLERANCE: f64 = 0.15;
+
 /// What is wrong with the times of `recording`, if anything: `work`'s corrected self time must
-/// be within 10% of its untraced time and its raw one more than 10% above; `leaf`'s corrected
+/// be within [`WORK_TOLERANCE`] of its untraced time and its raw one more than that above; `leaf`'s corrected
 /// time at most half as far from its untraced time as its raw one (a single-step's cost swings
 /// more than an emulation's).
 fn correction_failure(recording: &Recording) -> Option<String> {
@@ -78,10 +85,10 @@ fn correction_failure(recording: &Recording) -> Option<String> {
     };
     let (corrected_work, raw_work) = ratios("work");
     let (corrected_leaf, raw_leaf) = ratios("leaf");
-    let problem = if (corrected_work - 1.0).abs() >= 0.10 {
-        "work's corrected self time is not within 10% of its untraced time"
-    } else if raw_work <= 1.10 {
-        "work's raw self time is not inflated by more than 10%"
+    let problem = if (corrected_work - 1.0).abs() >= WORK_TOLERANCE {
+        "work's corrected self time is not within 15% of its untraced time"
+    } else if raw_work <= 1.0 + WORK_TOLERANCE {
+        "work's raw self time is not inflated by more than 15%"
     } else if raw_leaf <= 1.10 || (corrected_leaf - 1.0).abs() >= 0.5 * (raw_leaf - 1.0) {
         "leaf's corrected time is not twice as close to its untraced time as its raw time"
     } else {
