@@ -710,7 +710,7 @@ mod tests {
 
     use super::ValueKind::{CString, Char, Pointer, Signed, Unsigned};
     use super::*;
-    use crate::elf::tests::{compile, run};
+    use crate::elf::tests::compile;
 
     const PROTOTYPES_C: &str =
         concat!(env!("CARGO_MANIFEST_DIR"), "/src/elf/testdata/prototypes.c");
@@ -888,13 +888,7 @@ mod tests {
     fn a_stripped_file_takes_its_prototypes_from_its_debug_file() {
         let dir = TempDir::new().unwrap();
         let program = compile(&dir, "cc", PROTOTYPES_C, "stripped", &["-O2"]);
-        let program_str = program.to_str().unwrap();
-        let debug = dir.path().join("stripped.debug");
-        let debug_str = debug.to_str().unwrap();
-        run("objcopy", &["--only-keep-debug", program_str, debug_str]);
-        run("strip", &["--strip-all", program_str]);
-        let link = format!("--add-gnu-debuglink={debug_str}");
-        run("objcopy", &[&link, program_str]);
+        let debug = crate::elf::tests::split_off_debug_file(&dir, &program);
 
         let mut file = crate::elf::ElfFile::open(&program).unwrap();
         assert_eq!(file.prototypes(), HashMap::new());

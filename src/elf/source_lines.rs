@@ -310,13 +310,7 @@ mod tests {
         let program = compile(&dir, "cc", FIXTURE_C, "stripped", &[]);
         let addresses = function_addresses(&program);
         let expected = read_source_lines(&std::fs::read(&program).unwrap(), &addresses).unwrap();
-        let program_str = program.to_str().unwrap();
-        let debug = dir.path().join("stripped.debug");
-        let debug_str = debug.to_str().unwrap();
-        run("objcopy", &["--only-keep-debug", program_str, debug_str]);
-        run("strip", &["--strip-all", program_str]);
-        let link = format!("--add-gnu-debuglink={debug_str}");
-        run("objcopy", &[&link, program_str]);
+        crate::elf::tests::split_off_debug_file(&dir, &program);
 
         let mut file = crate::elf::ElfFile::open(&program).unwrap();
         assert_eq!(file.source_lines(&addresses), HashMap::new());

@@ -57,6 +57,21 @@ pub(crate) fn compile(
     out
 }
 
+/// Splits the debug information of `program` (in `dir`) into `dir/<its name>.debug`, strips the
+/// program and links it to that file (`.gnu_debuglink`), as distributions ship them; returns
+/// the debug file's path.
+pub(crate) fn split_off_debug_file(dir: &TempDir, program: &Path) -> PathBuf {
+    let program_str = program.to_str().expect("temp path is UTF-8");
+    let name = program.file_name().expect("a file").to_string_lossy();
+    let debug = dir.path().join(format!("{name}.debug"));
+    let debug_str = debug.to_str().expect("temp path is UTF-8");
+    run("objcopy", &["--only-keep-debug", program_str, debug_str]);
+    run("strip", &["--strip-all", program_str]);
+    let link = format!("--add-gnu-debuglink={debug_str}");
+    run("objcopy", &[&link, program_str]);
+    debug
+}
+
 /// The fixture builds of `fixture.c`: (name, flags).
 const C_VARIANTS: &[(&str, &[&str])] = &[
     ("pie", &[]),
