@@ -1,5 +1,6 @@
 //! End to end: Debian's stripped programs traced through their PLT stubs, and libc's internal
-//! functions traced with the symbols of its debug file (libc6-dbg).
+//! functions traced with the symbols of its debug file (libc6-dbg), counted as bpftrace counts
+//! them.
 
 mod common;
 
@@ -77,4 +78,36 @@ fn libc_internal_functions_come_from_its_debug_file() {
         stderr.contains("functions from debug file /usr/lib/debug/.build-id/"),
         "libc's debug file was not used (tools/setup.sh installs libc6-dbg): {stderr}"
     );
+    assert_eq!(
+        bpftrace_count(&statics, &["1000"], "_int_malloc"),
+        1003,
+        "bpftrace's own count of the same run"
+    );
+}
+
+/// How many times bpftrace (its own uprobe on libc's `function`, found through libc's debug
+/// file as gdb finds it) sees `program args` call `function`: the reference utrace's count is
+/// held to. bpftrace's stdout is a pipe here too, so the run takes the same path through stdio.
+fn bpftrace_count(program: &Path, args: &[&str], function: &str) -> u64 {
+    let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+    let script = format!("uprobe:{libc}:{function} /pid == cpid/ {{ @calls = count(); }}");
+    let command = std::iter::once(program.display().to_string())
+        .chain(args.iter().map(|arg| arg.to_string()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let output = std::process::Command::new("bpftrace")
+        .args(["-e", &script, "-c", &command])
+        .output()
+        .unwrap_or_else(|e| panic!("running bpftrace (tools/setup.sh installs it): {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("@calls: "))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "no count from bpftrace: {stdout}{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
 }
