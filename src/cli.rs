@@ -292,7 +292,8 @@ pub struct ReportArgs {
     #[arg(long)]
     pub no_args: bool,
     /// Replay: end each call's first line with the source file and line where its function
-    /// starts (`/* test/args.c:10 */`), as recorded from DWARF.
+    /// starts (`/* test/args.c:10 */`), as recorded from DWARF; chrome: give it in each call's
+    /// args (`"srcline"`).
     #[arg(long)]
     pub srcline: bool,
     #[command(flatten)]
@@ -414,8 +415,8 @@ impl ReportArgs {
         if self.diff.is_some() && (self.per_thread || self.avg_self || self.percentiles) {
             bail!("--diff compares calls, total and self times: it takes no --per-thread, --avg-self or --percentiles");
         }
-        if self.srcline && format != Format::Replay {
-            bail!("--srcline applies to --format=replay, not {format} (json always gives each function's \"source\")");
+        if self.srcline && !matches!(format, Format::Replay | Format::Chrome) {
+            bail!("--srcline applies to --format=replay and chrome, not {format} (json always gives each function's \"srcline\")");
         }
         if self.folded && format != Format::Stacks {
             bail!("--folded applies to --format=stacks, not {format} (--format=flame-graph folds every path)");

@@ -111,16 +111,34 @@ fn replay_srcline_shows_where_addr2line_puts_each_function() {
         .all(|source| source.starts_with("test/args.c:")));
     assert!(seen["add"] != seen["fib"]);
 
-    // json gives the same, as "source", for every function but the PLT stubs.
+    // json gives the same, as "srcline", for every function but the PLT stubs.
     let json = recording.json();
     for function in json["functions"].as_array().unwrap() {
         let name = function["name"].as_str().unwrap();
-        let source = function["source"].as_str();
+        let source = function["srcline"].as_str();
         match name.ends_with("@plt") {
             true => assert_eq!(source, None, "{name}"),
             false => assert_eq!(source, Some(seen[name].as_str()), "{name}"),
         }
     }
+
+    // Chrome gives each call's entry its function's line, under --srcline only.
+    let chrome: serde_json::Value =
+        serde_json::from_str(&recording.report(&["--format=chrome", "--srcline"])).unwrap();
+    let entries: Vec<&serde_json::Value> = chrome["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["ph"] == "B")
+        .collect();
+    assert!(entries.len() > seen.len());
+    for event in entries {
+        let name = event["name"].as_str().unwrap();
+        let srcline = event["args"]["srcline"].as_str();
+        assert_eq!(srcline, seen.get(name).map(String::as_str), "{event}");
+    }
+    let chrome = recording.report(&["--format=chrome"]);
+    assert!(!chrome.contains("srcline"), "{chrome}");
 
     // Without --srcline the replay has no source lines.
     let plain = recording.report(&["--format=replay"]);
@@ -142,7 +160,7 @@ fn without_record_srcline_no_lines_are_read() {
     let json = recording.json();
     let functions = json["functions"].as_array().unwrap();
     assert!(
-        functions.iter().all(|f| f.get("source").is_none()),
+        functions.iter().all(|f| f.get("srcline").is_none()),
         "{json}"
     );
 }

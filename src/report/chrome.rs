@@ -20,7 +20,9 @@
 //! unknown (its return was skipped) ends at the latest event of its thread written so far, which
 //! keeps the nesting, with `"args":{"time":"unknown"}`. Captured values (`-A`, `-R`) are the
 //! `args` of the `B` event (`{"arg1":"2","arg2":"3"}`) and of the `E` event (`{"retval":"5"}`),
-//! as text as the call tree shows them.
+//! as text as the call tree shows them. Under `report --srcline`, a `B` event's `args` also give
+//! where its function starts in the source (`"srcline":"test/args.c:10"`), when `record
+//! --srcline` found it.
 
 use std::io::{self, Write};
 
@@ -42,6 +44,9 @@ pub struct ChromeTrace<W: Write> {
     names: Vec<String>,
     /// Each function's captured values; all empty under `--no-args`.
     values: Vec<Vec<ValueSpec>>,
+    /// Each function's `"srcline":"file:line"` field, ready to write; all `None` unless
+    /// [`show_source_lines`](Self::show_source_lines) was called.
+    source_lines: Vec<Option<String>>,
     /// Threads that have had their `thread_name` event, with the latest `ts` (ns) written on each
     /// as of when another thread's event came.
     named_threads: FastHashMap<u32, u64>,
@@ -72,6 +77,7 @@ impl<W: Write> ChromeTrace<W> {
             start_ns: info.start_monotonic_ns,
             names,
             values: table.functions.iter().map(|f| f.values.clone()).collect(),
+            source_lines: vec![None; table.functions.len()],
             named_threads: FastHashMap::default(),
             current: None,
             error: None,
@@ -83,14 +89,36 @@ impl<W: Write> ChromeTrace<W> {
         self.values.iter_mut().for_each(Vec::clear);
     }
 
-    /// The `args` of an event of `function` with captured `bytes`: `,"args":{...}`, or nothing.
-    fn values_args(&self, function: FunctionId, exit: bool, bytes: Option<&[u8]>) -> String {
-        let (Some(bytes), Some(specs)) = (bytes, self.values.get(function as usize)) else {
-            return String::new();
+    /// Gives each `B` event its function's source line (`--srcline`).
+    pub fn show_source_lines(&mut self, table: &FunctionTable) {
+        self.source_lines = table
+            .functions
+            .iter()
+            .map(|f| {
+                let line = f.source.as_ref()?.to_string();
+                Some(format!("\"srcline\":{}", json_string(&line)))
+            })
+            .collect();
+    }
+
+    /// The `args` of an event of `function` with captured `bytes` (and, on an entry, its source
+    /// line): `,"args":{...}`, or nothing.
+    fn event_args(&self, function: FunctionId, exit: bool, bytes: Option<&[u8]>) -> String {
+        let source_line = match exit {
+            false => self.source_lines.get(function as usize).cloned().flatten(),
+            true => None,
         };
-        let fields: Vec<String> = value_texts(specs, exit, bytes)
+        let values = match (bytes, self.values.get(function as usize)) {
+            (Some(bytes), Some(specs)) => value_texts(specs, exit, bytes),
+            _ => Vec::new(),
+        };
+        let fields: Vec<String> = source_line
             .into_iter()
-            .map(|(spec, text)| format!("\"{}\":{}", value_name(spec), json_string(&text)))
+            .chain(
+                values
+                    .into_iter()
+                    .map(|(spec, text)| format!("\"{}\":{}", value_name(spec), json_string(&text))),
+            )
             .collect();
         match fields.is_empty() {
             true => String::new(),
@@ -196,7 +224,7 @@ fn json_string(text: &str) -> String {
 
 impl<W: Write> CallSink for ChromeTrace<W> {
     fn call_entered(&mut self, entry: &CallEntry, _stack: &[FunctionId]) {
-        let values = self.values_args(entry.function, false, entry.arguments);
+        let values = self.event_args(entry.function, false, entry.arguments);
         self.event(
             'B',
             (entry.pid, entry.tid),
@@ -209,7 +237,7 @@ impl<W: Write> CallSink for ChromeTrace<W> {
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
         // A timeline: where the exit happened, probe costs and all.
         let end_ns = call.time_known.then_some(call.end_ns);
-        let values = self.values_args(call.function, true, call.values.returned.as_deref());
+        let values = self.event_args(call.function, true, call.values.returned.as_deref());
         self.event('E', (call.pid, call.tid), end_ns, call.function, &values);
     }
 }

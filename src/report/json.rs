@@ -3,7 +3,7 @@
 //! ```json
 //! {"command": "...", "pid": N, "duration_ns": N, "events": N, "lost_events": N,
 //!  "damaged_chunks": N,
-//!  "functions": [{"name": "fib", "module": "sort", "offset": "0x1a2b", "source": "sort.c:12",
+//!  "functions": [{"name": "fib", "module": "sort", "offset": "0x1a2b", "srcline": "sort.c:12",
 //!                 "calls": N, "unknown_time_calls": N,
 //!                 "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N,
 //!                 "p50_ns": N, "p90_ns": N, "p99_ns": N}]}
@@ -12,7 +12,7 @@
 //! `events` counts those read, not those recorded); `functions` are in the summary's order (`--sort`) with the same
 //! figures (see [`super::summary`]); `module` is the file name of the function's module, `offset` the file
 //! offset in it of the function's probe site (its entry, or just past its `endbr64`), which tells
-//! apart functions of one name; `source` the file and line where the function starts (the
+//! apart functions of one name; `srcline` the file and line where the function starts (the
 //! line-table row at its entry, as `record` read it from DWARF; left out where unknown, as
 //! for PLT stubs and files without line tables); the percentiles are those of [`super::distribution`].
 //! When the trace holds more than one process (`--follow`), each function has one entry per
@@ -53,7 +53,7 @@ struct JsonFunction<'a> {
     /// Where the function starts in the source (`test/args.c:10`), when `record` found it in
     /// DWARF.
     #[serde(skip_serializing_if = "Option::is_none")]
-    source: Option<String>,
+    srcline: Option<String>,
     calls: u64,
     /// The calls among `calls` whose time is unknown (not in the times).
     unknown_time_calls: u64,
@@ -91,7 +91,7 @@ pub fn write_json(
             name: &row.function.name,
             module: table.module_name(row.function),
             offset: format!("{:#x}", row.function.offset),
-            source: row.function.source.as_ref().map(ToString::to_string),
+            srcline: row.function.source.as_ref().map(ToString::to_string),
             calls: row.stats.calls,
             unknown_time_calls: row.stats.unknown_time,
             total_ns: row.stats.total_ns,

@@ -211,7 +211,8 @@ pub struct ReportOptions {
     pub percentiles: bool,
     /// Replay and Chrome: leave out the captured arguments and return values (`--no-args`).
     pub hide_values: bool,
-    /// Replay: end each call's first line with its function's source line (`--srcline`).
+    /// Replay: end each call's first line with its function's source line; chrome: give it in
+    /// each call's `B` event (`--srcline`).
     pub show_source_lines: bool,
     /// Stacks: the user stacks unwound at record time (`record --stack`), from the data file.
     pub user_stacks: Option<std::sync::Arc<UserStacks>>,
@@ -473,6 +474,9 @@ where
             let mut trace = ChromeTrace::new(table, &info(source), &mut *out)?;
             if options.hide_values {
                 trace.hide_values();
+            }
+            if options.show_source_lines {
+                trace.show_source_lines(table);
             }
             let outcome = replay_filtered(source, table, filter, costs, &mut trace)?;
             trace.finish(&info(source), &outcome.replay)?;
