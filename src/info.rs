@@ -1,6 +1,7 @@
 //! `utrace info`: what a data file holds, without replaying it. The threads are found with one
 //! pass over the events, so a file of any length is read in memory bounded by its threads.
 
+use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -191,9 +192,15 @@ impl DataFileInfo {
                 "modules"
             }
         )?;
+        let origins: HashMap<u32, &str> = (self.functions.symbol_origins.iter())
+            .map(|(module, origin)| (*module, origin.as_str()))
+            .collect();
         for (index, module) in modules.iter().enumerate() {
             let count = self.functions.functions_in_module(index);
-            writeln!(out, "  {module} ({count})")?;
+            match origins.get(&(index as u32)) {
+                Some(origin) => writeln!(out, "  {module} ({count}), symbols: {origin}")?,
+                None => writeln!(out, "  {module} ({count})")?,
+            }
         }
         writeln!(out, "traced:      {}", traced_kinds(&self.functions))?;
         match &m.probe_costs {
@@ -335,6 +342,7 @@ mod tests {
         let table = FunctionTable {
             modules: vec!["/bin/calls".into(), "/lib/libc.so.6".into()],
             functions: vec![function("main", 0), function("fib", 0), function("puts", 1)],
+            ..Default::default()
         };
         let mut writer = DataWriter::create(path, &metadata, &table).unwrap();
         writer

@@ -86,6 +86,11 @@ pub struct FunctionTable {
     /// Paths of the traced ELF files, as they were opened.
     pub modules: Vec<String>,
     pub functions: Vec<TracedFunction>,
+    /// Where the symbols of each module came from, as `record` found them (`5 functions from
+    /// .symtab, 0 from .dynsym, 5 PLT stubs`), by module index; stored after the table
+    /// (see [`crate::data::format::encode_table`]), so tables written before have none.
+    #[serde(skip)]
+    pub symbol_origins: Vec<(u32, String)>,
 }
 
 impl FunctionTable {
@@ -104,6 +109,7 @@ impl FunctionTable {
     pub fn extend(&mut self, more: FunctionTable) {
         self.modules.extend(more.modules);
         self.functions.extend(more.functions);
+        self.symbol_origins.extend(more.symbol_origins);
     }
 
     /// How many functions module `index` has.

@@ -38,6 +38,7 @@ fn long_recording(path: &Path, calls: u64) {
                 source: None,
             })
             .into(),
+        ..Default::default()
     };
     let mut writer = DataWriter::create(path, &metadata, &table).unwrap();
     let mut batch = Vec::with_capacity(60_000);

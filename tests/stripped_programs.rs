@@ -78,6 +78,27 @@ fn libc_internal_functions_come_from_its_debug_file() {
         stderr.contains("functions from debug file /usr/lib/debug/.build-id/"),
         "libc's debug file was not used (tools/setup.sh installs libc6-dbg): {stderr}"
     );
+    // info says it too, from the data file: after the recording, whatever the files are now.
+    let info = recording.info();
+    let libc = info
+        .lines()
+        .find(|line| {
+            line.trim_start()
+                .starts_with("/lib/x86_64-linux-gnu/libc.so.6 (2)")
+        })
+        .unwrap_or_else(|| panic!("no libc line: {info}"));
+    assert!(
+        libc.contains(", symbols: ") && libc.contains("functions from debug file /usr/lib/debug/"),
+        "{libc}"
+    );
+    let program = info
+        .lines()
+        .find(|line| line.contains("statics (0)"))
+        .unwrap_or_else(|| panic!("no line of the program: {info}"));
+    assert!(
+        program.contains(", symbols: ") && program.contains(" functions from .symtab, "),
+        "{program}"
+    );
     assert_eq!(
         bpftrace_count(&statics, &["1000"], "_int_malloc"),
         1003,

@@ -278,17 +278,18 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::error::Encode
 }
 
 /// The payload of a function table or more-functions chunk: the table, then (version 6) the
-/// specs of the values its functions capture, then the source lines of its functions, which
-/// readers that predate either ignore.
+/// specs of the values its functions capture, then the source lines of its functions, then where
+/// each module's symbols came from; readers that predate one of these ignore it and what follows.
 pub fn encode_table(table: &FunctionTable) -> Result<Vec<u8>, bincode::error::EncodeError> {
     let mut payload = encode(table)?;
     payload.extend(encode(&table.captured_values())?);
     payload.extend(encode(&table.source_lines())?);
+    payload.extend(encode(&table.symbol_origins)?);
     Ok(payload)
 }
 
-/// Decodes a function table or more-functions payload, with its value specs and source lines
-/// when they follow (a table written before either has none).
+/// Decodes a function table or more-functions payload, with what follows it when it does (a
+/// table written before has less).
 pub fn decode_table(payload: &[u8]) -> Result<FunctionTable, bincode::error::DecodeError> {
     let (mut table, used): (FunctionTable, usize) = decode_with_length(payload)?;
     let mut rest = &payload[used..];
@@ -298,7 +299,12 @@ pub fn decode_table(payload: &[u8]) -> Result<FunctionTable, bincode::error::Dec
         rest = &rest[used..];
     }
     if !rest.is_empty() {
-        table.set_source_lines(decode(rest)?);
+        let (lines, used) = decode_with_length(rest)?;
+        table.set_source_lines(lines);
+        rest = &rest[used..];
+    }
+    if !rest.is_empty() {
+        table.symbol_origins = decode(rest)?;
     }
     Ok(table)
 }
@@ -368,7 +374,8 @@ mod tests {
         }
     }
 
-    /// A table of two functions, the second with a captured argument and a source line.
+    /// A table of two functions, the second with a captured argument and a source line, and
+    /// where its module's symbols came from.
     fn described_table() -> FunctionTable {
         use crate::table::SourceLine;
         use crate::value::{ValueFormat, ValueSource, ValueSpec};
@@ -381,11 +388,12 @@ mod tests {
             file: "test/args.c".into(),
             line: 10,
         });
+        table.symbol_origins = vec![(0, "2 functions from .symtab".into())];
         table
     }
 
     #[test]
-    fn tables_keep_their_values_and_source_lines() {
+    fn tables_keep_their_values_source_lines_and_symbol_origins() {
         let table = described_table();
         let payload = encode_table(&table).unwrap();
         assert_eq!(decode_table(&payload).unwrap(), table);
@@ -405,5 +413,10 @@ mod tests {
         let read = decode_table(&v6).unwrap();
         assert_eq!(read.functions[1].values, table.functions[1].values);
         assert!(read.functions.iter().all(|f| f.source.is_none()));
+        // Then source lines, before symbol origins.
+        v6.extend(encode(&table.source_lines()).unwrap());
+        let read = decode_table(&v6).unwrap();
+        assert_eq!(read.functions[1].source, table.functions[1].source);
+        assert!(read.symbol_origins.is_empty());
     }
 }

@@ -44,6 +44,7 @@ pub(crate) fn recording(functions: usize, blocks: &[Vec<Event>], statistics: boo
                 source: None,
             })
             .collect(),
+        ..Default::default()
     };
     let mut bytes = format::file_header().to_vec();
     let mut chunk = |kind, payload: &[u8], events: usize| {

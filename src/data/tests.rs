@@ -44,6 +44,7 @@ fn table(count: usize) -> FunctionTable {
                 source: None,
             })
             .collect(),
+        ..Default::default()
     }
 }
 

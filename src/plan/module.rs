@@ -26,6 +26,8 @@ pub(super) struct PlannedModule {
     /// The exit sites (file offsets) of functions that capture their return value where it is
     /// not in rax: tail jumps, which leave before the callee computes it.
     pub exits_before_return_value: Vec<u64>,
+    /// Where the file's symbols came from (`utrace info` says it).
+    pub symbol_origin: String,
 }
 
 /// Plans the functions of `file`, read as `elf`, binding its PLT calls in `scope`. Warns of the
@@ -43,7 +45,8 @@ pub(super) fn plan(
             path: file.path.clone(),
             error,
         })?;
-    log::debug!("symbols of {}: {}", file.path, elf.symbol_origin());
+    let symbol_origin = elf.symbol_origin().to_string();
+    log::debug!("symbols of {}: {symbol_origin}", file.path);
     warn_unprobeable(&read.unprobeable);
     say_sites(&file.path, &read.functions);
     let mut functions = options
@@ -94,6 +97,7 @@ pub(super) fn plan(
         user_stacks,
         sources,
         exits_before_return_value,
+        symbol_origin,
     })
 }
 
@@ -101,6 +105,9 @@ impl ProbePlan {
     /// Adds a planned module: its file is the next module, its functions get the next ids.
     pub(super) fn add(&mut self, module: PlannedModule) {
         let index = self.table.push_module(module.file.path.clone());
+        self.table
+            .symbol_origins
+            .push((index, module.symbol_origin));
         let functions = module.functions.into_iter().zip(&module.exits);
         let functions = functions.zip(module.values).zip(module.user_stacks);
         let functions = functions.zip(module.sources);

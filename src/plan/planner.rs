@@ -164,6 +164,7 @@ impl Planner {
         let table = FunctionTable {
             modules: self.plan.table.modules[first_module..].to_vec(),
             functions: self.plan.table.functions[first_function..].to_vec(),
+            ..Default::default()
         };
         Ok(Extension { table, modules })
     }

@@ -504,6 +504,7 @@ fn planned(path: &str, functions: Vec<FunctionSymbol>) -> PlannedModule {
         sources: vec![None; functions.len()],
         functions,
         exits_before_return_value: Vec::new(),
+        symbol_origin: String::new(),
     }
 }
 

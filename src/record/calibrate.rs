@@ -241,6 +241,7 @@ fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), Calibr
     let table = FunctionTable {
         modules: vec![module.path],
         functions,
+        ..Default::default()
     };
     Ok((module.open_path, table, exits))
 }

@@ -162,6 +162,7 @@ mod tests {
                     source: None,
                 })
                 .collect(),
+            ..Default::default()
         }
     }
 

@@ -60,6 +60,7 @@ fn sort_table() -> FunctionTable {
             function("odd;name", 1),
             function("unused", 0),
         ],
+        ..Default::default()
     }
 }
 
@@ -358,6 +359,7 @@ fn report_summary_counts_recursion_once_in_total() {
     let table = FunctionTable {
         modules: vec!["/bin/fib".to_owned()],
         functions: vec![function("fib", 0)],
+        ..Default::default()
     };
     let events = [
         Event::entry(0, 1, 0),
@@ -396,6 +398,7 @@ fn report_summary_sorts_by_total_then_name() {
             function("c", 0),
             function("a", 0),
         ],
+        ..Default::default()
     };
     let mut summary = Summary::new(4);
     for (function, duration_ns) in [(0, 5), (1, 5), (2, 9), (3, 5)] {
@@ -416,6 +419,7 @@ fn report_flame_graph_merges_paths_that_read_the_same() {
     let table = FunctionTable {
         modules: vec!["/bin/x".to_owned(), "/lib/y.so".to_owned()],
         functions: vec![function("f", 0), function("f", 1), function("g;h\nx", 0)],
+        ..Default::default()
     };
     let mut stacks = FoldedStacks::new(Weight::Time);
     let mut add = |stack: &[FunctionId], self_ns: u64| {

@@ -575,5 +575,6 @@ pub fn written_table(names: &[&str]) -> utrace::table::FunctionTable {
                 source: None,
             })
             .collect(),
+        ..Default::default()
     }
 }
