@@ -7,6 +7,7 @@ use goblin::elf::header::{self, Header, ET_DYN};
 use goblin::elf::Elf;
 
 use super::debug_file::{DebugLinks, DebugLookup, SymbolSource};
+use super::mapped::{FileBytes, MappedFile};
 use super::plt::{self, PltStub};
 use super::prototypes::{self, DwarfError, Prototype};
 use super::segments::ExecutableSegments;
@@ -46,7 +47,7 @@ impl std::fmt::Display for SymbolOrigin {
 /// uses, its unwinder) is answered without reading or parsing the file again.
 pub struct ElfFile {
     path: PathBuf,
-    pub(super) bytes: Vec<u8>,
+    pub(super) bytes: FileBytes,
     /// The entry point (`_start`).
     pub(super) entry: u64,
     /// `ET_DYN`: a position-independent executable, or a shared library.
@@ -72,19 +73,21 @@ impl ElfFile {
     /// Reads and parses the file at `path`. Only 64-bit x86_64 executables and shared libraries
     /// are accepted.
     pub fn open(path: &Path) -> Result<ElfFile, ElfError> {
-        let bytes = read_file(path)?;
-        ElfFile::from_bytes(path, bytes)
+        ElfFile::parsed(path, read_file(path)?)
     }
 
     /// Reads and parses the file opened as `open`, named `name` in errors and messages (a
     /// process's file opened through `/proc/PID/map_files`, named by its path).
     pub fn open_as(open: &Path, name: &Path) -> Result<ElfFile, ElfError> {
-        let bytes = read_file(open)?;
-        ElfFile::from_bytes(name, bytes)
+        ElfFile::parsed(name, read_file(open)?)
     }
 
     /// Parses `bytes`, the contents of the file at `path` (which only names it in errors).
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<ElfFile, ElfError> {
+        ElfFile::parsed(path, FileBytes::Owned(bytes))
+    }
+
+    fn parsed(path: &Path, bytes: FileBytes) -> Result<ElfFile, ElfError> {
         let elf = parse(path, &bytes)?;
         let symbols = symbols::function_symbols(&elf);
         let stubs = plt::stubs(&elf, &bytes, &symbols);
@@ -253,7 +256,9 @@ impl ElfFile {
     }
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>, ElfError> {
+/// The file's bytes, mapped; read where it cannot be mapped (an empty file: the parser says what
+/// is wrong with it).
+fn read_file(path: &Path) -> Result<FileBytes, ElfError> {
     let io_error = |error| ElfError::Io {
         path: path.to_owned(),
         error,
@@ -264,7 +269,10 @@ fn read_file(path: &Path) -> Result<Vec<u8>, ElfError> {
             path: path.to_owned(),
         });
     }
-    std::fs::read(path).map_err(io_error)
+    match MappedFile::open(path) {
+        Ok(mapped) => Ok(FileBytes::Mapped(mapped)),
+        Err(_) => std::fs::read(path).map(FileBytes::Owned).map_err(io_error),
+    }
 }
 
 /// Checks the identity of the file before goblin parses the rest, so that the common mistakes

@@ -9,6 +9,7 @@ use std::rc::Rc;
 use goblin::elf::Elf;
 
 use super::ldcache::LdCache;
+use super::mapped::MappedFile;
 
 /// Where the loader looks last.
 const DEFAULT_DIRS: &[&str] = &[
@@ -44,7 +45,7 @@ struct DynamicInfo {
 }
 
 fn dynamic_info(path: &Path) -> Option<DynamicInfo> {
-    let mapped = MappedFile::open(path)?;
+    let mapped = MappedFile::open(path).ok()?;
     let elf = Elf::parse(mapped.bytes()).ok()?;
     let split = |entries: &[&str]| -> Vec<String> {
         entries
@@ -60,50 +61,6 @@ fn dynamic_info(path: &Path) -> Option<DynamicInfo> {
         rpath: split(&elf.rpaths),
         runpath: split(&elf.runpaths),
     })
-}
-
-/// A file mapped read-only: parsing touches only the pages it reads (headers, the dynamic
-/// section, the symbol tables), where reading a 100 MB library whole for its DT_NEEDED took most
-/// of the time of finding a program's libraries.
-struct MappedFile {
-    address: *mut libc::c_void,
-    len: usize,
-}
-
-impl MappedFile {
-    fn open(path: &Path) -> Option<MappedFile> {
-        let file = std::fs::File::open(path).ok()?;
-        let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
-        if len == 0 {
-            return None;
-        }
-        // SAFETY: a private read-only mapping of a file we opened; the kernel keeps it valid
-        // after the descriptor closes, and it is unmapped once, in drop. A file truncated
-        // meanwhile would fault: libraries being loaded are not rewritten in place.
-        let address = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-            )
-        };
-        (address != libc::MAP_FAILED).then_some(MappedFile { address, len })
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: `len` readable bytes at `address`, mapped for as long as `self` lives.
-        unsafe { std::slice::from_raw_parts(self.address.cast::<u8>(), self.len) }
-    }
-}
-
-impl Drop for MappedFile {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `open`, unmapped only here.
-        unsafe { libc::munmap(self.address, self.len) };
-    }
 }
 
 /// An object whose DT_NEEDED entries are being resolved: its search directories, `$ORIGIN`

@@ -36,6 +36,7 @@ mod file;
 mod go;
 pub mod ldcache;
 pub mod loader;
+mod mapped;
 mod plt;
 pub mod plt_calls;
 pub mod prototypes;
