@@ -6,7 +6,7 @@
 //!  "functions": [{"name": "fib", "module": "sort", "offset": "0x1a2b", "srcline": "sort.c:12",
 //!                 "calls": N, "unknown_time_calls": N,
 //!                 "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N,
-//!                 "p50_ns": N, "p90_ns": N, "p99_ns": N}]}
+//!                 "p50_ns": N, "p90_ns": N, "p99_ns": N, "probe_share": 0.0}]}
 //! ```
 //! The header comes from [`TraceInfo`] (`damaged_chunks` only when the data file had any: then
 //! `events` counts those read, not those recorded); `functions` are in the summary's order (`--sort`) with the same
@@ -65,6 +65,10 @@ struct JsonFunction<'a> {
     p50_ns: u64,
     p90_ns: u64,
     p99_ns: u64,
+    /// The share of the raw total time that was probe costs taken out (0 to 1, three decimals;
+    /// 0 under `--raw-times`): above one half, the summary marks the function's times as
+    /// estimates.
+    probe_share: f64,
 }
 
 pub fn write_json(
@@ -102,6 +106,7 @@ pub fn write_json(
             p50_ns: percentiles.p50_ns,
             p90_ns: percentiles.p90_ns,
             p99_ns: percentiles.p99_ns,
+            probe_share: (row.stats.probe_share() * 1000.0).round() / 1000.0,
         })
         .collect();
     let report = JsonReport {

@@ -94,6 +94,14 @@ impl FromStr for SortKey {
     }
 }
 
+/// The probe share ([`FunctionStats::probe_share`]) above which the summary marks a function's
+/// times as mostly probe cost: a figure more than half made of a subtracted estimate is read as
+/// an estimate.
+pub const PROBE_DOMINATED: f64 = 0.5;
+
+/// How the summary marks such a function's name.
+const PROBE_DOMINATED_MARK: &str = "* ";
+
 /// The figures of one function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FunctionStats {
@@ -108,6 +116,9 @@ pub struct FunctionStats {
     pub max_self_ns: u64,
     /// The calls among `calls` whose time is unknown: none of the times includes them.
     pub unknown_time: u64,
+    /// The probe costs taken out of the calls counted in `total_ns` (their raw durations less
+    /// their corrected ones); 0 under `--raw-times`.
+    pub probe_ns: u64,
 }
 
 impl FunctionStats {
@@ -124,6 +135,16 @@ impl FunctionStats {
     /// self / timed calls, 0 when there were none.
     pub fn avg_self_ns(&self) -> u64 {
         self.self_ns.checked_div(self.timed_calls()).unwrap_or(0)
+    }
+
+    /// The share of the raw total time that was probe costs taken out: above
+    /// [`PROBE_DOMINATED`], the corrected times are more estimate than measurement.
+    pub fn probe_share(&self) -> f64 {
+        let raw_ns = self.total_ns.saturating_add(self.probe_ns);
+        match raw_ns {
+            0 => 0.0,
+            raw_ns => self.probe_ns as f64 / raw_ns as f64,
+        }
     }
 
     /// Average, minimum and maximum of the calls' total times, or with `self_times` of their
@@ -157,6 +178,8 @@ impl FunctionStats {
         self.calls += 1;
         if !call.recursive {
             self.total_ns = self.total_ns.saturating_add(call.duration_ns);
+            let raw_ns = call.end_ns - call.start_ns;
+            self.probe_ns = (self.probe_ns).saturating_add(raw_ns.saturating_sub(call.duration_ns));
         }
         self.self_ns = self.self_ns.saturating_add(call.self_ns);
     }
@@ -240,7 +263,7 @@ impl Summary {
     ) -> io::Result<()> {
         let covered_ns = covered_ns(self.longest_thread_ns(), replay);
         self.write_table(table, covered_ns, layout, 0, out)?;
-        write_note(replay, out)
+        write_note(replay, self.probe_dominated(), out)
     }
 
     fn write_table(
@@ -300,9 +323,19 @@ impl Summary {
                     HumanDuration(p.p99_ns)
                 )?;
             }
-            writeln!(out, "  {name}")?;
+            let mark = match s.probe_share() > PROBE_DOMINATED {
+                true => PROBE_DOMINATED_MARK,
+                false => "",
+            };
+            writeln!(out, "  {mark}{name}")?;
         }
         Ok(())
+    }
+
+    /// How many functions' times are marked as mostly probe cost.
+    fn probe_dominated(&self) -> u64 {
+        let marked = self.functions.iter().filter(|s| s.calls > 0);
+        marked.filter(|s| s.probe_share() > PROBE_DOMINATED).count() as u64
     }
 }
 
@@ -342,7 +375,9 @@ pub fn distinct_names<'t>(
         .collect()
 }
 
-fn write_note(replay: &ReplayStats, out: &mut dyn Write) -> io::Result<()> {
+/// The notes under the table(s): the replay's, the clamped times, and what the `*` of
+/// `probe_dominated` rows means.
+fn write_note(replay: &ReplayStats, probe_dominated: u64, out: &mut dyn Write) -> io::Result<()> {
     // The clamps only here: calls shorter than their probes' measured cost are common (the cost
     // is a median), and the call tree shows each of them already.
     let clamped = (replay.clamped_times > 0).then(|| {
@@ -352,7 +387,18 @@ fn write_note(replay: &ReplayStats, out: &mut dyn Write) -> io::Result<()> {
             plural(replay.clamped_times, "time", "times")
         )
     });
-    let notes: Vec<String> = replay_note(replay).into_iter().chain(clamped).collect();
+    let marked = (probe_dominated > 0).then(|| {
+        format!(
+            "* marks {} whose times are mostly probe costs taken out (over half of what was \
+             measured): read them as estimates (json: probe_share; --raw-times shows them as \
+             measured)",
+            plural(probe_dominated, "function", "functions")
+        )
+    });
+    let notes: Vec<String> = (replay_note(replay).into_iter())
+        .chain(clamped)
+        .chain(marked)
+        .collect();
     if !notes.is_empty() {
         writeln!(out)?;
     }
@@ -458,7 +504,8 @@ impl GroupedSummaries {
             };
             summary.write_table(table, covered_ns, layout, key, out)?;
         }
-        write_note(replay, out)
+        let marked = self.groups.iter().map(|(_, s)| s.probe_dominated()).sum();
+        write_note(replay, marked, out)
     }
 }
 
