@@ -226,6 +226,15 @@ attach=$(median "${attach_ms[@]}")
 detach=$(median "${detach_ms[@]}")
 say "  $probes functions (entry and return): attach ${attach_ms[*]} ms, detach ${detach_ms[*]} ms"
 
+say "== detach while hot: $many 8 (all 10,000 functions called again and again), utrace record -d --duration 2s"
+hot_detach_ms=()
+for ((rep = 0; rep < reps; rep++)); do
+	out=$("$utrace" record -d --duration 2s -o "$work/many-hot.data" -- "$many" 8 2>&1 >/dev/null | grep -v '^libbpf')
+	hot_detach_ms+=("$(sed -n 's/^utrace: detached in \([0-9.]*\) ms$/\1/p' <<<"$out")")
+done
+hot_detach=$(median "${hot_detach_ms[@]}")
+say "  detach ${hot_detach_ms[*]} ms"
+
 say "== report: utrace report --format=summary of the 2-thread recording, best of $reps"
 read -r report_events _ <<<"${rate[2]}"
 best=""
@@ -288,6 +297,8 @@ printf '%-48s %-26s %s\n' "attach, $probes functions (median)" "$attach ms" \
 	"< 1000 ms: $(verdict "$attach" 1000)"
 printf '%-48s %-26s %s\n' "detach, $probes functions (median)" "$detach ms" \
 	"< 1000 ms: $(verdict "$detach" 1000)"
+printf '%-48s %-26s %s\n' "detach, $probes functions called at full speed" "$hot_detach ms" \
+	"< 1000 ms: $(verdict "$hot_detach" 1000)"
 printf '%-48s %-26s %s\n' "captured values: push, none / two integers + retval" \
 	"$(awk -v a="${values[none]}" -v b="${values[two integers]}" -v u="${result[push,untraced]}" \
 		'BEGIN { printf "%.0f / %.0f ns (+%.0f)", a - u, b - u, b - a }')" "(per call, over untraced)"

@@ -1,10 +1,15 @@
 /*
- * many.c - 10,000 functions, f0000 to f9999, each called once: what tools/bench.sh times
- * utrace's attach and detach on. The preprocessor writes them out.
+ * many.c - 10,000 functions, f0000 to f9999: what tools/bench.sh times utrace's attach and
+ * detach on. The preprocessor writes them out.
  *
- * Usage: many     (prints "many: 10000 calls, checksum S")
+ * Usage: many            calls each once (prints "many: 10000 calls, checksum S")
+ *        many SECONDS    calls all of them again and again for SECONDS seconds: a program hot
+ *                        in every traced function while utrace detaches (prints "many: N calls,
+ *                        checksum S")
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 
 /* Each body differs (__COUNTER__), so no two functions fold into one. */
 #define DEFINE(name) __attribute__((noinline)) long name(long x) { return x + __COUNTER__; }
@@ -24,11 +29,23 @@
 
 TEN_THOUSAND(DEFINE)
 
-int main(void)
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
 {
 	long sum = 0;
+	long rounds = 0;
+	double until = argc > 1 ? now_s() + atof(argv[1]) : 0;
 
-	TEN_THOUSAND(CALL)
-	printf("many: 10000 calls, checksum %ld\n", sum);
+	do {
+		TEN_THOUSAND(CALL)
+		rounds++;
+	} while (now_s() < until);
+	printf("many: %ld calls, checksum %ld\n", rounds * 10000, sum);
 	return 0;
 }
