@@ -441,7 +441,7 @@ fn report_cases(dir: &Path) -> Vec<Case> {
     let first_chunk = FILE_HEADER_LEN;
     let first_events = recording.table_end;
     let mut version = recording.bytes.clone();
-    version[8..12].copy_from_slice(&7u32.to_le_bytes());
+    version[8..12].copy_from_slice(&(utrace::data::format::VERSION + 1).to_le_bytes());
     let mut flipped = recording.bytes.clone();
     flipped[recording.block_ends[0] + CHUNK_HEADER_LEN + 3] ^= 0x40;
     std::fs::create_dir(dir.join("directory.data")).unwrap();
@@ -477,7 +477,7 @@ fn report_cases(dir: &Path) -> Vec<Case> {
             report("version.data", &version),
             &[
                 "version.data",
-                "format version 7",
+                &format!("format version {}", utrace::data::format::VERSION + 1),
                 "the utrace that recorded it",
             ],
         ),

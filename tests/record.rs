@@ -22,7 +22,7 @@ fn sample_sort_counts_are_exact() {
         let summary = recording.report(flags);
         let main = summary
             .lines()
-            .find(|line| line.ends_with("  main"))
+            .find(|line| line.ends_with(" main"))
             .unwrap_or_else(|| panic!("no main row in {summary}"));
         let percent: f64 = main
             .split_whitespace()

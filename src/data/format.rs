@@ -64,8 +64,9 @@ pub const MAGIC: [u8; 8] = *b"UTRACE\0D";
 /// metadata holds the probe costs measured at start, and each function its probe class; 4: the
 /// statistics end with the events lost per thread; 5: each chunk header checks itself, and an
 /// events chunk's says how many events it holds; 6: events may carry captured values, whose
-/// specs follow each function table).
-pub const VERSION: u32 = 6;
+/// specs follow each function table; 7: an exit of the innermost open call is written as a
+/// return, without its function and stack).
+pub const VERSION: u32 = 7;
 /// The oldest version this code reads: version 4 differs only in the chunk headers' last word.
 pub const OLDEST_VERSION: u32 = 4;
 /// Size of the file header: magic, version, reserved.

@@ -373,15 +373,16 @@ fn wrong_magic() {
 fn wrong_version() {
     let dir = TempDir::new().unwrap();
     let mut bytes = small_recording(&dir).bytes;
-    bytes[8..12].copy_from_slice(&7u32.to_le_bytes());
+    bytes[8..12].copy_from_slice(&(format::VERSION + 1).to_le_bytes());
     let path = write_file(&dir, "version.data", &bytes);
     let error = DataReader::open(&path).err().unwrap();
     assert_eq!(
         error.to_string(),
         format!(
-            "{}: format version 7, this utrace reads versions 4 to {}: report it with the \
+            "{}: format version {}, this utrace reads versions 4 to {}: report it with the \
              utrace that recorded it",
             path.display(),
+            format::VERSION + 1,
             format::VERSION
         )
     );
@@ -565,7 +566,7 @@ fn events_that_do_not_decode() {
     let small = small_recording(&dir);
     let at = small.block_ends[0];
     let too_many = [0x81, 0x80, 0x04, 0, 0];
-    let reserved_tag = [1, 0x40, 0];
+    let reserved_tag = [1, 0x80, 0];
     for (payload, reason) in [
         (&too_many[..], "more events than a chunk may hold"),
         (&reserved_tag[..], "an event tag with reserved bits set"),

@@ -17,15 +17,24 @@
 //!                      timestamp, function and stack, its byte count (1-8) as a u8 and the
 //!                      bytes follow; the exit bit is 0, and the thread's timestamp, function
 //!                      and stack are left as they are
-//!          bits 6-7    0
+//!          bit 6       (version 7) the exit of the thread's innermost open call: its function
+//!                      and stack are that call's, and bits 1-2 are 0
+//!          bit 7       0
 //! ```
 //!
 //! A varint is LEB128: 7 bits a byte, low bits first, the top bit set on every byte but the last.
 //! A zigzag varint maps differences 0, -1, 1, -2, ... to 0, 1, 2, 3, ... first. The timestamp is
 //! the difference from the previous event of the chunk (mod 2^64; from 0 for the first). A
 //! "thread" is a (`tid` field, pid) pair: a thread that moves to another CPU starts a new one.
-//! Its previous function id and stack are 0 when it is new. Nothing carries over from one chunk
-//! to the next, so each chunk reads on its own.
+//! Its previous function id and stack are 0 when it is new.
+//!
+//! Each thread's open calls are kept as writer and reader go, the same way on both sides: an
+//! entry opens a call (up to [`MAX_OPEN_CALLS`] deep); an exit closes the innermost open call of
+//! its function and stack, and every call opened after it (their exits were not seen: longjmp,
+//! the kernel's uretprobe nesting limit, lost events), or nothing when there is none. So most
+//! exits take a tag and a timestamp only, where returning to the caller's function and stack
+//! took two more varints. Nothing carries over from one chunk to the next, so each chunk reads on
+//! its own.
 
 use crate::event::Event;
 use crate::fast_hash::FastHashMap;
@@ -41,7 +50,11 @@ const THREAD_SAME: u8 = 0 << THREAD_SHIFT;
 const THREAD_SEEN: u8 = 1 << THREAD_SHIFT;
 const THREAD_NEW: u8 = 2 << THREAD_SHIFT;
 const VALUES: u8 = 1 << 5;
-const RESERVED: u8 = !(EXIT | NEW_FUNCTION | NEW_STACK | THREAD_MASK | VALUES);
+const RETURN: u8 = 1 << 6;
+const RESERVED: u8 = !(EXIT | NEW_FUNCTION | NEW_STACK | THREAD_MASK | VALUES | RETURN);
+/// How deep a thread's open calls are followed; deeper entries are not, and their exits are
+/// written whole.
+const MAX_OPEN_CALLS: usize = 1024;
 /// The fewest bytes an event takes: its tag and a one-byte timestamp.
 const MIN_EVENT_LEN: usize = 2;
 /// The most: its tag, a new thread (two 5-byte varints), a 10-byte timestamp, a function id and
@@ -60,12 +73,55 @@ struct Thread {
     stack: u32,
 }
 
+/// The (function, stack) of each call a thread has open in the chunk, innermost last.
+#[derive(Default)]
+struct OpenCalls {
+    /// Per thread index; kept between chunks to reuse the vectors.
+    threads: Vec<Vec<(u32, u32)>>,
+    /// How many of `threads` are in use in this chunk.
+    used: usize,
+}
+
+impl OpenCalls {
+    fn clear(&mut self) {
+        self.used = 0;
+    }
+
+    /// Makes room for a thread new to the chunk, with no open call.
+    fn add_thread(&mut self) {
+        if self.used == self.threads.len() {
+            self.threads.push(Vec::new());
+        }
+        self.threads[self.used].clear();
+        self.used += 1;
+    }
+
+    /// Whether the innermost open call of `thread` is (`function`, `stack`).
+    fn is_innermost(&self, thread: usize, function: u32, stack: u32) -> bool {
+        self.threads[thread].last() == Some(&(function, stack))
+    }
+
+    /// Follows an event of `thread` (see the module's documentation).
+    #[inline]
+    fn follow(&mut self, thread: usize, exit: bool, function: u32, stack: u32) {
+        let calls = &mut self.threads[thread];
+        if !exit {
+            if calls.len() < MAX_OPEN_CALLS {
+                calls.push((function, stack));
+            }
+        } else if let Some(at) = calls.iter().rposition(|&call| call == (function, stack)) {
+            calls.truncate(at);
+        }
+    }
+}
+
 /// Encodes events chunk by chunk, keeping its tables between chunks to allocate nothing once they
 /// have grown.
 #[derive(Default)]
 pub struct EventEncoder {
     index: FastHashMap<(u32, u32), u32>,
     threads: Vec<Thread>,
+    open: OpenCalls,
     /// Value pieces encoded so far, in every chunk.
     pieces: u64,
 }
@@ -81,6 +137,7 @@ impl EventEncoder {
         debug_assert!(events.len() <= EVENTS_PER_CHUNK);
         self.index.clear();
         self.threads.clear();
+        self.open.clear();
         out.clear();
         put_varint(out, events.len() as u64);
         let mut timestamp = 0u64;
@@ -109,6 +166,7 @@ impl EventEncoder {
                     pid: event.pid,
                     ..Thread::default()
                 });
+                self.open.add_thread();
                 put_varint(out, u64::from(event.tid));
                 put_varint(out, u64::from(event.pid));
             }
@@ -124,16 +182,24 @@ impl EventEncoder {
             timestamp = event.timestamp_ns;
             let thread = &mut self.threads[current];
             let function = event.function_id();
-            if function != thread.function {
-                tag |= NEW_FUNCTION;
-                put_varint(out, zigzag32(function.wrapping_sub(thread.function)));
+            let exit = event.is_exit();
+            if exit && self.open.is_innermost(current, function, event.stack) {
+                tag |= RETURN;
                 thread.function = function;
-            }
-            if event.stack != thread.stack {
-                tag |= NEW_STACK;
-                put_varint(out, zigzag32(event.stack.wrapping_sub(thread.stack)));
                 thread.stack = event.stack;
+            } else {
+                if function != thread.function {
+                    tag |= NEW_FUNCTION;
+                    put_varint(out, zigzag32(function.wrapping_sub(thread.function)));
+                    thread.function = function;
+                }
+                if event.stack != thread.stack {
+                    tag |= NEW_STACK;
+                    put_varint(out, zigzag32(event.stack.wrapping_sub(thread.stack)));
+                    thread.stack = event.stack;
+                }
             }
+            self.open.follow(current, exit, function, event.stack);
             out[tag_at] = tag;
         }
         debug_assert!(out.len() <= MAX_EVENTS_LEN);
@@ -145,6 +211,7 @@ impl EventEncoder {
 #[derive(Default)]
 pub struct EventDecoder {
     threads: Vec<Thread>,
+    open: OpenCalls,
 }
 
 impl EventDecoder {
@@ -156,6 +223,7 @@ impl EventDecoder {
         events: &mut Vec<Event>,
     ) -> Result<usize, &'static str> {
         self.threads.clear();
+        self.open.clear();
         let mut input = Input {
             bytes: payload,
             at: 0,
@@ -200,6 +268,7 @@ impl EventDecoder {
                     };
                     current = Some(self.threads.len());
                     self.threads.push(thread);
+                    self.open.add_thread();
                 } else {
                     return Err("an event tag with an unknown thread kind");
                 }
@@ -211,6 +280,17 @@ impl EventDecoder {
                 continue;
             }
             timestamp = timestamp.wrapping_add(unzigzag64(input.varint()?));
+            // Set: a thread is defined above.
+            let index = current.unwrap_or_default();
+            if tag & RETURN != 0 {
+                if tag & (EXIT | NEW_FUNCTION | NEW_STACK) != EXIT {
+                    return Err("a return tag with an entry's or a new function's bits");
+                }
+                let &(function, stack) = (self.open.threads[index].last())
+                    .ok_or("a return on a thread with no open call")?;
+                thread.function = function;
+                thread.stack = stack;
+            }
             if tag & NEW_FUNCTION != 0 {
                 let delta = unzigzag32(input.varint32()?);
                 thread.function = thread.function.wrapping_add(delta) & !Event::EXIT;
@@ -219,6 +299,7 @@ impl EventDecoder {
                 thread.stack = thread.stack.wrapping_add(unzigzag32(input.varint32()?));
             }
             let exit = if tag & EXIT != 0 { Event::EXIT } else { 0 };
+            (self.open).follow(index, exit != 0, thread.function, thread.stack);
             *slot = Event {
                 timestamp_ns: timestamp,
                 tid: thread.tid,
@@ -415,6 +496,31 @@ mod tests {
     }
 
     #[test]
+    fn returns_to_a_caller_take_a_tag_and_a_timestamp() {
+        // a → b → c, each exit 100 ns after the event before: every exit returns from the
+        // innermost open call. Then a's exit again, with nothing open: written whole.
+        let at = |event: Event, stack: u32| event.at_stack(stack).in_process(9);
+        let events = [
+            at(Event::entry(1_000, 9, 1), 0x1000),
+            at(Event::entry(1_100, 9, 2), 0x0fe0),
+            at(Event::entry(1_200, 9, 3), 0x0fc0),
+            at(Event::exit(1_300, 9, 3), 0x0fc0),
+            at(Event::exit(1_400, 9, 2), 0x0fe0),
+            at(Event::exit(1_500, 9, 1), 0x1000),
+            at(Event::exit(1_600, 9, 1), 0x1000),
+        ];
+        let payload = round_trip(&events);
+        // The count; a's entry: tag, tid, pid, a two-byte timestamp, function, two-byte stack;
+        // b's and c's: tag, timestamp, function, stack; each exit: tag and timestamp (the last
+        // one has nothing new either: the return before left the thread at a's function and
+        // stack).
+        let entries = 1 + 8 + 2 * 5;
+        assert_eq!(payload.len(), entries + 4 * 3, "{payload:?}");
+        let tags: Vec<u8> = (0..4).map(|exit| payload[entries + 3 * exit]).collect();
+        assert_eq!(tags, [RETURN | EXIT, RETURN | EXIT, RETURN | EXIT, EXIT]);
+    }
+
+    #[test]
     fn value_pieces_round_trip_and_leave_their_thread_as_it_was() {
         let entry = Event::entry(1_000, 7, 3).at_stack(0x100).in_process(7);
         let exit = Event::exit(1_500, 7, 3).at_stack(0x100).in_process(7);
@@ -486,12 +592,20 @@ mod tests {
         let mut long = vec![1, 0x10, 1, 1];
         long.extend([0xff; 9]);
         long.push(2);
-        let cases: [(&[u8], &str); 14] = [
+        let cases: [(&[u8], &str); 16] = [
             (&[], "the events end early"),
             // 65,537 events.
             (&[0x81, 0x80, 0x04], "more events than a chunk may hold"),
             (&[2, 0x10, 0], "more events than its bytes can hold"),
-            (&[1, 0x40, 0], "an event tag with reserved bits set"),
+            (&[1, 0x80, 0], "an event tag with reserved bits set"),
+            (
+                &[1, 0x51, 1, 2, 0],
+                "a return on a thread with no open call",
+            ),
+            (
+                &[1, 0x50, 1, 2, 0],
+                "a return tag with an entry's or a new function's bits",
+            ),
             (&[1, 0x30, 1, 1, 9], "a value piece of more than 8 bytes"),
             (
                 &[1, 0x31, 1, 1, 1, 0],
