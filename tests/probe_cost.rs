@@ -40,6 +40,18 @@ fn corrected_self_times_are_the_untraced_times() {
             &own_counts(&recording.output.stdout),
             &recording.traced_counts(),
         );
+        // tiny starts with `push %rbp`, which the kernel emulates; leaf with a `mov`, which it
+        // single-steps: json says which.
+        let json = recording.json();
+        let entry_site = |name: &str| {
+            let functions = json["functions"].as_array().unwrap();
+            let function = functions.iter().find(|f| f["name"] == name).unwrap();
+            function["entry_site"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(
+            (entry_site("tiny"), entry_site("leaf")),
+            ("emulated".to_owned(), "single-stepped".to_owned())
+        );
         let info = utrace()
             .args(["info", "-i"])
             .arg(recording.data())

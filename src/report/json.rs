@@ -6,7 +6,8 @@
 //!  "functions": [{"name": "fib", "module": "sort", "offset": "0x1a2b", "srcline": "sort.c:12",
 //!                 "calls": N, "unknown_time_calls": N,
 //!                 "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N,
-//!                 "p50_ns": N, "p90_ns": N, "p99_ns": N, "probe_share": 0.0}]}
+//!                 "p50_ns": N, "p90_ns": N, "p99_ns": N, "probe_share": 0.0,
+//!                 "entry_site": "emulated"}]}
 //! ```
 //! The header comes from [`TraceInfo`] (`damaged_chunks` only when the data file had any: then
 //! `events` counts those read, not those recorded); `functions` are in the summary's order (`--sort`) with the same
@@ -26,7 +27,7 @@ use serde::Serialize;
 use super::distribution::Distributions;
 use super::summary::{GroupedSummaries, SortKey};
 use super::TraceInfo;
-use crate::table::FunctionTable;
+use crate::table::{Execution, FunctionTable};
 
 #[derive(Serialize)]
 struct JsonReport<'a> {
@@ -69,6 +70,9 @@ struct JsonFunction<'a> {
     /// 0 under `--raw-times`): above one half, the summary marks the function's times as
     /// estimates.
     probe_share: f64,
+    /// How the kernel runs the instruction under the function's entry probe: "emulated" or
+    /// "single-stepped" (a second trap, microseconds more a call).
+    entry_site: &'static str,
 }
 
 pub fn write_json(
@@ -107,6 +111,10 @@ pub fn write_json(
             p90_ns: percentiles.p90_ns,
             p99_ns: percentiles.p99_ns,
             probe_share: (row.stats.probe_share() * 1000.0).round() / 1000.0,
+            entry_site: match row.function.probes.entry {
+                Execution::Emulated => "emulated",
+                Execution::SingleStepped => "single-stepped",
+            },
         })
         .collect();
     let report = JsonReport {
