@@ -153,6 +153,36 @@ impl ElfFile {
         }
     }
 
+    /// The function symbols of the file, with those of its separate debug file or MiniDebugInfo
+    /// (as `lookup` finds them, `known_as` being the file's real path) where it has no
+    /// `.symtab` and [`ElfFile::load_debug_symbols`] did not take them already.
+    pub(super) fn symbols_with_debug_file(
+        &self,
+        lookup: &DebugLookup,
+        known_as: &Path,
+    ) -> std::borrow::Cow<'_, [Symbol]> {
+        if self.symbol_source != SymbolSource::DynsymOnly {
+            return std::borrow::Cow::Borrowed(&self.symbols);
+        }
+        let found = lookup.symbols_for(known_as, &self.bytes, &self.debug_links);
+        let mut symbols = found.map(|(_, symbols)| symbols).unwrap_or_default();
+        symbols.retain(|s| s.defined);
+        symbols.extend(self.symbols.iter().cloned());
+        std::borrow::Cow::Owned(symbols)
+    }
+
+    /// The file's GNU build id.
+    pub fn build_id(&self) -> Option<&[u8]> {
+        self.debug_links.build_id.as_deref()
+    }
+
+    /// The names of the ifuncs the file exports (`STT_GNU_IFUNC` in `.dynsym`, defined).
+    pub fn exported_ifuncs(&self) -> Vec<&str> {
+        let ifuncs = self.symbols.iter().filter(|s| s.dynamic && s.defined);
+        let ifuncs = ifuncs.filter(|s| s.kind == goblin::elf::sym::STT_GNU_IFUNC);
+        ifuncs.map(|s| s.name.as_str()).collect()
+    }
+
     /// Where the file's symbols came from, and how many functions each table gave.
     pub fn symbol_origin(&self) -> SymbolOrigin {
         let count = |dynamic: bool| {

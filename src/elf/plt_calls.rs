@@ -11,13 +11,17 @@
 //!   pointers, which any code may call;
 //! - no jump, address computation, immediate or data relocation in the executable names the stub,
 //!   only direct calls ([`StubUses`]);
-//! - the slot's symbol is a plain function of the library it binds to, defined once (an ifunc's
-//!   implementation is chosen at run time; a name defined in several versions binds by the
-//!   version asked for) with an instruction the kernel emulates near its
-//!   start, where the probe goes ([`site::emulated_site`], [`LibraryEntries`]).
+//! - the slot's symbol is a plain function of the library it binds to, defined once (a name
+//!   defined in several versions binds by the version asked for) with an instruction the kernel
+//!   emulates near its start, where the probe goes ([`site::emulated_site`], [`LibraryEntries`]);
+//!   or an ifunc, whose implementation is chosen at run time: when the plan knows that choice
+//!   (`crate::plan`'s `IfuncChoices`), the implementation, found with its size among the
+//!   library's `.symtab` functions (its debug file's), is probed under the same rules
+//!   ([`ElfFile::implementation_landing`]).
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
 
 use goblin::elf::reloc::R_X86_64_RELATIVE;
 use goblin::elf::sym::STT_GNU_IFUNC;
@@ -25,7 +29,7 @@ use goblin::elf::Elf;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 
 use super::plt::PltStub;
-use super::{site, symbols, ElfFile};
+use super::{site, symbols, DebugLookup, ElfFile};
 
 /// What the executable does with its PLT stubs.
 #[derive(Debug, Default)]
@@ -81,14 +85,9 @@ impl ElfFile {
         for symbol in self.symbols.iter().filter(|s| s.dynamic && s.defined) {
             let landing = match symbol.kind {
                 STT_GNU_IFUNC => Landing::Ifunc,
-                _ => match self.segments.file_offset(symbol.address) {
-                    Some(offset) => {
-                        let code = self.code_at(offset, symbol.size);
-                        match site::emulated_site(code) {
-                            Some(site) => Landing::At(offset + site),
-                            None => Landing::SingleStepped,
-                        }
-                    }
+                _ => match self.emulated_site_of(symbol.address, symbol.size) {
+                    Some(Some(offset)) => Landing::At(offset),
+                    Some(None) => Landing::SingleStepped,
                     None => Landing::Undefined,
                 },
             };
@@ -109,6 +108,72 @@ impl ElfFile {
             .collect();
         LibraryEntries { landings }
     }
+}
+
+impl ElfFile {
+    /// The file offset of the emulated site (see [`site::emulated_site`]) of the function of
+    /// `size` bytes at `address`: `Some(None)` when it has none, `None` when the address is in
+    /// no executable segment.
+    fn emulated_site_of(&self, address: u64, size: u64) -> Option<Option<u64>> {
+        let offset = self.segments.file_offset(address)?;
+        let code = self.code_at(offset, size);
+        Some(site::emulated_site(code).map(|site| offset + site))
+    }
+
+    /// The library's functions by address, its debug file's included (as `lookup` finds it for
+    /// the file's real path `known_as`): an ifunc's implementations are local symbols, which only
+    /// `.symtab` names and sizes.
+    pub fn implementations(&self, lookup: &DebugLookup, known_as: &Path) -> Implementations {
+        let symbols = self.symbols_with_debug_file(lookup, known_as);
+        let functions = symbols::defined_functions(&symbols)
+            .into_iter()
+            .map(|f| (f.address, (f.name.to_owned(), f.size)))
+            .collect();
+        Implementations { functions }
+    }
+
+    /// Where the calls that land in the function at `address` (an ifunc's implementation, as the
+    /// loader chose it) are probed, under the same rules as [`ElfFile::library_entries`].
+    pub fn implementation_landing(
+        &self,
+        implementations: &Implementations,
+        address: u64,
+    ) -> ImplementationLanding {
+        let Some((name, size)) = implementations.functions.get(&address) else {
+            return ImplementationLanding::UnknownSize;
+        };
+        let name = name.clone();
+        match self.emulated_site_of(address, *size) {
+            Some(Some(offset)) => ImplementationLanding::At { offset, name },
+            Some(None) => ImplementationLanding::SingleStepped { name },
+            None => ImplementationLanding::UnknownSize,
+        }
+    }
+}
+
+/// A library's functions with a size, by address (see [`ElfFile::implementations`]).
+#[derive(Debug, Default)]
+pub struct Implementations {
+    functions: BTreeMap<u64, (String, u64)>,
+}
+
+impl Implementations {
+    /// The name of the function at `address`.
+    pub fn name_at(&self, address: u64) -> Option<&str> {
+        self.functions.get(&address).map(|(name, _)| name.as_str())
+    }
+}
+
+/// Where the calls into an ifunc's implementation are probed, or why they are not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImplementationLanding {
+    /// The file offset of the implementation's emulated site, and the implementation's name.
+    At { offset: u64, name: String },
+    /// The implementation has nothing the kernel emulates near its start.
+    SingleStepped { name: String },
+    /// No function of known size starts there: the library's `.symtab` (its debug file) is
+    /// missing, and without a size the walk cannot know the branches into its first bytes.
+    UnknownSize,
 }
 
 /// The stubs whose addresses the file stores in data (an `R_X86_64_RELATIVE` relocation's
