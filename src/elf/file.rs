@@ -12,6 +12,7 @@ use super::prototypes::{self, DwarfError, Prototype};
 use super::segments::ExecutableSegments;
 use super::source_lines;
 use super::symbols::{self, Symbol};
+use super::versions::SymbolVersions;
 use super::{plt_calls, ElfError};
 use crate::table::SourceLine;
 
@@ -66,6 +67,8 @@ pub struct ElfFile {
     debug_links: DebugLinks,
     /// Where the symbols beside `.dynsym` came from.
     symbol_source: SymbolSource,
+    /// The versions of `.dynsym`'s symbols: asked for, and defined as the default.
+    pub(super) versions: SymbolVersions,
 }
 
 impl ElfFile {
@@ -95,6 +98,7 @@ impl ElfFile {
         let go_buildinfo = super::go::has_buildinfo_section(&elf);
         let usdt_notes = super::usdt::notes(&elf, &bytes);
         let debug_links = DebugLinks::of(&elf, &bytes);
+        let versions = SymbolVersions::of(&elf);
         let symbol_source = match symbols.iter().any(|s| !s.dynamic) {
             true => SymbolSource::OwnSymtab,
             false => SymbolSource::DynsymOnly,
@@ -112,6 +116,7 @@ impl ElfFile {
             usdt_notes,
             debug_links,
             symbol_source,
+            versions,
         })
     }
 
@@ -174,6 +179,11 @@ impl ElfFile {
     /// The file's GNU build id.
     pub fn build_id(&self) -> Option<&[u8]> {
         self.debug_links.build_id.as_deref()
+    }
+
+    /// The version of `symbol` (a name it needs from elsewhere) the file asks for.
+    pub fn requested_version(&self, symbol: &str) -> Option<&str> {
+        self.versions.requested.get(symbol).map(String::as_str)
     }
 
     /// The names of the ifuncs the file exports (`STT_GNU_IFUNC` in `.dynsym`, defined).

@@ -46,6 +46,7 @@ pub mod source_lines;
 mod symbols;
 pub mod unwinder;
 pub mod usdt;
+mod versions;
 
 #[cfg(test)]
 mod fuzz;

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use goblin::elf::reloc::R_X86_64_RELATIVE;
-use goblin::elf::sym::STT_GNU_IFUNC;
+use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
 use goblin::elf::Elf;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 
@@ -83,14 +83,7 @@ impl ElfFile {
     pub fn library_entries(&self) -> LibraryEntries {
         let mut landings = HashMap::new();
         for symbol in self.symbols.iter().filter(|s| s.dynamic && s.defined) {
-            let landing = match symbol.kind {
-                STT_GNU_IFUNC => Landing::Ifunc,
-                _ => match self.emulated_site_of(symbol.address, symbol.size) {
-                    Some(Some(offset)) => Landing::At(offset),
-                    Some(None) => Landing::SingleStepped,
-                    None => Landing::Undefined,
-                },
-            };
+            let landing = self.landing_of(symbol);
             let address = symbol.address;
             match landings.entry(symbol.name.clone()) {
                 Entry::Vacant(vacant) => {
@@ -102,11 +95,40 @@ impl ElfFile {
                 Entry::Occupied(_) => {}
             }
         }
+        // Where a name has several versions, a call asking for the default one binds to it.
+        let mut defaults = HashMap::new();
+        for (name, (_, landing)) in &landings {
+            if *landing != Landing::Versioned {
+                continue;
+            }
+            let Some(default) = self.versions.defaults.get(name) else {
+                continue;
+            };
+            let symbol = self.symbols.iter().find(|s| {
+                s.dynamic && s.defined && s.name == *name && s.address == default.address
+            });
+            if let Some(symbol) = symbol {
+                let landing = self.landing_of(symbol);
+                defaults.insert(name.clone(), (default.version.clone(), landing));
+            }
+        }
         let landings = landings
             .into_iter()
             .map(|(name, (_, landing))| (name, landing))
             .collect();
-        LibraryEntries { landings }
+        LibraryEntries { landings, defaults }
+    }
+
+    /// Where the calls of the exported function `symbol` are probed.
+    fn landing_of(&self, symbol: &symbols::Symbol) -> Landing {
+        match symbol.kind {
+            STT_GNU_IFUNC => Landing::Ifunc,
+            _ => match self.emulated_site_of(symbol.address, symbol.size) {
+                Some(Some(offset)) => Landing::At(offset),
+                Some(None) => Landing::SingleStepped,
+                None => Landing::Undefined,
+            },
+        }
     }
 }
 
@@ -125,24 +147,45 @@ impl ElfFile {
     /// `.symtab` names and sizes.
     pub fn implementations(&self, lookup: &DebugLookup, known_as: &Path) -> Implementations {
         let symbols = self.symbols_with_debug_file(lookup, known_as);
-        let functions = symbols::defined_functions(&symbols)
-            .into_iter()
-            .map(|f| (f.address, (f.name.to_owned(), f.size)))
-            .collect();
+        let mut functions: BTreeMap<u64, (Vec<String>, u64)> = BTreeMap::new();
+        for function in symbols::defined_functions(&symbols) {
+            functions.insert(function.address, (Vec::new(), function.size));
+        }
+        // Every name at each address: memcpy's implementation is memmove's too, and each stub is
+        // best told by its own.
+        let sized = symbols.iter().filter(|s| s.kind == STT_FUNC && s.size > 0);
+        for symbol in sized {
+            if let Some((names, _)) = functions.get_mut(&symbol.address) {
+                if !names.contains(&symbol.name) {
+                    names.push(symbol.name.clone());
+                }
+            }
+        }
+        for (names, _) in functions.values_mut() {
+            names.sort();
+        }
         Implementations { functions }
     }
 
     /// Where the calls that land in the function at `address` (an ifunc's implementation, as the
     /// loader chose it) are probed, under the same rules as [`ElfFile::library_entries`].
+    /// The implementation is named by its name that has the ifunc's `ifunc` in it
+    /// (`__memmove_avx_unaligned_erms` for `memmove`, `__memcpy_avx_unaligned_erms` for
+    /// `memcpy`), else by its first.
     pub fn implementation_landing(
         &self,
         implementations: &Implementations,
         address: u64,
+        ifunc: &str,
     ) -> ImplementationLanding {
-        let Some((name, size)) = implementations.functions.get(&address) else {
+        let Some((names, size)) = implementations.functions.get(&address) else {
             return ImplementationLanding::UnknownSize;
         };
-        let name = name.clone();
+        let own = format!("__{ifunc}_");
+        let name = names.iter().find(|name| name.starts_with(&own));
+        let Some(name) = name.or(names.first()).cloned() else {
+            return ImplementationLanding::UnknownSize;
+        };
         match self.emulated_site_of(address, *size) {
             Some(Some(offset)) => ImplementationLanding::At { offset, name },
             Some(None) => ImplementationLanding::SingleStepped { name },
@@ -154,13 +197,16 @@ impl ElfFile {
 /// A library's functions with a size, by address (see [`ElfFile::implementations`]).
 #[derive(Debug, Default)]
 pub struct Implementations {
-    functions: BTreeMap<u64, (String, u64)>,
+    /// By address: every name of the function there (sorted), and its size.
+    functions: BTreeMap<u64, (Vec<String>, u64)>,
 }
 
 impl Implementations {
-    /// The name of the function at `address`.
-    pub fn name_at(&self, address: u64) -> Option<&str> {
-        self.functions.get(&address).map(|(name, _)| name.as_str())
+    /// The names of the function at `address`.
+    pub fn names_at(&self, address: u64) -> &[String] {
+        self.functions
+            .get(&address)
+            .map_or(&[], |(names, _)| names.as_slice())
     }
 }
 
@@ -236,6 +282,8 @@ pub enum Landing {
 #[derive(Debug, Default)]
 pub struct LibraryEntries {
     landings: HashMap<String, Landing>,
+    /// For the names defined in several versions, the default version's name and landing.
+    defaults: HashMap<String, (String, Landing)>,
 }
 
 impl LibraryEntries {
@@ -244,6 +292,16 @@ impl LibraryEntries {
             .get(symbol)
             .copied()
             .unwrap_or(Landing::Undefined)
+    }
+
+    /// Where the calls of `symbol` land when the caller asks for its version `version`: a name
+    /// of several versions binds to the default one (`memcpy@@GLIBC_2.14`) when that is the
+    /// version asked for.
+    pub fn landing_of_version(&self, symbol: &str, version: Option<&str>) -> Landing {
+        match (self.landing(symbol), self.defaults.get(symbol)) {
+            (Landing::Versioned, Some((default, landing))) if version == Some(default) => *landing,
+            (landing, _) => landing,
+        }
     }
 }
 
@@ -318,6 +376,21 @@ mod tests {
         assert_eq!(entries.landing("labs"), Landing::SingleStepped);
         assert_eq!(entries.landing("strlen"), Landing::Ifunc);
         assert_eq!(entries.landing("realpath"), Landing::Versioned);
+        // A caller asking for the default version (realpath@@GLIBC_2.3) binds to it; one asking
+        // for the old one, or for none known, to what utrace does not follow.
+        let default = entries.landing_of_version("realpath", Some("GLIBC_2.3"));
+        assert!(matches!(default, Landing::At(_)), "{default:?}");
+        for old in [Some("GLIBC_2.2.5"), None] {
+            let landing = entries.landing_of_version("realpath", old);
+            assert_eq!(landing, Landing::Versioned, "{old:?}");
+        }
+        // memcpy@@GLIBC_2.14 is an ifunc; memcpy@GLIBC_2.2.5 a plain function.
+        assert_eq!(entries.landing("memcpy"), Landing::Versioned);
+        let memcpy = entries.landing_of_version("memcpy", Some("GLIBC_2.14"));
+        assert_eq!(memcpy, Landing::Ifunc);
+        // The program asks for the versions it was linked against.
+        let program = ElfFile::open(&program).unwrap();
+        assert_eq!(program.requested_version("getenv"), Some("GLIBC_2.2.5"));
         assert_eq!(entries.landing("no_such_function"), Landing::Undefined);
     }
 }

@@ -235,7 +235,11 @@ pub(super) fn plan(
                 let elf = library.elf.as_ref().ok()?;
                 Some(elf.library_entries())
             });
-            match read.as_ref().map(|read| read.landing(raw)) {
+            let version = executable.requested_version(raw);
+            match read
+                .as_ref()
+                .map(|read| read.landing_of_version(raw, version))
+            {
                 Some(Landing::At(offset)) => {
                     let call = LandedCall {
                         function,
@@ -258,7 +262,7 @@ pub(super) fn plan(
                     let functions = implementations
                         .entry(path)
                         .or_insert_with(|| elf.implementations(&options.debug, known_as));
-                    match elf.implementation_landing(functions, address) {
+                    match elf.implementation_landing(functions, address, raw) {
                         ImplementationLanding::At { offset, name } => {
                             say_ifunc_landing(&symbol.name, raw, &name, offset, known_as);
                             let call = LandedCall {
