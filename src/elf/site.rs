@@ -25,8 +25,8 @@
 
 use crate::table::Execution;
 use iced_x86::{
-    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, OpAccess, OpKind,
-    Register,
+    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess,
+    OpKind, Register,
 };
 
 /// How many leading instructions the walk skips at most before it gives up.
@@ -43,6 +43,11 @@ pub enum SiteKind {
     /// Past a leading `endbr64`, which the kernel single-steps (tens of µs in a VM), onto the
     /// next instruction, which it often emulates (a `push`: under a µs).
     AfterEndbr64,
+    /// Past leading register-only instructions (`test %rsi,%rsi`, `mov %edi,%eax`, and an
+    /// `endbr64` before them) onto the first instruction the kernel emulates (a `je`): the
+    /// skipped ones touch no memory (so they cannot fault), neither the stack pointer nor an
+    /// argument register (so arguments read at the site are the entry's), and do not branch.
+    AfterStraightLine,
     /// Past the stack-bound check that opens a Go function (`cmp rsp, g.stackguard0; jbe
     /// morestack`): when the stack must grow, `morestack` jumps back to the entry, which a probe
     /// there would count twice (see `src/elf/go.rs`).
@@ -107,6 +112,35 @@ pub enum NoSite {
 /// Decoding starts at the first instruction; the whole function is decoded only when the site
 /// moves, to find the branches that would forbid a later site.
 pub fn choose(code: &[u8], policy: SitePolicy) -> Result<ProbeSite, NoSite> {
+    choose_beside(code, policy, &[])
+}
+
+/// [`choose`], for a function whose code elsewhere (its `.cold` fragments) branches to
+/// `outside_targets` (offsets in the function), which no moved site may skip.
+pub fn choose_beside(
+    code: &[u8],
+    policy: SitePolicy,
+    outside_targets: &[u64],
+) -> Result<ProbeSite, NoSite> {
+    // A site the kernel emulates, past straight-line instructions, is worth more than any
+    // other: an emulated trap instead of a single-step.
+    if policy == SitePolicy::Best && !kernel_emulates(code) {
+        if let Some(offset_in_function) = straight_line_site(code) {
+            let skipped = 1..=offset_in_function;
+            if !outside_targets
+                .iter()
+                .any(|target| skipped.contains(target))
+            {
+                return Ok(ProbeSite {
+                    offset_in_function,
+                    kind: match offset_in_function == 4 && code.starts_with(&ENDBR64) {
+                        true => SiteKind::AfterEndbr64,
+                        false => SiteKind::AfterStraightLine,
+                    },
+                });
+            }
+        }
+    }
     // endbr64 changes neither the stack nor control flow, and indirect calls land on the entry
     // (that is what it is for), so they pass a later site too: the walk below may skip it under
     // the same rules as an unprobeable instruction. Where it cannot, the entry is still fine.
@@ -237,6 +271,75 @@ pub fn emulated_site(code: &[u8]) -> Option<u64> {
     None
 }
 
+/// The first instruction of the function whose machine code is `code` that the kernel
+/// emulates, past leading instructions that are straight-line and register-only (see
+/// [`SiteKind::AfterStraightLine`]) with no branch of the function into them; its offset. `None`
+/// when the entry is emulated already, or there is no such site within [`MAX_SKIPPED`]
+/// instructions.
+fn straight_line_site(code: &[u8]) -> Option<u64> {
+    let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let mut factory = InstructionInfoFactory::new();
+    let mut instruction = Instruction::default();
+    for _ in 0..MAX_SKIPPED {
+        if !decoder.can_decode() {
+            return None;
+        }
+        decoder.decode_out(&mut instruction);
+        if instruction.is_invalid() || !register_only(&instruction, &mut factory) {
+            return None;
+        }
+        let site = decoder.ip();
+        let rest = code.get(usize::try_from(site).ok()?..)?;
+        if kernel_emulates(rest) {
+            return branch_into(code, 1..=site).is_none().then_some(site);
+        }
+    }
+    None
+}
+
+/// Whether skipping `instruction` leaves everything a probe reads as at the entry, and cannot
+/// fail: it falls through, has no memory operand (so it cannot fault, and leaves the stack
+/// alone), and writes neither the stack pointer nor a register that passes arguments.
+fn register_only(instruction: &Instruction, factory: &mut InstructionInfoFactory) -> bool {
+    // A division faults on a zero divisor, a privileged instruction always in user mode.
+    let may_fault = matches!(instruction.mnemonic(), Mnemonic::Div | Mnemonic::Idiv)
+        || instruction.is_privileged();
+    if instruction.flow_control() != FlowControl::Next || instruction.has_lock_prefix() || may_fault
+    {
+        return false;
+    }
+    let has_memory = (0..instruction.op_count()).any(|operand| {
+        !matches!(
+            instruction.op_kind(operand),
+            OpKind::Register
+                | OpKind::Immediate8
+                | OpKind::Immediate8to32
+                | OpKind::Immediate8to64
+                | OpKind::Immediate16
+                | OpKind::Immediate32
+                | OpKind::Immediate32to64
+                | OpKind::Immediate64
+        )
+    });
+    let info = factory.info(instruction);
+    if has_memory || !info.used_memory().is_empty() || instruction.stack_pointer_increment() != 0 {
+        return false;
+    }
+    let kept = [
+        Register::RSP,
+        Register::RDI,
+        Register::RSI,
+        Register::RDX,
+        Register::RCX,
+        Register::R8,
+        Register::R9,
+    ];
+    !info
+        .used_registers()
+        .iter()
+        .any(|used| kept.contains(&used.register().full_register()) && writes(used.access()))
+}
+
 /// Whether the kernel runs the instruction that starts `code` without single-stepping it (its
 /// uprobe then costs well under a µs instead of tens in a VM): a `push` of a register, a `nop`,
 /// a relative `call`, `jmp` or conditional jump, without prefixes other than REX.B on a push
@@ -298,6 +401,28 @@ fn writes(access: OpAccess) -> bool {
         access,
         OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
     )
+}
+
+/// The targets, as offsets in the function at `function` of `size` bytes, of the direct branches
+/// of `code` (at virtual address `address`: one of the function's `.cold` fragments) into it.
+pub fn branch_targets_into(code: &[u8], address: u64, function: u64, size: u64) -> Vec<u64> {
+    let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
+    let mut instruction = Instruction::default();
+    let mut targets = Vec::new();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut instruction);
+        let is_near_branch = (0..instruction.op_count()).any(|operand| {
+            matches!(
+                instruction.op_kind(operand),
+                OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
+            )
+        });
+        let target = instruction.near_branch_target();
+        if is_near_branch && (function..function.saturating_add(size)).contains(&target) {
+            targets.push(target - function);
+        }
+    }
+    targets
 }
 
 /// The first direct branch of the function (jcc, jmp, call, loop, jrcxz, xbegin...) whose
@@ -390,6 +515,70 @@ mod tests {
         );
         // Nothing after it: the entry.
         assert_eq!(choose(&ENDBR64), Ok(ProbeSite::ENTRY));
+    }
+
+    #[test]
+    fn straight_line_register_instructions_are_skipped_to_an_emulated_branch() {
+        let test_rsi = [0x48, 0x85, 0xf6]; // test %rsi,%rsi
+        let je = [0x74, 0x01]; // je +1 (onto the ret)
+        let js = [0x78, 0x01]; // js +1
+        let mov_eax_edi = [0x89, 0xf8]; // mov %edi,%eax
+        let straight = |offset_in_function| {
+            Ok(ProbeSite {
+                offset_in_function,
+                kind: SiteKind::AfterStraightLine,
+            })
+        };
+        // libpython's shapes: `test %rsi,%rsi; je`, `mov; test; js`, behind endbr64 too.
+        assert_eq!(choose(&code(&[&test_rsi, &je, &RET, &RET])), straight(3));
+        let mov_test_js = code(&[&mov_eax_edi, &TEST_EAX, &js, &RET, &RET]);
+        assert_eq!(choose(&mov_test_js), straight(4));
+        let behind_endbr64 = code(&[&ENDBR64, &mov_eax_edi, &TEST_EAX, &js, &RET, &RET]);
+        assert_eq!(choose(&behind_endbr64), straight(8));
+        // --probe-at-entry keeps the entry; an emulated entry stays.
+        assert_eq!(
+            super::choose(&mov_test_js, SitePolicy::Entry),
+            Ok(ProbeSite::ENTRY)
+        );
+        assert_eq!(
+            choose(&code(&[&PUSH_RBX, &TEST_EAX, &js, &RET])),
+            Ok(ProbeSite::ENTRY)
+        );
+        // Code elsewhere (a .cold fragment) branching into the skipped instructions.
+        assert_eq!(
+            super::choose_beside(&mov_test_js, SitePolicy::Best, &[2]),
+            Ok(ProbeSite::ENTRY)
+        );
+        assert_eq!(
+            super::choose_beside(&mov_test_js, SitePolicy::Best, &[5]),
+            straight(4)
+        );
+        // Not skipped: a memory read (it could fault), a write of an argument register or of
+        // the stack pointer, a division (it faults on zero), a branch into the range.
+        let not_skipped: [(&[u8], &str); 5] = [
+            (&[0x48, 0x8b, 0x07], "mov (%rdi),%rax"),
+            (&[0x48, 0x89, 0xd7], "mov %rdx,%rdi"),
+            (&[0x48, 0x89, 0xc4], "mov %rax,%rsp"),
+            (&[0xf6, 0xf1], "div %cl"),
+            (&[0x48, 0x8d, 0x47, 0x08], "lea 0x8(%rdi),%rax"),
+        ];
+        for (first, what) in not_skipped {
+            assert_eq!(
+                choose(&code(&[first, &TEST_EAX, &js, &RET, &RET])),
+                Ok(ProbeSite::ENTRY),
+                "{what}"
+            );
+        }
+        let jne_2 = [0x75, 0xfb]; // at 7: jne 2, the test
+        assert_eq!(
+            choose(&code(&[&mov_eax_edi, &TEST_EAX, &js, &RET, &jne_2, &RET])),
+            Ok(ProbeSite::ENTRY)
+        );
+        // Nothing emulated before the ret: the entry.
+        assert_eq!(
+            choose(&code(&[&mov_eax_edi, &TEST_EAX, &RET])),
+            Ok(ProbeSite::ENTRY)
+        );
     }
 
     #[test]

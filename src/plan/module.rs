@@ -171,10 +171,11 @@ fn say_sites(path: &str, functions: &[FunctionSymbol]) {
     }
     let count = |kind| functions.iter().filter(|f| f.site.kind == kind).count();
     log::debug!(
-        "probe sites in {path}: {} at the entry, {} after endbr64, {} after an \
-         unprobeable prefix, {} after a Go stack check",
+        "probe sites in {path}: {} at the entry, {} after endbr64, {} after straight-line \
+         register instructions, {} after an unprobeable prefix, {} after a Go stack check",
         count(SiteKind::Entry),
         count(SiteKind::AfterEndbr64),
+        count(SiteKind::AfterStraightLine),
         count(SiteKind::AfterUnprobeablePrefix),
         count(SiteKind::AfterGoStackCheck)
     );

@@ -345,10 +345,13 @@ pub(super) fn plan_values(
                 refused.go.push(function.name.clone());
                 return Vec::new();
             }
-            // Past endbr64 the registers are as they were at the entry; past a skipped
-            // instruction that is not, they may not be.
-            if !matches!(function.site.kind, SiteKind::Entry | SiteKind::AfterEndbr64)
-                && specs.iter().any(|s| s.source != ValueSource::Return)
+            // Past endbr64, and past straight-line instructions that write no argument
+            // register, the arguments are as they were at the entry; past a skipped instruction
+            // that is not, they may not be.
+            if !matches!(
+                function.site.kind,
+                SiteKind::Entry | SiteKind::AfterEndbr64 | SiteKind::AfterStraightLine
+            ) && specs.iter().any(|s| s.source != ValueSource::Return)
             {
                 refused.moved_site.push(function.name.clone());
                 specs.retain(|s| s.source == ValueSource::Return);
