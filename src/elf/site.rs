@@ -43,11 +43,12 @@ pub enum SiteKind {
     /// Past a leading `endbr64`, which the kernel single-steps (tens of µs in a VM), onto the
     /// next instruction, which it often emulates (a `push`: under a µs).
     AfterEndbr64,
-    /// Past leading register-only instructions (`test %rsi,%rsi`, `mov %edi,%eax`, and an
+    /// Past leading register-only instructions (`test %rsi,%rsi`, `mov %rdi,%rsi`, and an
     /// `endbr64` before them) onto the first instruction the kernel emulates (a `je`): the
-    /// skipped ones touch no memory (so they cannot fault), neither the stack pointer nor an
-    /// argument register (so arguments read at the site are the entry's), and do not branch.
-    AfterStraightLine,
+    /// skipped ones touch no memory (so they cannot fault), nor the stack pointer, and do not
+    /// branch. Bit `n - 1` of `changed_arguments` is set when one writes the register of
+    /// argument `n` (1 to 6), which the site then does not see as the entry did.
+    AfterStraightLine { changed_arguments: u8 },
     /// Past the stack-bound check that opens a Go function (`cmp rsp, g.stackguard0; jbe
     /// morestack`): when the stack must grow, `morestack` jumps back to the entry, which a probe
     /// there would count twice (see `src/elf/go.rs`).
@@ -125,7 +126,7 @@ pub fn choose_beside(
     // A site the kernel emulates, past straight-line instructions, is worth more than any
     // other: an emulated trap instead of a single-step.
     if policy == SitePolicy::Best && !kernel_emulates(code) {
-        if let Some(offset_in_function) = straight_line_site(code) {
+        if let Some((offset_in_function, changed_arguments)) = straight_line_site(code) {
             let skipped = 1..=offset_in_function;
             if !outside_targets
                 .iter()
@@ -135,7 +136,7 @@ pub fn choose_beside(
                     offset_in_function,
                     kind: match offset_in_function == 4 && code.starts_with(&ENDBR64) {
                         true => SiteKind::AfterEndbr64,
-                        false => SiteKind::AfterStraightLine,
+                        false => SiteKind::AfterStraightLine { changed_arguments },
                     },
                 });
             }
@@ -273,40 +274,53 @@ pub fn emulated_site(code: &[u8]) -> Option<u64> {
 
 /// The first instruction of the function whose machine code is `code` that the kernel
 /// emulates, past leading instructions that are straight-line and register-only (see
-/// [`SiteKind::AfterStraightLine`]) with no branch of the function into them; its offset. `None`
-/// when the entry is emulated already, or there is no such site within [`MAX_SKIPPED`]
-/// instructions.
-fn straight_line_site(code: &[u8]) -> Option<u64> {
+/// [`SiteKind::AfterStraightLine`]) with no branch of the function into them: its offset, and
+/// which argument registers the skipped instructions write. `None` when the entry is emulated
+/// already, or there is no such site within [`MAX_SKIPPED`] instructions.
+fn straight_line_site(code: &[u8]) -> Option<(u64, u8)> {
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
     let mut factory = InstructionInfoFactory::new();
     let mut instruction = Instruction::default();
+    let mut changed_arguments = 0;
     for _ in 0..MAX_SKIPPED {
         if !decoder.can_decode() {
             return None;
         }
         decoder.decode_out(&mut instruction);
-        if instruction.is_invalid() || !register_only(&instruction, &mut factory) {
+        if instruction.is_invalid() {
             return None;
         }
+        changed_arguments |= register_only(&instruction, &mut factory)?;
         let site = decoder.ip();
         let rest = code.get(usize::try_from(site).ok()?..)?;
         if kernel_emulates(rest) {
-            return branch_into(code, 1..=site).is_none().then_some(site);
+            return (branch_into(code, 1..=site).is_none()).then_some((site, changed_arguments));
         }
     }
     None
 }
 
-/// Whether skipping `instruction` leaves everything a probe reads as at the entry, and cannot
+/// The registers that pass arguments 1 to 6 (System V).
+const ARGUMENT_REGISTERS: [Register; 6] = [
+    Register::RDI,
+    Register::RSI,
+    Register::RDX,
+    Register::RCX,
+    Register::R8,
+    Register::R9,
+];
+
+/// Whether skipping `instruction` leaves the count and the stack as at the entry, and cannot
 /// fail: it falls through, has no memory operand (so it cannot fault, and leaves the stack
-/// alone), and writes neither the stack pointer nor a register that passes arguments.
-fn register_only(instruction: &Instruction, factory: &mut InstructionInfoFactory) -> bool {
+/// alone), and does not write the stack pointer. If so, the argument registers it writes (bit
+/// `n - 1` for argument `n`).
+fn register_only(instruction: &Instruction, factory: &mut InstructionInfoFactory) -> Option<u8> {
     // A division faults on a zero divisor, a privileged instruction always in user mode.
     let may_fault = matches!(instruction.mnemonic(), Mnemonic::Div | Mnemonic::Idiv)
         || instruction.is_privileged();
     if instruction.flow_control() != FlowControl::Next || instruction.has_lock_prefix() || may_fault
     {
-        return false;
+        return None;
     }
     let has_memory = (0..instruction.op_count()).any(|operand| {
         !matches!(
@@ -323,21 +337,22 @@ fn register_only(instruction: &Instruction, factory: &mut InstructionInfoFactory
     });
     let info = factory.info(instruction);
     if has_memory || !info.used_memory().is_empty() || instruction.stack_pointer_increment() != 0 {
-        return false;
+        return None;
     }
-    let kept = [
-        Register::RSP,
-        Register::RDI,
-        Register::RSI,
-        Register::RDX,
-        Register::RCX,
-        Register::R8,
-        Register::R9,
-    ];
-    !info
+    let written = info
         .used_registers()
         .iter()
-        .any(|used| kept.contains(&used.register().full_register()) && writes(used.access()))
+        .filter(|used| writes(used.access()));
+    let mut changed_arguments = 0;
+    for register in written.map(|used| used.register().full_register()) {
+        if register == Register::RSP {
+            return None;
+        }
+        if let Some(index) = ARGUMENT_REGISTERS.iter().position(|&r| r == register) {
+            changed_arguments |= 1 << index;
+        }
+    }
+    Some(changed_arguments)
 }
 
 /// Whether the kernel runs the instruction that starts `code` without single-stepping it (its
@@ -523,12 +538,13 @@ mod tests {
         let je = [0x74, 0x01]; // je +1 (onto the ret)
         let js = [0x78, 0x01]; // js +1
         let mov_eax_edi = [0x89, 0xf8]; // mov %edi,%eax
-        let straight = |offset_in_function| {
+        let straight_changing = |offset_in_function, changed_arguments| {
             Ok(ProbeSite {
                 offset_in_function,
-                kind: SiteKind::AfterStraightLine,
+                kind: SiteKind::AfterStraightLine { changed_arguments },
             })
         };
+        let straight = |offset_in_function| straight_changing(offset_in_function, 0);
         // libpython's shapes: `test %rsi,%rsi; je`, `mov; test; js`, behind endbr64 too.
         assert_eq!(choose(&code(&[&test_rsi, &je, &RET, &RET])), straight(3));
         let mov_test_js = code(&[&mov_eax_edi, &TEST_EAX, &js, &RET, &RET]);
@@ -553,11 +569,17 @@ mod tests {
             super::choose_beside(&mov_test_js, SitePolicy::Best, &[5]),
             straight(4)
         );
-        // Not skipped: a memory read (it could fault), a write of an argument register or of
-        // the stack pointer, a division (it faults on zero), a branch into the range.
-        let not_skipped: [(&[u8], &str); 5] = [
+        // PyMem_Malloc's `mov %rdi,%rsi; test %rdi,%rdi; js`: argument 2's register changes.
+        let mov_rsi_rdi = [0x48, 0x89, 0xfe];
+        let test_rdi = [0x48, 0x85, 0xff];
+        assert_eq!(
+            choose(&code(&[&mov_rsi_rdi, &test_rdi, &js, &RET, &RET])),
+            straight_changing(6, 0b10)
+        );
+        // Not skipped: a memory read (it could fault), a write of the stack pointer, a division
+        // (it faults on zero), an address computation, a branch into the range.
+        let not_skipped: [(&[u8], &str); 4] = [
             (&[0x48, 0x8b, 0x07], "mov (%rdi),%rax"),
-            (&[0x48, 0x89, 0xd7], "mov %rdx,%rdi"),
             (&[0x48, 0x89, 0xc4], "mov %rax,%rsp"),
             (&[0xf6, 0xf1], "div %cl"),
             (&[0x48, 0x8d, 0x47, 0x08], "lea 0x8(%rdi),%rax"),
