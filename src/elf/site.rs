@@ -315,9 +315,12 @@ const ARGUMENT_REGISTERS: [Register; 6] = [
 /// alone), and does not write the stack pointer. If so, the argument registers it writes (bit
 /// `n - 1` for argument `n`).
 fn register_only(instruction: &Instruction, factory: &mut InstructionInfoFactory) -> Option<u8> {
-    // A division faults on a zero divisor, a privileged instruction always in user mode.
-    let may_fault = matches!(instruction.mnemonic(), Mnemonic::Div | Mnemonic::Idiv)
-        || instruction.is_privileged();
+    // A division faults on a zero divisor, a privileged instruction always in user mode, cpuid
+    // and rdtsc where the process asked them to (ARCH_SET_CPUID, PR_SET_TSC).
+    let may_fault = matches!(
+        instruction.mnemonic(),
+        Mnemonic::Div | Mnemonic::Idiv | Mnemonic::Cpuid | Mnemonic::Rdtsc | Mnemonic::Rdtscp
+    ) || instruction.is_privileged();
     if instruction.flow_control() != FlowControl::Next || instruction.has_lock_prefix() || may_fault
     {
         return None;
