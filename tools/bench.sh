@@ -56,6 +56,7 @@ kinds=(
 	"single-step|single_step_first|^mov .*\\(%rip\\)"
 	"plt|labs@plt|^(jmp|bnd jmp) +\\*.*\\(%rip\\)|^endbr64"
 	"plt-emulated|pthread_getspecific@plt|^(jmp|bnd jmp) +\\*.*\\(%rip\\)|^endbr64"
+	"plt-ifunc|memcmp@plt|^(jmp|bnd jmp) +\\*.*\\(%rip\\)|^endbr64"
 )
 
 disassembly=$(objdump -d --no-show-raw-insn "$sites")
@@ -86,6 +87,8 @@ grep -Eq 'call +[0-9a-f]+ <labs@plt>' <<<"$disassembly" ||
 	fail "the plt loop does not call labs through the PLT"
 grep -Eq 'call +[0-9a-f]+ <pthread_getspecific@plt>' <<<"$disassembly" ||
 	fail "the plt-emulated loop does not call pthread_getspecific through the PLT"
+grep -Eq 'call +[0-9a-f]+ <memcmp@plt>' <<<"$disassembly" ||
+	fail "the plt-ifunc loop does not call memcmp through the PLT"
 
 # ns per call from a `sites:` line on standard input.
 ns_per_call() { sed -n 's/^sites: .*ns_per_call=\([0-9.]*\).*/\1/p'; }

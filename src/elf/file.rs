@@ -13,6 +13,7 @@ use super::prototypes::{self, DwarfError, Prototype};
 use super::segments::ExecutableSegments;
 use super::source_lines;
 use super::symbols::{self, Symbol};
+use super::versions::SymbolVersions;
 use super::{plt_calls, ElfError};
 use crate::table::SourceLine;
 
@@ -67,6 +68,8 @@ pub struct ElfFile {
     debug_links: DebugLinks,
     /// Where the symbols beside `.dynsym` came from.
     symbol_source: SymbolSource,
+    /// The versions of `.dynsym`'s symbols: asked for, and defined as the default.
+    pub(super) versions: SymbolVersions,
 }
 
 impl ElfFile {
@@ -98,6 +101,7 @@ impl ElfFile {
         let go_buildinfo = super::go::has_buildinfo_section(&elf);
         let usdt_notes = super::usdt::notes(&elf, &bytes);
         let debug_links = DebugLinks::of(&elf, &bytes);
+        let versions = SymbolVersions::of(&elf);
         let symbol_source = match symbols.iter().any(|s| !s.dynamic) {
             true => SymbolSource::OwnSymtab,
             false => SymbolSource::DynsymOnly,
@@ -115,6 +119,7 @@ impl ElfFile {
             usdt_notes,
             debug_links,
             symbol_source,
+            versions,
         })
     }
 
@@ -154,6 +159,41 @@ impl ElfFile {
             self.symbols.splice(0..0, symbols);
             self.symbol_source = source;
         }
+    }
+
+    /// The function symbols of the file, with those of its separate debug file or MiniDebugInfo
+    /// (as `lookup` finds them, `known_as` being the file's real path) where it has no
+    /// `.symtab` and [`ElfFile::load_debug_symbols`] did not take them already.
+    pub(super) fn symbols_with_debug_file(
+        &self,
+        lookup: &DebugLookup,
+        known_as: &Path,
+    ) -> std::borrow::Cow<'_, [Symbol]> {
+        if self.symbol_source != SymbolSource::DynsymOnly {
+            return std::borrow::Cow::Borrowed(&self.symbols);
+        }
+        let found = lookup.symbols_for(known_as, &self.bytes, &self.debug_links);
+        let mut symbols = found.map(|(_, symbols)| symbols).unwrap_or_default();
+        symbols.retain(|s| s.defined);
+        symbols.extend(self.symbols.iter().cloned());
+        std::borrow::Cow::Owned(symbols)
+    }
+
+    /// The file's GNU build id.
+    pub fn build_id(&self) -> Option<&[u8]> {
+        self.debug_links.build_id.as_deref()
+    }
+
+    /// The version of `symbol` (a name it needs from elsewhere) the file asks for.
+    pub fn requested_version(&self, symbol: &str) -> Option<&str> {
+        self.versions.requested.get(symbol).map(String::as_str)
+    }
+
+    /// The names of the ifuncs the file exports (`STT_GNU_IFUNC` in `.dynsym`, defined).
+    pub fn exported_ifuncs(&self) -> Vec<&str> {
+        let ifuncs = self.symbols.iter().filter(|s| s.dynamic && s.defined);
+        let ifuncs = ifuncs.filter(|s| s.kind == goblin::elf::sym::STT_GNU_IFUNC);
+        ifuncs.map(|s| s.name.as_str()).collect()
     }
 
     /// Where the file's symbols came from, and how many functions each table gave.

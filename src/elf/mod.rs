@@ -47,6 +47,7 @@ pub mod source_lines;
 mod symbols;
 pub mod unwinder;
 pub mod usdt;
+mod versions;
 
 #[cfg(test)]
 mod fuzz;
@@ -170,6 +171,20 @@ fn functions_in(path: &Path, bytes: &[u8], sites: SitePolicy) -> Result<ElfFunct
 }
 
 impl ElfFile {
+    /// The `.cold` fragments of the file's functions (address, size), by the name of the
+    /// function they were split from (`foo` for `foo.cold`, `foo.cold.2`).
+    fn cold_fragments_by_function(&self) -> std::collections::HashMap<&str, Vec<(u64, u64)>> {
+        let mut by_function: std::collections::HashMap<&str, Vec<(u64, u64)>> =
+            std::collections::HashMap::new();
+        for fragment in symbols::cold_fragments(&self.symbols) {
+            if let Some((function, _)) = fragment.name.split_once(".cold") {
+                let fragments = by_function.entry(function).or_default();
+                fragments.push((fragment.address, fragment.size));
+            }
+        }
+        by_function
+    }
+
     /// The functions of the file, sorted by address: the defined function symbols of `.symtab`
     /// and `.dynsym` (aliases merged, `.cold` fragments left out) and the PLT stubs.
     ///
@@ -180,6 +195,7 @@ impl ElfFile {
     pub fn functions(&self, sites: SitePolicy) -> Result<ElfFunctions, ElfError> {
         let mut functions = Vec::new();
         let mut unprobeable = Vec::new();
+        let cold = self.cold_fragments_by_function();
         for function in symbols::defined_functions(&self.symbols) {
             // The entry point (`_start`) is jumped to by the kernel, not called: where a return
             // address would be, its stack holds argc, which a return probe would overwrite.
@@ -190,7 +206,15 @@ impl ElfFile {
                 continue;
             };
             let code = self.code_at(offset, function.size);
-            match site::choose(code, sites) {
+            let outside = cold.get(function.name).map_or_else(Vec::new, |fragments| {
+                (fragments.iter())
+                    .flat_map(|&(address, size)| {
+                        let code = self.code_at_address(address, size);
+                        site::branch_targets_into(code, address, function.address, function.size)
+                    })
+                    .collect()
+            });
+            match site::choose_beside(code, sites, &outside) {
                 Ok(site) => functions.push(FunctionSymbol {
                     name: demangle(function.name),
                     address: function.address,

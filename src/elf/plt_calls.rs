@@ -11,21 +11,25 @@
 //!   pointers, which any code may call;
 //! - no jump, address computation, immediate or data relocation in the executable names the stub,
 //!   only direct calls ([`StubUses`]);
-//! - the slot's symbol is a plain function of the library it binds to, defined once (an ifunc's
-//!   implementation is chosen at run time; a name defined in several versions binds by the
-//!   version asked for) with an instruction the kernel emulates near its
-//!   start, where the probe goes ([`site::emulated_site`], [`LibraryEntries`]).
+//! - the slot's symbol is a plain function of the library it binds to, defined once (a name
+//!   defined in several versions binds by the version asked for) with an instruction the kernel
+//!   emulates near its start, where the probe goes ([`site::emulated_site`], [`LibraryEntries`]);
+//!   or an ifunc, whose implementation is chosen at run time: when the plan knows that choice
+//!   (`crate::plan`'s `IfuncChoices`), the implementation, found with its size among the
+//!   library's `.symtab` functions (its debug file's), is probed under the same rules
+//!   ([`ElfFile::implementation_landing`]).
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
 
 use goblin::elf::reloc::R_X86_64_RELATIVE;
-use goblin::elf::sym::STT_GNU_IFUNC;
+use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
 use goblin::elf::Elf;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 
 use super::plt::PltStub;
-use super::{site, symbols, ElfFile};
+use super::{site, symbols, DebugLookup, ElfFile};
 
 /// What the executable does with its PLT stubs.
 #[derive(Debug, Default)]
@@ -79,19 +83,7 @@ impl ElfFile {
     pub fn library_entries(&self) -> LibraryEntries {
         let mut landings = HashMap::new();
         for symbol in self.symbols.iter().filter(|s| s.dynamic && s.defined) {
-            let landing = match symbol.kind {
-                STT_GNU_IFUNC => Landing::Ifunc,
-                _ => match self.segments.file_offset(symbol.address) {
-                    Some(offset) => {
-                        let code = self.code_at(offset, symbol.size);
-                        match site::emulated_site(code) {
-                            Some(site) => Landing::At(offset + site),
-                            None => Landing::SingleStepped,
-                        }
-                    }
-                    None => Landing::Undefined,
-                },
-            };
+            let landing = self.landing_of(symbol);
             let address = symbol.address;
             match landings.entry(symbol.name.clone()) {
                 Entry::Vacant(vacant) => {
@@ -103,12 +95,131 @@ impl ElfFile {
                 Entry::Occupied(_) => {}
             }
         }
+        // Where a name has several versions, a call asking for the default one binds to it.
+        let mut defaults = HashMap::new();
+        for (name, (_, landing)) in &landings {
+            if *landing != Landing::Versioned {
+                continue;
+            }
+            let Some(default) = self.versions.defaults.get(name) else {
+                continue;
+            };
+            let symbol = self.symbols.iter().find(|s| {
+                s.dynamic && s.defined && s.name == *name && s.address == default.address
+            });
+            if let Some(symbol) = symbol {
+                let landing = self.landing_of(symbol);
+                defaults.insert(name.clone(), (default.version.clone(), landing));
+            }
+        }
         let landings = landings
             .into_iter()
             .map(|(name, (_, landing))| (name, landing))
             .collect();
-        LibraryEntries { landings }
+        LibraryEntries { landings, defaults }
     }
+
+    /// Where the calls of the exported function `symbol` are probed.
+    fn landing_of(&self, symbol: &symbols::Symbol) -> Landing {
+        match symbol.kind {
+            STT_GNU_IFUNC => Landing::Ifunc,
+            _ => match self.emulated_site_of(symbol.address, symbol.size) {
+                Some(Some(offset)) => Landing::At(offset),
+                Some(None) => Landing::SingleStepped,
+                None => Landing::Undefined,
+            },
+        }
+    }
+}
+
+impl ElfFile {
+    /// The file offset of the emulated site (see [`site::emulated_site`]) of the function of
+    /// `size` bytes at `address`: `Some(None)` when it has none, `None` when the address is in
+    /// no executable segment.
+    fn emulated_site_of(&self, address: u64, size: u64) -> Option<Option<u64>> {
+        let offset = self.segments.file_offset(address)?;
+        let code = self.code_at(offset, size);
+        Some(site::emulated_site(code).map(|site| offset + site))
+    }
+
+    /// The library's functions by address, its debug file's included (as `lookup` finds it for
+    /// the file's real path `known_as`): an ifunc's implementations are local symbols, which only
+    /// `.symtab` names and sizes.
+    pub fn implementations(&self, lookup: &DebugLookup, known_as: &Path) -> Implementations {
+        let symbols = self.symbols_with_debug_file(lookup, known_as);
+        let mut functions: BTreeMap<u64, (Vec<String>, u64)> = BTreeMap::new();
+        for function in symbols::defined_functions(&symbols) {
+            functions.insert(function.address, (Vec::new(), function.size));
+        }
+        // Every name at each address: memcpy's implementation is memmove's too, and each stub is
+        // best told by its own.
+        let sized = symbols.iter().filter(|s| s.kind == STT_FUNC && s.size > 0);
+        for symbol in sized {
+            if let Some((names, _)) = functions.get_mut(&symbol.address) {
+                if !names.contains(&symbol.name) {
+                    names.push(symbol.name.clone());
+                }
+            }
+        }
+        for (names, _) in functions.values_mut() {
+            names.sort();
+        }
+        Implementations { functions }
+    }
+
+    /// Where the calls that land in the function at `address` (an ifunc's implementation, as the
+    /// loader chose it) are probed, under the same rules as [`ElfFile::library_entries`].
+    /// The implementation is named by its name that has the ifunc's `ifunc` in it
+    /// (`__memmove_avx_unaligned_erms` for `memmove`, `__memcpy_avx_unaligned_erms` for
+    /// `memcpy`), else by its first.
+    pub fn implementation_landing(
+        &self,
+        implementations: &Implementations,
+        address: u64,
+        ifunc: &str,
+    ) -> ImplementationLanding {
+        let Some((names, size)) = implementations.functions.get(&address) else {
+            return ImplementationLanding::UnknownSize;
+        };
+        let own = format!("__{ifunc}_");
+        let name = names.iter().find(|name| name.starts_with(&own));
+        let Some(name) = name.or(names.first()).cloned() else {
+            return ImplementationLanding::UnknownSize;
+        };
+        match self.emulated_site_of(address, *size) {
+            Some(Some(offset)) => ImplementationLanding::At { offset, name },
+            Some(None) => ImplementationLanding::SingleStepped { name },
+            None => ImplementationLanding::UnknownSize,
+        }
+    }
+}
+
+/// A library's functions with a size, by address (see [`ElfFile::implementations`]).
+#[derive(Debug, Default)]
+pub struct Implementations {
+    /// By address: every name of the function there (sorted), and its size.
+    functions: BTreeMap<u64, (Vec<String>, u64)>,
+}
+
+impl Implementations {
+    /// The names of the function at `address`.
+    pub fn names_at(&self, address: u64) -> &[String] {
+        self.functions
+            .get(&address)
+            .map_or(&[], |(names, _)| names.as_slice())
+    }
+}
+
+/// Where the calls into an ifunc's implementation are probed, or why they are not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImplementationLanding {
+    /// The file offset of the implementation's emulated site, and the implementation's name.
+    At { offset: u64, name: String },
+    /// The implementation has nothing the kernel emulates near its start.
+    SingleStepped { name: String },
+    /// No function of known size starts there: the library's `.symtab` (its debug file) is
+    /// missing, and without a size the walk cannot know the branches into its first bytes.
+    UnknownSize,
 }
 
 /// The stubs whose addresses the file stores in data (an `R_X86_64_RELATIVE` relocation's
@@ -171,6 +282,8 @@ pub enum Landing {
 #[derive(Debug, Default)]
 pub struct LibraryEntries {
     landings: HashMap<String, Landing>,
+    /// For the names defined in several versions, the default version's name and landing.
+    defaults: HashMap<String, (String, Landing)>,
 }
 
 impl LibraryEntries {
@@ -179,6 +292,16 @@ impl LibraryEntries {
             .get(symbol)
             .copied()
             .unwrap_or(Landing::Undefined)
+    }
+
+    /// Where the calls of `symbol` land when the caller asks for its version `version`: a name
+    /// of several versions binds to the default one (`memcpy@@GLIBC_2.14`) when that is the
+    /// version asked for.
+    pub fn landing_of_version(&self, symbol: &str, version: Option<&str>) -> Landing {
+        match (self.landing(symbol), self.defaults.get(symbol)) {
+            (Landing::Versioned, Some((default, landing))) if version == Some(default) => *landing,
+            (landing, _) => landing,
+        }
     }
 }
 
@@ -253,6 +376,21 @@ mod tests {
         assert_eq!(entries.landing("labs"), Landing::SingleStepped);
         assert_eq!(entries.landing("strlen"), Landing::Ifunc);
         assert_eq!(entries.landing("realpath"), Landing::Versioned);
+        // A caller asking for the default version (realpath@@GLIBC_2.3) binds to it; one asking
+        // for the old one, or for none known, to what utrace does not follow.
+        let default = entries.landing_of_version("realpath", Some("GLIBC_2.3"));
+        assert!(matches!(default, Landing::At(_)), "{default:?}");
+        for old in [Some("GLIBC_2.2.5"), None] {
+            let landing = entries.landing_of_version("realpath", old);
+            assert_eq!(landing, Landing::Versioned, "{old:?}");
+        }
+        // memcpy@@GLIBC_2.14 is an ifunc; memcpy@GLIBC_2.2.5 a plain function.
+        assert_eq!(entries.landing("memcpy"), Landing::Versioned);
+        let memcpy = entries.landing_of_version("memcpy", Some("GLIBC_2.14"));
+        assert_eq!(memcpy, Landing::Ifunc);
+        // The program asks for the versions it was linked against.
+        let program = ElfFile::open(&program).unwrap();
+        assert_eq!(program.requested_version("getenv"), Some("GLIBC_2.2.5"));
         assert_eq!(entries.landing("no_such_function"), Landing::Undefined);
     }
 }

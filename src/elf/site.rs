@@ -25,8 +25,8 @@
 
 use crate::table::Execution;
 use iced_x86::{
-    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, OpAccess, OpKind,
-    Register,
+    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess,
+    OpKind, Register,
 };
 
 /// How many leading instructions the walk skips at most before it gives up.
@@ -43,6 +43,12 @@ pub enum SiteKind {
     /// Past a leading `endbr64`, which the kernel single-steps (tens of µs in a VM), onto the
     /// next instruction, which it often emulates (a `push`: under a µs).
     AfterEndbr64,
+    /// Past leading register-only instructions (`test %rsi,%rsi`, `mov %rdi,%rsi`, and an
+    /// `endbr64` before them) onto the first instruction the kernel emulates (a `je`): the
+    /// skipped ones touch no memory (so they cannot fault), nor the stack pointer, and do not
+    /// branch. Bit `n - 1` of `changed_arguments` is set when one writes the register of
+    /// argument `n` (1 to 6), which the site then does not see as the entry did.
+    AfterStraightLine { changed_arguments: u8 },
     /// Past the stack-bound check that opens a Go function (`cmp rsp, g.stackguard0; jbe
     /// morestack`): when the stack must grow, `morestack` jumps back to the entry, which a probe
     /// there would count twice (see `src/elf/go.rs`).
@@ -107,6 +113,35 @@ pub enum NoSite {
 /// Decoding starts at the first instruction; the whole function is decoded only when the site
 /// moves, to find the branches that would forbid a later site.
 pub fn choose(code: &[u8], policy: SitePolicy) -> Result<ProbeSite, NoSite> {
+    choose_beside(code, policy, &[])
+}
+
+/// [`choose`], for a function whose code elsewhere (its `.cold` fragments) branches to
+/// `outside_targets` (offsets in the function), which no moved site may skip.
+pub fn choose_beside(
+    code: &[u8],
+    policy: SitePolicy,
+    outside_targets: &[u64],
+) -> Result<ProbeSite, NoSite> {
+    // A site the kernel emulates, past straight-line instructions, is worth more than any
+    // other: an emulated trap instead of a single-step.
+    if policy == SitePolicy::Best && !kernel_emulates(code) {
+        if let Some((offset_in_function, changed_arguments)) = straight_line_site(code) {
+            let skipped = 1..=offset_in_function;
+            if !outside_targets
+                .iter()
+                .any(|target| skipped.contains(target))
+            {
+                return Ok(ProbeSite {
+                    offset_in_function,
+                    kind: match offset_in_function == 4 && code.starts_with(&ENDBR64) {
+                        true => SiteKind::AfterEndbr64,
+                        false => SiteKind::AfterStraightLine { changed_arguments },
+                    },
+                });
+            }
+        }
+    }
     // endbr64 changes neither the stack nor control flow, and indirect calls land on the entry
     // (that is what it is for), so they pass a later site too: the walk below may skip it under
     // the same rules as an unprobeable instruction. Where it cannot, the entry is still fine.
@@ -237,6 +272,92 @@ pub fn emulated_site(code: &[u8]) -> Option<u64> {
     None
 }
 
+/// The first instruction of the function whose machine code is `code` that the kernel
+/// emulates, past leading instructions that are straight-line and register-only (see
+/// [`SiteKind::AfterStraightLine`]) with no branch of the function into them: its offset, and
+/// which argument registers the skipped instructions write. `None` when the entry is emulated
+/// already, or there is no such site within [`MAX_SKIPPED`] instructions.
+fn straight_line_site(code: &[u8]) -> Option<(u64, u8)> {
+    let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let mut factory = InstructionInfoFactory::new();
+    let mut instruction = Instruction::default();
+    let mut changed_arguments = 0;
+    for _ in 0..MAX_SKIPPED {
+        if !decoder.can_decode() {
+            return None;
+        }
+        decoder.decode_out(&mut instruction);
+        if instruction.is_invalid() {
+            return None;
+        }
+        changed_arguments |= register_only(&instruction, &mut factory)?;
+        let site = decoder.ip();
+        let rest = code.get(usize::try_from(site).ok()?..)?;
+        if kernel_emulates(rest) {
+            return (branch_into(code, 1..=site).is_none()).then_some((site, changed_arguments));
+        }
+    }
+    None
+}
+
+/// The registers that pass arguments 1 to 6 (System V).
+const ARGUMENT_REGISTERS: [Register; 6] = [
+    Register::RDI,
+    Register::RSI,
+    Register::RDX,
+    Register::RCX,
+    Register::R8,
+    Register::R9,
+];
+
+/// Whether skipping `instruction` leaves the count and the stack as at the entry, and cannot
+/// fail: it falls through, has no memory operand (so it cannot fault, and leaves the stack
+/// alone), and does not write the stack pointer. If so, the argument registers it writes (bit
+/// `n - 1` for argument `n`).
+fn register_only(instruction: &Instruction, factory: &mut InstructionInfoFactory) -> Option<u8> {
+    // A division faults on a zero divisor, a privileged instruction always in user mode, cpuid
+    // and rdtsc where the process asked them to (ARCH_SET_CPUID, PR_SET_TSC).
+    let may_fault = matches!(
+        instruction.mnemonic(),
+        Mnemonic::Div | Mnemonic::Idiv | Mnemonic::Cpuid | Mnemonic::Rdtsc | Mnemonic::Rdtscp
+    ) || instruction.is_privileged();
+    if instruction.flow_control() != FlowControl::Next || instruction.has_lock_prefix() || may_fault
+    {
+        return None;
+    }
+    let has_memory = (0..instruction.op_count()).any(|operand| {
+        !matches!(
+            instruction.op_kind(operand),
+            OpKind::Register
+                | OpKind::Immediate8
+                | OpKind::Immediate8to32
+                | OpKind::Immediate8to64
+                | OpKind::Immediate16
+                | OpKind::Immediate32
+                | OpKind::Immediate32to64
+                | OpKind::Immediate64
+        )
+    });
+    let info = factory.info(instruction);
+    if has_memory || !info.used_memory().is_empty() || instruction.stack_pointer_increment() != 0 {
+        return None;
+    }
+    let written = info
+        .used_registers()
+        .iter()
+        .filter(|used| writes(used.access()));
+    let mut changed_arguments = 0;
+    for register in written.map(|used| used.register().full_register()) {
+        if register == Register::RSP {
+            return None;
+        }
+        if let Some(index) = ARGUMENT_REGISTERS.iter().position(|&r| r == register) {
+            changed_arguments |= 1 << index;
+        }
+    }
+    Some(changed_arguments)
+}
+
 /// Whether the kernel runs the instruction that starts `code` without single-stepping it (its
 /// uprobe then costs well under a µs instead of tens in a VM): a `push` of a register, a `nop`,
 /// a relative `call`, `jmp` or conditional jump, without prefixes other than REX.B on a push
@@ -298,6 +419,28 @@ fn writes(access: OpAccess) -> bool {
         access,
         OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
     )
+}
+
+/// The targets, as offsets in the function at `function` of `size` bytes, of the direct branches
+/// of `code` (at virtual address `address`: one of the function's `.cold` fragments) into it.
+pub fn branch_targets_into(code: &[u8], address: u64, function: u64, size: u64) -> Vec<u64> {
+    let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
+    let mut instruction = Instruction::default();
+    let mut targets = Vec::new();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut instruction);
+        let is_near_branch = (0..instruction.op_count()).any(|operand| {
+            matches!(
+                instruction.op_kind(operand),
+                OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
+            )
+        });
+        let target = instruction.near_branch_target();
+        if is_near_branch && (function..function.saturating_add(size)).contains(&target) {
+            targets.push(target - function);
+        }
+    }
+    targets
 }
 
 /// The first direct branch of the function (jcc, jmp, call, loop, jrcxz, xbegin...) whose
@@ -390,6 +533,77 @@ mod tests {
         );
         // Nothing after it: the entry.
         assert_eq!(choose(&ENDBR64), Ok(ProbeSite::ENTRY));
+    }
+
+    #[test]
+    fn straight_line_register_instructions_are_skipped_to_an_emulated_branch() {
+        let test_rsi = [0x48, 0x85, 0xf6]; // test %rsi,%rsi
+        let je = [0x74, 0x01]; // je +1 (onto the ret)
+        let js = [0x78, 0x01]; // js +1
+        let mov_eax_edi = [0x89, 0xf8]; // mov %edi,%eax
+        let straight_changing = |offset_in_function, changed_arguments| {
+            Ok(ProbeSite {
+                offset_in_function,
+                kind: SiteKind::AfterStraightLine { changed_arguments },
+            })
+        };
+        let straight = |offset_in_function| straight_changing(offset_in_function, 0);
+        // libpython's shapes: `test %rsi,%rsi; je`, `mov; test; js`, behind endbr64 too.
+        assert_eq!(choose(&code(&[&test_rsi, &je, &RET, &RET])), straight(3));
+        let mov_test_js = code(&[&mov_eax_edi, &TEST_EAX, &js, &RET, &RET]);
+        assert_eq!(choose(&mov_test_js), straight(4));
+        let behind_endbr64 = code(&[&ENDBR64, &mov_eax_edi, &TEST_EAX, &js, &RET, &RET]);
+        assert_eq!(choose(&behind_endbr64), straight(8));
+        // --probe-at-entry keeps the entry; an emulated entry stays.
+        assert_eq!(
+            super::choose(&mov_test_js, SitePolicy::Entry),
+            Ok(ProbeSite::ENTRY)
+        );
+        assert_eq!(
+            choose(&code(&[&PUSH_RBX, &TEST_EAX, &js, &RET])),
+            Ok(ProbeSite::ENTRY)
+        );
+        // Code elsewhere (a .cold fragment) branching into the skipped instructions.
+        assert_eq!(
+            super::choose_beside(&mov_test_js, SitePolicy::Best, &[2]),
+            Ok(ProbeSite::ENTRY)
+        );
+        assert_eq!(
+            super::choose_beside(&mov_test_js, SitePolicy::Best, &[5]),
+            straight(4)
+        );
+        // PyMem_Malloc's `mov %rdi,%rsi; test %rdi,%rdi; js`: argument 2's register changes.
+        let mov_rsi_rdi = [0x48, 0x89, 0xfe];
+        let test_rdi = [0x48, 0x85, 0xff];
+        assert_eq!(
+            choose(&code(&[&mov_rsi_rdi, &test_rdi, &js, &RET, &RET])),
+            straight_changing(6, 0b10)
+        );
+        // Not skipped: a memory read (it could fault), a write of the stack pointer, a division
+        // (it faults on zero), an address computation, a branch into the range.
+        let not_skipped: [(&[u8], &str); 4] = [
+            (&[0x48, 0x8b, 0x07], "mov (%rdi),%rax"),
+            (&[0x48, 0x89, 0xc4], "mov %rax,%rsp"),
+            (&[0xf6, 0xf1], "div %cl"),
+            (&[0x48, 0x8d, 0x47, 0x08], "lea 0x8(%rdi),%rax"),
+        ];
+        for (first, what) in not_skipped {
+            assert_eq!(
+                choose(&code(&[first, &TEST_EAX, &js, &RET, &RET])),
+                Ok(ProbeSite::ENTRY),
+                "{what}"
+            );
+        }
+        let jne_2 = [0x75, 0xfb]; // at 7: jne 2, the test
+        assert_eq!(
+            choose(&code(&[&mov_eax_edi, &TEST_EAX, &js, &RET, &jne_2, &RET])),
+            Ok(ProbeSite::ENTRY)
+        );
+        // Nothing emulated before the ret: the entry.
+        assert_eq!(
+            choose(&code(&[&mov_eax_edi, &TEST_EAX, &RET])),
+            Ok(ProbeSite::ENTRY)
+        );
     }
 
     #[test]

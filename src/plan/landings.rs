@@ -5,10 +5,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use super::ifuncs::{IfuncChoices, IfuncNotFollowed};
 use super::program::OpenedFile;
 use super::{ExitPolicy, PlanOptions};
 use crate::elf::binding::BindingScope;
-use crate::elf::plt_calls::{Landing, LibraryEntries};
+use crate::elf::plt_calls::{ImplementationLanding, Implementations, Landing, LibraryEntries};
 use crate::elf::returns::saves_its_return_address;
 use crate::elf::unwinder::UNWINDER_ENTRY_POINTS;
 use crate::elf::{FunctionSymbol, SitePolicy};
@@ -37,6 +38,8 @@ pub struct Landings {
     functions: HashSet<FunctionId>,
     /// How many stubs keep their probe, by why.
     kept: BTreeMap<StubKept, usize>,
+    /// The stubs into ifuncs probed where they land, with the implementation's name.
+    implementations: BTreeMap<FunctionId, String>,
 }
 
 impl Landings {
@@ -76,6 +79,12 @@ impl Landings {
     pub fn kept(&self, why: StubKept) -> usize {
         self.kept.get(&why).copied().unwrap_or(0)
     }
+
+    /// For a stub into an ifunc probed where its calls land, the name of the implementation
+    /// (`__memcmp_avx2_movbe`).
+    pub fn implementation_of(&self, id: FunctionId) -> Option<&str> {
+        self.implementations.get(&id).map(String::as_str)
+    }
 }
 
 /// Why a PLT stub of the executable keeps its own probe.
@@ -96,6 +105,9 @@ pub enum StubKept {
     BoundToNoLibrary,
     BoundToProgram,
     Ifunc,
+    IfuncOfOtherBuild,
+    IfuncNotResolved,
+    IfuncWithoutSymbols,
     SingleStepped,
     Versioned,
     Unresolved,
@@ -119,7 +131,16 @@ impl StubKept {
             StubKept::Beyond4GiB => "beyond 4 GiB",
             StubKept::BoundToNoLibrary => "bound to no library",
             StubKept::BoundToProgram => "bound to the program itself",
-            StubKept::Ifunc => "into ifuncs (chosen at run time)",
+            StubKept::Ifunc => "into ifuncs, whose choice utrace does not know here",
+            StubKept::IfuncOfOtherBuild => {
+                "into ifuncs of another build of a library than utrace's own, whose choice it \
+                 cannot ask"
+            }
+            StubKept::IfuncNotResolved => "into ifuncs of libraries utrace does not map itself",
+            StubKept::IfuncWithoutSymbols => {
+                "into ifuncs whose implementation has no known size (the library's debug file, \
+                 libc6-dbg for libc, is missing)"
+            }
             StubKept::SingleStepped => "single-stepped in the library too",
             StubKept::Versioned => "into names of several versions",
             StubKept::Unresolved => "unresolved",
@@ -185,6 +206,7 @@ pub(super) fn plan(
     }
     let mut landings = Landings::default();
     let mut entries: BTreeMap<&str, Option<LibraryEntries>> = BTreeMap::new();
+    let mut implementations: BTreeMap<&str, Implementations> = BTreeMap::new();
     for &(function, symbol) in &stubs {
         let why = (|| {
             let raw = symbol.plt_symbol.as_deref().ok_or(StubKept::OwnIfunc)?;
@@ -213,7 +235,11 @@ pub(super) fn plan(
                 let elf = library.elf.as_ref().ok()?;
                 Some(elf.library_entries())
             });
-            match read.as_ref().map(|read| read.landing(raw)) {
+            let version = executable.requested_version(raw);
+            match read
+                .as_ref()
+                .map(|read| read.landing_of_version(raw, version))
+            {
                 Some(Landing::At(offset)) => {
                     let call = LandedCall {
                         function,
@@ -223,7 +249,35 @@ pub(super) fn plan(
                     landings.add(&library.file.open_path, call);
                     Ok(())
                 }
-                Some(Landing::Ifunc) => Err(StubKept::Ifunc),
+                Some(Landing::Ifunc) => {
+                    let elf = library.elf.as_ref().map_err(|_| StubKept::Unresolved)?;
+                    let known_as = Path::new(&library.file.path);
+                    let address = (options.ifuncs)
+                        .implementation(known_as, elf.build_id(), raw)
+                        .map_err(|why| match why {
+                            IfuncNotFollowed::Unknown => StubKept::Ifunc,
+                            IfuncNotFollowed::OtherBuild => StubKept::IfuncOfOtherBuild,
+                            IfuncNotFollowed::NotResolved => StubKept::IfuncNotResolved,
+                        })?;
+                    let functions = implementations
+                        .entry(path)
+                        .or_insert_with(|| elf.implementations(&options.debug, known_as));
+                    match elf.implementation_landing(functions, address, raw) {
+                        ImplementationLanding::At { offset, name } => {
+                            say_ifunc_landing(&symbol.name, raw, &name, offset, known_as);
+                            let call = LandedCall {
+                                function,
+                                stub,
+                                offset,
+                            };
+                            landings.add(&library.file.open_path, call);
+                            landings.implementations.insert(function, name);
+                            Ok(())
+                        }
+                        ImplementationLanding::SingleStepped { .. } => Err(StubKept::SingleStepped),
+                        ImplementationLanding::UnknownSize => Err(StubKept::IfuncWithoutSymbols),
+                    }
+                }
                 Some(Landing::SingleStepped) => Err(StubKept::SingleStepped),
                 Some(Landing::Versioned) => Err(StubKept::Versioned),
                 Some(Landing::Undefined) | None => Err(StubKept::Unresolved),
@@ -234,7 +288,20 @@ pub(super) fn plan(
         }
     }
     say(path, &landings, stubs.len());
+    if let (IfuncChoices::Unknown(why), 1..) = (&options.ifuncs, landings.kept(StubKept::Ifunc)) {
+        log::debug!("PLT calls into ifuncs keep their stub: {why}");
+    }
     (landings, uses.code_vaddr)
+}
+
+/// Says where the calls through the stub `stub` into the ifunc `ifunc` are probed: in its
+/// implementation `implementation` at file offset `offset` of `library` (`--debug`).
+fn say_ifunc_landing(stub: &str, ifunc: &str, implementation: &str, offset: u64, library: &Path) {
+    log::debug!(
+        "{stub}: probed in {implementation} at file offset {offset:#x} of {}, where the ifunc \
+         {ifunc} lands (as utrace's own loader resolved it)",
+        library.display()
+    );
 }
 
 /// Says how many of the executable's `stubs` are probed where their calls land, and why the

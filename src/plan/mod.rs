@@ -12,6 +12,8 @@
 //! - `go`: Go programs, which get no return probe and pair calls by goroutine;
 //! - `stubs`: the PLT stubs not probed, as the traced function they call sees their calls;
 //! - `landings`: the executable's PLT calls probed in the library function they land in;
+//! - `ifuncs`: which implementation an ifunc resolves to in the traced process, where utrace can
+//!   know it;
 //! - `values`: which arguments and return values each function captures (`-A`, `-R`, `-a`);
 //! - `watches`: where the recorder watches `dlopen` and the unwinder;
 //! - `events`: kernel events and USDT probes (`-E`) as pseudo-functions after the program's;
@@ -20,6 +22,7 @@
 mod events;
 mod exits;
 mod go;
+mod ifuncs;
 mod landings;
 mod libraries;
 mod module;
@@ -37,6 +40,7 @@ pub use events::{EventRequestError, EventRequests, NoUsdtProbe, PlannedEvents, P
 pub use events::{KERNEL_MODULE, OFF_CPU_FUNCTION, SYSCALL_NUMBERS, USDT_ARGUMENTS_MAX};
 pub use exits::{ExitPolicy, UnknownExitPolicy};
 pub use go::Pairing;
+pub use ifuncs::{IfuncChoices, IfuncNotFollowed, IfuncsUnknown, ResolvedIfuncs};
 pub use landings::{LandedCall, Landings, StubKept};
 pub use libraries::{LibraryPatterns, PltLibraries};
 pub use planner::{Extension, Loaded, Planner};
@@ -81,6 +85,9 @@ pub struct PlanOptions {
     /// The kernel cannot run uprobe sessions (or `UTRACE_ATTACH_MODE=single` forbids them),
     /// which probing a PLT call where it lands needs: PLT calls are probed at their stubs.
     pub kernel_lacks_sessions: bool,
+    /// Which implementations the traced process's ifuncs resolve to, as far as utrace knows:
+    /// PLT calls into the ifuncs of the libraries it knows are probed where they land.
+    pub ifuncs: IfuncChoices,
     /// The arguments and return values to capture (`-A`, `-R`, `-a`).
     pub values: ValueRequests,
     /// Kernel events and USDT probes (`-E`).

@@ -177,11 +177,15 @@ fn say_sites(path: &str, functions: &[FunctionSymbol]) {
         return;
     }
     let count = |kind| functions.iter().filter(|f| f.site.kind == kind).count();
+    let straight_line = (functions.iter())
+        .filter(|f| matches!(f.site.kind, SiteKind::AfterStraightLine { .. }))
+        .count();
     log::debug!(
-        "probe sites in {path}: {} at the entry, {} after endbr64, {} after an \
-         unprobeable prefix, {} after a Go stack check",
+        "probe sites in {path}: {} at the entry, {} after endbr64, {} after straight-line \
+         register instructions, {} after an unprobeable prefix, {} after a Go stack check",
         count(SiteKind::Entry),
         count(SiteKind::AfterEndbr64),
+        straight_line,
         count(SiteKind::AfterUnprobeablePrefix),
         count(SiteKind::AfterGoStackCheck)
     );

@@ -184,12 +184,14 @@ fn plt_calls_land_in_libc_unless_a_reason_keeps_them_at_their_stub() {
         ("labs@plt", StubKept::NotOnlyCalled),
         ("_setjmp@plt", StubKept::SavesReturnAddress),
         ("strlen@plt", StubKept::Ifunc),
-        ("realpath@plt", StubKept::Versioned),
         ("add_one@plt", StubKept::OwnIfunc),
     ] {
         assert!(!landings.contains(function(plan, name).0), "{name}");
         assert!(landings.kept(why) >= 1, "{name}: {why:?}");
     }
+    // realpath has two versions; the program asks for the default one, where it binds.
+    assert!(landings.contains(function(plan, "realpath@plt").0));
+    assert_eq!(landings.kept(StubKept::Versioned), 0);
     assert_eq!(landings.kept(StubKept::OwnIfunc), 1);
     assert_eq!(landings.kept(StubKept::SavesReturnAddress), 1);
     assert_eq!(landings.kept(StubKept::NotOnlyCalled), 1);
@@ -198,7 +200,7 @@ fn plt_calls_land_in_libc_unless_a_reason_keeps_them_at_their_stub() {
     assert_eq!(landings.len() + kept, stubs);
 }
 
-const ALL_KEPT: [StubKept; 17] = [
+const ALL_KEPT: [StubKept; 20] = [
     StubKept::Follow,
     StubKept::ExitsAtCallers,
     StubKept::ProbeAtEntry,
@@ -213,10 +215,79 @@ const ALL_KEPT: [StubKept; 17] = [
     StubKept::BoundToNoLibrary,
     StubKept::BoundToProgram,
     StubKept::Ifunc,
+    StubKept::IfuncOfOtherBuild,
+    StubKept::IfuncNotResolved,
+    StubKept::IfuncWithoutSymbols,
     StubKept::SingleStepped,
     StubKept::Versioned,
     StubKept::Unresolved,
 ];
+
+#[test]
+fn plt_calls_into_ifuncs_land_in_the_implementation_utraces_loader_chose() {
+    let dir = TempDir::new().unwrap();
+    let program = planned_program(&dir, "planned", &["-pie", "-fPIE"]);
+    let resolved = crate::record::resolve_own_ifuncs().unwrap();
+    let known = PlanOptions {
+        ifuncs: IfuncChoices::Known(resolved.clone()),
+        ..PlanOptions::default()
+    };
+    let planner = plan_of(&program, known.clone()).unwrap();
+    let plan = planner.plan();
+    let (strlen, stub) = function(plan, "strlen@plt");
+    assert!(plan.landings.contains(strlen));
+    assert_eq!(stub.probes.entry, Execution::Emulated);
+    // In libc's debug file (libc6-dbg), the implementation is a local symbol: __strlen_avx2 or
+    // whichever this CPU gets.
+    let implementation = plan.landings.implementation_of(strlen);
+    assert!(
+        implementation.is_some_and(|name| name.starts_with("__strlen_")),
+        "{implementation:?} (is libc6-dbg installed? tools/setup.sh installs it)"
+    );
+    assert_eq!(plan.landings.kept(StubKept::Ifunc), 0);
+    // Another build of libc than utrace's: its choices say nothing.
+    let other_build: Vec<ResolvedIfuncs> = (resolved.iter().cloned())
+        .map(|library| ResolvedIfuncs {
+            build_id: b"another build".to_vec(),
+            ..library
+        })
+        .collect();
+    let other = PlanOptions {
+        ifuncs: IfuncChoices::Known(other_build),
+        ..PlanOptions::default()
+    };
+    let planner = plan_of(&program, other).unwrap();
+    assert!(!planner.plan().landings.contains(strlen));
+    assert_eq!(planner.plan().landings.kept(StubKept::IfuncOfOtherBuild), 1);
+
+    // Without libc's debug file the implementation's size is unknown: the stub stays.
+    let no_debug_files = PlanOptions {
+        debug: DebugLookup {
+            roots: vec![dir.path().to_owned()],
+            debuginfod: crate::elf::debuginfod::Debuginfod::default(),
+        },
+        ..known
+    };
+    let planner = plan_of(&program, no_debug_files).unwrap();
+    assert!(!planner.plan().landings.contains(strlen));
+    assert_eq!(
+        planner.plan().landings.kept(StubKept::IfuncWithoutSymbols),
+        1
+    );
+
+    // Tunables in the process's environment: utrace does not know its choice.
+    let tunables = PlanOptions {
+        ifuncs: IfuncChoices::judge(
+            Ok(Some("glibc.cpu.hwcaps=-AVX2_Usable".to_owned())),
+            None,
+            Ok(resolved),
+        ),
+        ..PlanOptions::default()
+    };
+    let planner = plan_of(&program, tunables).unwrap();
+    assert!(!planner.plan().landings.contains(strlen));
+    assert_eq!(planner.plan().landings.kept(StubKept::Ifunc), 1);
+}
 
 #[test]
 fn every_stub_keeps_its_probe_when_the_options_or_the_program_say_so() {

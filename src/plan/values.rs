@@ -345,13 +345,20 @@ pub(super) fn plan_values(
                 refused.go.push(function.name.clone());
                 return Vec::new();
             }
-            // Past endbr64 the registers are as they were at the entry; past a skipped
+            // Past endbr64 the registers are as they were at the entry; past straight-line
+            // instructions, all but the argument registers they write; past a skipped
             // instruction that is not, they may not be.
-            if !matches!(function.site.kind, SiteKind::Entry | SiteKind::AfterEndbr64)
-                && specs.iter().any(|s| s.source != ValueSource::Return)
-            {
+            let changed = |source: ValueSource| match (function.site.kind, source) {
+                (_, ValueSource::Return) => false,
+                (SiteKind::Entry | SiteKind::AfterEndbr64, _) => false,
+                (SiteKind::AfterStraightLine { changed_arguments }, ValueSource::Argument(n)) => {
+                    (1..=6).contains(&n) && changed_arguments & (1 << (n - 1)) != 0
+                }
+                _ => true,
+            };
+            if specs.iter().any(|s| changed(s.source)) {
                 refused.moved_site.push(function.name.clone());
-                specs.retain(|s| s.source == ValueSource::Return);
+                specs.retain(|s| !changed(s.source));
             }
             specs
         })
@@ -378,8 +385,9 @@ impl Refused {
         }
         if !self.moved_site.is_empty() {
             log::warn!(
-                "arguments of {} functions are not captured: their probe sits past an \
-                 instruction the kernel cannot probe, which may change them: {}",
+                "arguments of {} functions are not captured: their probe sits past \
+                 instructions that may change them (one the kernel cannot probe, or register \
+                 arithmetic that writes them): {}",
                 self.moved_site.len(),
                 names(&self.moved_site)
             );

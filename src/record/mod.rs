@@ -4,6 +4,9 @@ pub mod calibrate;
 mod call_events;
 mod dispatch;
 mod follow;
+mod ifuncs;
+#[cfg(test)]
+pub(crate) use ifuncs::resolve_own_ifuncs;
 mod proc_maps;
 mod process;
 mod progress;

@@ -494,6 +494,7 @@ fn plan_options(options: &TraceOptions, target: &Target) -> PlanOptions {
         },
         preloaded_libraries: preloads_libraries(target),
         kernel_lacks_sessions: !probe::strategy().sessions,
+        ifuncs: super::ifuncs::ifunc_choices(target),
         values: options.values.clone(),
         events: options.events.clone(),
         source_lines: options.source_lines,

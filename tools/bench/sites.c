@@ -4,8 +4,8 @@
  *
  * Usage: sites KIND CALLS [THREADS]
  *
- *   KIND     push | endbr64 | single-step | plt | plt-emulated | string: which function the
- *            loop calls
+ *   KIND     push | endbr64 | single-step | plt | plt-emulated | plt-ifunc | string: which
+ *            function the loop calls
  *   CALLS    calls per thread
  *   THREADS  threads running the loop at once (default 1)
  *
@@ -30,6 +30,11 @@
  *   plt-emulated pthread_getspecific@plt: the same kind of stub, into a libc function whose
  *                second instruction (`ja`, after a `cmp`) the kernel emulates: utrace probes
  *                the call there instead of on the stub.
+ *   plt-ifunc    memcmp@plt: the same kind of stub, into libc's ifunc memcmp, whose
+ *                implementation the resolver picks for the CPU (__memcmp_avx2_movbe here: `cmp`,
+ *                then a `jb` the kernel emulates): utrace probes the call there when it knows the
+ *                process's choice (libc6-dbg installed, no GLIBC_TUNABLES), on the stub
+ *                otherwise.
  *   string       push_string: push_first's shape with a string argument (20 bytes), for the
  *                cost of capturing it (-A push_string@arg1/s).
  */
@@ -66,10 +71,13 @@ PROBED long single_step_first(long x)
 	return bench_offset + x;
 }
 
-enum kind { PUSH, ENDBR64, SINGLE_STEP, PLT, PLT_EMULATED, STRING };
+enum kind { PUSH, ENDBR64, SINGLE_STEP, PLT, PLT_EMULATED, PLT_IFUNC, STRING };
 
-static const char *const kind_names[] = { "push", "endbr64", "single-step", "plt",
-					   "plt-emulated", "string" };
+static const char *const kind_names[] = { "push",	  "endbr64",   "single-step", "plt",
+					   "plt-emulated", "plt-ifunc", "string" };
+
+/* The buffers the plt-ifunc loop compares: equal, so memcmp reads them through. */
+static char bench_left[16] = "sixteen bytes..", bench_right[16] = "sixteen bytes..";
 
 /* The key the plt-emulated loop reads. */
 static pthread_key_t bench_key;
@@ -117,6 +125,11 @@ static void *run_loop(void *arg)
 		for (long i = 0; i < loop->calls; i++)
 			sum += pthread_getspecific(bench_key) == NULL;
 		break;
+	case PLT_IFUNC:
+		for (long i = 0; i < loop->calls; i++)
+			/* A length that changes, or the compiler hoists the pure call out of the loop. */
+			sum += memcmp(bench_left, bench_right, sizeof(bench_left) - (size_t)(i & 1)) == 0;
+		break;
 	case STRING: {
 		char text[] = "a string of 20 bytes";
 		for (long i = 0; i < loop->calls; i++) {
@@ -137,7 +150,7 @@ int main(int argc, char **argv)
 	int known = 0;
 
 	if (argc < 3 || argc > 4) {
-		fprintf(stderr, "usage: sites push|endbr64|single-step|plt|plt-emulated|string CALLS [THREADS]\n");
+		fprintf(stderr, "usage: sites push|endbr64|single-step|plt|plt-emulated|plt-ifunc|string CALLS [THREADS]\n");
 		return 2;
 	}
 	for (int k = PUSH; k <= STRING; k++) {

@@ -1,0 +1,82 @@
+//! End to end: functions whose first instructions the kernel single-steps (`test %rsi,%rsi`)
+//! probed instead on the first one it emulates (the `je` after), past straight-line register
+//! instructions (`test/straight.c`): the same counts as at the entry, and the same arguments.
+
+mod common;
+
+use common::*;
+
+/// What `record -d` says of the probe sites of the program: how many are past straight-line
+/// register instructions.
+fn after_straight_line(stderr: &str) -> usize {
+    let line = stderr
+        .lines()
+        .find(|line| line.starts_with("utrace: probe sites in ") && line.contains("/straight:"))
+        .unwrap_or_else(|| panic!("record -d says nothing of the probe sites: {stderr}"));
+    let (before, _) = line
+        .split_once(" after straight-line register instructions")
+        .unwrap_or_else(|| panic!("{line}"));
+    let count = before.rsplit(' ').next().unwrap();
+    count.parse().unwrap_or_else(|_| panic!("{line}"))
+}
+
+#[test]
+fn sites_past_straight_line_instructions_count_as_the_entry() {
+    if !bpf_available("sites_past_straight_line_instructions_count_as_the_entry") {
+        return;
+    }
+    let program = compile("straight.c", "straight", &[]);
+    for (flags, moved) in [(&["-d"][..], true), (&["-d", "--probe-at-entry"], false)] {
+        let recording = record_unchanged(&program, &["3000"], flags);
+        let own = own_counts(&recording.output.stdout);
+        assert_eq!(own["or_default"], 3000);
+        assert_counts_match(&own, &recording.traced_counts());
+        let stderr = String::from_utf8_lossy(&recording.output.stderr);
+        // or_default and clamp moved to their branch, or the counts prove nothing new.
+        match moved {
+            true => assert!(after_straight_line(&stderr) >= 2, "{stderr}"),
+            false => assert_eq!(after_straight_line(&stderr), 0, "{stderr}"),
+        }
+    }
+}
+
+#[test]
+fn arguments_read_past_straight_line_instructions_are_the_entrys() {
+    if !bpf_available("arguments_read_past_straight_line_instructions_are_the_entrys") {
+        return;
+    }
+    let program = compile("straight.c", "straight", &[]);
+    let specs = [
+        "-A",
+        "or_default@arg1",
+        "-R",
+        "or_default@retval",
+        "-A",
+        "clamp@arg1",
+        "-R",
+        "clamp@retval",
+        "-f",
+        "or_default,clamp",
+    ];
+    for exits in [None, Some("--exit-probes=ret")] {
+        let mut flags = specs.to_vec();
+        flags.extend(exits);
+        let recording = record_unchanged(&program, &["12"], &flags);
+        let stderr = String::from_utf8_lossy(&recording.output.stderr);
+        assert!(!stderr.contains("are not captured"), "{stderr}");
+        let expected: Vec<String> = String::from_utf8_lossy(&recording.output.stdout)
+            .lines()
+            .filter_map(|line| line.strip_prefix("  "))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(expected.len(), 24);
+        let replay = recording.report(&["--format=replay"]);
+        let shown: Vec<String> = replay
+            .lines()
+            .filter_map(|line| line.split_once(" | ").map(|(_, call)| call.trim_start()))
+            .filter(|call| call.starts_with("or_default(") || call.starts_with("clamp("))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(shown, expected, "{exits:?}; the tree:\n{replay}");
+    }
+}
