@@ -4,7 +4,8 @@
 # events/s at the lossless limit, bytes per call, attach and detach time for 10,000 functions,
 # and how fast `report` reads. Each figure is set beside its target in DESIGN.md.
 #
-# Usage: tools/bench.sh            (about 3 minutes on a 2-vCPU VM)
+# Usage: tools/bench.sh            (about 5 minutes on a 2-vCPU VM; the SQLite amalgamation
+#                                  is compiled once more, a minute or two)
 #
 # Environment: BENCH_REPS (runs per measurement, median taken; default 5), BENCH_RUN_SECONDS
 # (aim for each traced run; default 0.5), BENCH_RATE_SECONDS (each max-rate recording;
@@ -312,3 +313,6 @@ printf '%-48s %-26s %s\n' "report --format=summary, events/s" \
 	"$report_rate" ">= 50M: $(at_least "$report_rate" 50000000) ($events2 events)"
 printf '%-48s %-26s %s\n' "  its max RSS" "$((report_rss_kb / 1024)) MiB" \
 	"bounded by functions and stack depth"
+
+say "== real programs: SQLite (against uftrace) and CPython's libpython (tools/bench/real_programs.sh)" >&2
+tools/bench/real_programs.sh "$utrace" "$work"
