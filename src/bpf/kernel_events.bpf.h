@@ -19,7 +19,8 @@
 #define TASK_DEAD 0x80
 
 /* System call number → the function id of its `sys_NAME`, 0 for a system call not traced (id 0
- * is always one of the program's functions). Filled by the loader. */
+ * is always one of the program's functions), with SYSCALL_STACK set when its entries capture
+ * the stacks. Filled by the loader. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, SYSCALL_NUMBERS);
@@ -64,7 +65,8 @@ int BPF_PROG(off_cpu_switch, bool preempt, struct task_struct *prev, struct task
 	return 0;
 }
 
-/* The function id of system call `number`'s pseudo-function, 0 when it is not traced. */
+/* The function id of system call `number`'s pseudo-function (SYSCALL_STACK set when its entries
+ * capture the stacks), 0 when it is not traced. */
 static __always_inline __u32 syscall_function(long number)
 {
 	__u32 key = (__u32)number;
@@ -76,14 +78,33 @@ static __always_inline __u32 syscall_function(long number)
 	return function ? *function : 0;
 }
 
+/* A system call's entry event and the id of the user and kernel stacks that made it, as
+ * values.bpf.h writes a stack value. */
+struct syscall_entry_record {
+	struct event event;
+	__s64 stack;
+};
+
 SEC("tp_btf/sys_enter")
 int BPF_PROG(syscall_entered, struct pt_regs *regs, long number)
 {
 	__u32 function = syscall_function(number);
+	__u64 now, pid_tgid;
+	struct syscall_entry_record r = {};
 
 	if (!function)
 		return 0;
-	return record(function, 0);
+	if (!(function & SYSCALL_STACK))
+		return record(function, 0);
+	now = bpf_ktime_get_ns();
+	pid_tgid = bpf_get_current_pid_tgid();
+	if (!recording_in(pid_tgid >> 32))
+		return 0;
+	r.stack = kernel_event_stack_id(ctx, regs);
+	fill_event(&r.event, now, function & ~SYSCALL_STACK, 0, (__u32)pid_tgid);
+	if (bpf_ringbuf_output(&events, &r, sizeof(r), wakeup_flag()))
+		count_lost((__u32)pid_tgid);
+	return 0;
 }
 
 /* A system call's exit event and its return value, as values.bpf.h writes a return value. */
@@ -95,7 +116,7 @@ struct syscall_exit_record {
 SEC("tp_btf/sys_exit")
 int BPF_PROG(syscall_exited, struct pt_regs *regs, long returned)
 {
-	__u32 function = syscall_function(regs->orig_ax);
+	__u32 function = syscall_function(regs->orig_ax) & ~SYSCALL_STACK;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct syscall_exit_record *r;

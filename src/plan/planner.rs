@@ -122,6 +122,15 @@ impl Planner {
             })
             .collect();
         plan.events = events::plan(&options.events, &traced, &mut plan)?;
+        // A system call --stack names captures the user and kernel stacks at its entry.
+        for &(_, id) in &plan.events.syscalls {
+            let function = &mut plan.table.functions[id as usize];
+            function.user_stack = options
+                .values
+                .user_stacks
+                .iter()
+                .any(|glob| glob.matches(&function.name));
+        }
         // Their probe costs are those of the emulated site in the library, not of the stub.
         for id in plan.landings.functions() {
             plan.table.functions[id as usize].probes.entry = Execution::Emulated;

@@ -5,9 +5,10 @@
 use libbpf_rs::{Link, MapCore, MapFlags, UsdtOpts};
 
 use super::error::{load_error, ProbeError};
-use super::interface::skel::OpenUtraceSkel;
+use super::interface::skel::{types, OpenUtraceSkel};
 use super::{LoadedProbes, Support};
 use crate::plan::PlannedEvents;
+use crate::table::FunctionTable;
 
 /// Whether kernel functions (`-k GLOB`) can be traced here; the error names what is missing and
 /// what would provide it. They need fentry/fexit programs (BPF trampolines); utrace does not
@@ -76,6 +77,7 @@ impl LoadedProbes<'_> {
     pub fn attach_events(
         &self,
         events: &PlannedEvents,
+        table: &FunctionTable,
         pid: u32,
     ) -> Result<EventLinks, ProbeError> {
         let mut links = Vec::new();
@@ -84,6 +86,12 @@ impl LoadedProbes<'_> {
             links.push(progs.off_cpu_switch.attach().map_err(load_error)?);
         }
         for &(number, function) in &events.syscalls {
+            // Its entries capture the user and kernel stacks (--stack).
+            let stack = match table.functions[function as usize].user_stack {
+                true => 1 << types::event_bits::SYSCALL_STACK_BIT.0,
+                false => 0,
+            };
+            let function = function | stack;
             self.skel
                 .maps
                 .syscall_functions
