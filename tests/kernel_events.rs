@@ -196,6 +196,45 @@ fn stack_on_a_system_call_gives_user_frames_then_kernel_frames() {
 }
 
 #[test]
+fn stack_on_off_cpu_time_gives_where_the_thread_slept_user_then_kernel() {
+    if !bpf_available("stack_on_off_cpu_time_gives_where_the_thread_slept_user_then_kernel") {
+        return;
+    }
+    let sleeper = compile("sleeper.c", "sleeper-fp", &["-fno-omit-frame-pointer"]);
+    const SLEEPS: u64 = 20;
+    let recording = record_unchanged(
+        &sleeper,
+        &[&SLEEPS.to_string(), "1"],
+        &["-E", "offcpu", "--stack", "linux:schedule"],
+    );
+    let text = recording.report(&["--format=stacks", "-f", "linux:schedule", "--folded"]);
+    let in_sleep_all: Vec<(Vec<&str>, u64)> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("[user stack];"))
+        .map(|line| {
+            let (frames, calls) = line.rsplit_once(' ').expect("a weight after the frames");
+            (frames.split(';').collect(), calls.parse().expect("a count"))
+        })
+        .filter(|(frames, _): &(Vec<&str>, u64)| frames.contains(&"sleep_all"))
+        .collect();
+    // Each nap leaves the CPU at least once from sleep_all, through the scheduler.
+    assert!(
+        in_sleep_all.iter().map(|(_, calls)| calls).sum::<u64>() >= SLEEPS,
+        "{text}"
+    );
+    for (frames, _) in &in_sleep_all {
+        let sleep_all = frames.iter().position(|&f| f == "sleep_all").unwrap();
+        let first_kernel = frames.iter().position(|f| f.ends_with("_[k]")).unwrap();
+        assert!(first_kernel > sleep_all, "{frames:?}");
+        assert!(
+            frames[first_kernel..].iter().all(|f| f.ends_with("_[k]")),
+            "{frames:?}"
+        );
+        assert!(frames.last().unwrap().contains("schedule"), "{frames:?}");
+    }
+}
+
+#[test]
 fn follow_puts_a_childs_system_calls_and_off_cpu_time_under_its_pid() {
     if !bpf_available("follow_puts_a_childs_system_calls_and_off_cpu_time_under_its_pid") {
         return;

@@ -40,6 +40,8 @@ pub fn check_kernel_functions(globs: &[String]) -> Result<(), ProbeError> {
 pub struct EventPrograms {
     /// `linux:schedule`'s function id, when off-CPU time is traced.
     pub off_cpu: Option<u32>,
+    /// Whether `linux:schedule`'s entries capture the user and kernel stacks (`--stack`).
+    pub off_cpu_stack: bool,
     pub syscalls: bool,
     pub usdt: bool,
 }
@@ -49,6 +51,7 @@ impl EventPrograms {
     pub fn of(events: &PlannedEvents) -> EventPrograms {
         EventPrograms {
             off_cpu: events.off_cpu,
+            off_cpu_stack: events.off_cpu_stack,
             syscalls: !events.syscalls.is_empty(),
             usdt: !events.usdt.is_empty(),
         }
@@ -88,7 +91,7 @@ impl LoadedProbes<'_> {
         for &(number, function) in &events.syscalls {
             // Its entries capture the user and kernel stacks (--stack).
             let stack = match table.functions[function as usize].user_stack {
-                true => 1 << types::event_bits::SYSCALL_STACK_BIT.0,
+                true => 1 << types::event_bits::KERNEL_EVENT_STACK_BIT.0,
                 false => 0,
             };
             let function = function | stack;

@@ -132,7 +132,7 @@ impl<'obj> LoadedProbes<'obj> {
                 .stacks
                 .set_max_entries(USER_STACKS_MAX)
                 .map_err(load_error)?;
-            if config.events.syscalls {
+            if config.events.syscalls || config.events.off_cpu_stack {
                 open.maps
                     .kernel_stacks
                     .set_max_entries(USER_STACKS_MAX)
@@ -214,7 +214,11 @@ fn settings(config: &ProbeConfig) -> types::settings {
         value_functions: u32::from(config.string_size.is_some() || config.user_stacks),
         string_size: u32::from(config.string_size.unwrap_or(0)),
         user_stacks: u64::from(config.user_stacks),
-        off_cpu_function: config.events.off_cpu.unwrap_or(0),
+        off_cpu_function: config.events.off_cpu.unwrap_or(0)
+            | match config.events.off_cpu_stack {
+                true => 1 << types::event_bits::KERNEL_EVENT_STACK_BIT.0,
+                false => 0,
+            },
         kernel_events_reserved: 0,
     }
 }
