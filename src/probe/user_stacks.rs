@@ -130,6 +130,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn kernel_stacks_end_at_the_first_zero_and_devices_read_as_stat_gives_them() {
+        let words: Vec<u8> = [0xffff_ffff_8100_0010u64, 0xffff_ffff_8100_0020, 0, 7]
+            .iter()
+            .flat_map(|word| word.to_ne_bytes())
+            .collect();
+        assert_eq!(
+            parse_addresses(&words),
+            [0xffff_ffff_8100_0010, 0xffff_ffff_8100_0020]
+        );
+        // 254:0 (a device-mapper volume) and 8:17 (sdb1).
+        assert_eq!(kernel_device_to_user(254 << 20), libc::makedev(254, 0));
+        assert_eq!(kernel_device_to_user((8 << 20) | 17), libc::makedev(8, 17));
+    }
+
+    #[test]
     fn frames_end_at_the_first_empty_one() {
         let frame = |status: i32, id: u8, word: u64| {
             let mut bytes = status.to_ne_bytes().to_vec();

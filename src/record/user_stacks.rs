@@ -281,3 +281,23 @@ fn symbol_at(symbolizer: &Symbolizer, path: &Path, offset: u64) -> Option<(Strin
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tracepoints_way_into_the_bpf_program_is_left_out() {
+        for name in [
+            "bpf_prog_372cad73d7ec5d35_syscall_entered",
+            "bpf_trace_run2",
+            "__bpf_trace_sys_enter",
+            "__traceiter_sched_switch",
+        ] {
+            assert!(is_probe_machinery(name), "{name}");
+        }
+        for name in ["syscall_trace_enter", "do_syscall_64", "__schedule"] {
+            assert!(!is_probe_machinery(name), "{name}");
+        }
+    }
+}
