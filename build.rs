@@ -37,5 +37,6 @@ fn main() {
     println!("cargo:rerun-if-changed=src/bpf/shadow.bpf.h");
     println!("cargo:rerun-if-changed=src/bpf/go.bpf.h");
     println!("cargo:rerun-if-changed=src/bpf/values.bpf.h");
+    println!("cargo:rerun-if-changed=src/bpf/stacks.bpf.h");
     println!("cargo:rerun-if-changed=src/bpf/kernel_events.bpf.h");
 }

@@ -41,6 +41,12 @@ pub struct StackFrame {
     pub offset: u64,
 }
 
+/// What kernel frames' names end with, as flamegraph.pl marks them (`do_syscall_64_[k]`).
+pub const KERNEL_FRAME_SUFFIX: &str = "_[k]";
+
+/// The outermost frame of a stack cut at the frames kept (`--stack` keeps 64 user frames).
+pub const TRUNCATED: &str = "[truncated]";
+
 /// What an entry's stack value says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StackRef {

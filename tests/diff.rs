@@ -89,6 +89,7 @@ fn diff_against_another_program_warns_and_marks_what_one_side_lacks() {
     assert_success(&output);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("another program"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one warning: {stderr}");
     let text = String::from_utf8(output.stdout).unwrap();
     assert!(
         text.lines().any(|l| l.ends_with("  target [new]")),

@@ -132,6 +132,109 @@ fn system_calls_are_calls_under_the_function_that_made_them_with_their_return_va
 }
 
 #[test]
+fn stack_on_a_system_call_gives_user_frames_then_kernel_frames() {
+    if !bpf_available("stack_on_a_system_call_gives_user_frames_then_kernel_frames") {
+        return;
+    }
+    // Frame pointers in the program; the C library's write() makes no frame, and the probe
+    // reads its caller, emit, from the top of the user stack.
+    let writer = compile("writer.c", "writer-fp", &["-fno-omit-frame-pointer"]);
+    let recording = record_unchanged(
+        &writer,
+        &["25"],
+        &["-E", "syscalls", "--stack", "sys_write"],
+    );
+    let stdout = String::from_utf8_lossy(&recording.output.stdout);
+    let writes: u64 = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("writes "))
+        .expect("the program's count of writes")
+        .parse()
+        .unwrap();
+    assert_eq!(writes, 25);
+    let text = recording.report(&["--format=stacks", "-f", "sys_write", "--folded"]);
+    let through_emit: Vec<(&str, u64)> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("[user stack];"))
+        .map(|line| {
+            let (frames, calls) = line.rsplit_once(' ').expect("a weight after the frames");
+            (frames, calls.parse().expect("a count"))
+        })
+        .filter(|(frames, _)| frames.split(';').any(|frame| frame == "emit"))
+        .collect();
+    assert_eq!(
+        through_emit.iter().map(|(_, calls)| calls).sum::<u64>(),
+        writes,
+        "{text}"
+    );
+    for (frames, _) in &through_emit {
+        let frames: Vec<&str> = frames.split(';').collect();
+        // Root to leaf: main, emit, the C library's wrapper, then the kernel's frames only.
+        let emit = frames.iter().position(|&frame| frame == "emit").unwrap();
+        assert_eq!(frames[emit - 1], "main", "{frames:?}");
+        let first_kernel = frames
+            .iter()
+            .position(|frame| frame.ends_with("_[k]"))
+            .unwrap_or_else(|| panic!("no kernel frame in {frames:?}"));
+        assert!(first_kernel > emit + 1, "{frames:?}");
+        assert!(
+            frames[first_kernel..]
+                .iter()
+                .all(|frame| frame.ends_with("_[k]")),
+            "{frames:?}"
+        );
+        assert!(
+            frames.contains(&"do_syscall_64_[k]"),
+            "the system call's entry in {frames:?}"
+        );
+        // utrace's own program and the tracepoint's way into it are left out.
+        assert!(
+            frames.iter().all(|frame| !frame.starts_with("bpf_")),
+            "{frames:?}"
+        );
+    }
+}
+
+#[test]
+fn stack_on_off_cpu_time_gives_where_the_thread_slept_user_then_kernel() {
+    if !bpf_available("stack_on_off_cpu_time_gives_where_the_thread_slept_user_then_kernel") {
+        return;
+    }
+    let sleeper = compile("sleeper.c", "sleeper-fp", &["-fno-omit-frame-pointer"]);
+    const SLEEPS: u64 = 20;
+    let recording = record_unchanged(
+        &sleeper,
+        &[&SLEEPS.to_string(), "1"],
+        &["-E", "offcpu", "--stack", "linux:schedule"],
+    );
+    let text = recording.report(&["--format=stacks", "-f", "linux:schedule", "--folded"]);
+    let in_sleep_all: Vec<(Vec<&str>, u64)> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("[user stack];"))
+        .map(|line| {
+            let (frames, calls) = line.rsplit_once(' ').expect("a weight after the frames");
+            (frames.split(';').collect(), calls.parse().expect("a count"))
+        })
+        .filter(|(frames, _): &(Vec<&str>, u64)| frames.contains(&"sleep_all"))
+        .collect();
+    // Each nap leaves the CPU at least once from sleep_all, through the scheduler.
+    assert!(
+        in_sleep_all.iter().map(|(_, calls)| calls).sum::<u64>() >= SLEEPS,
+        "{text}"
+    );
+    for (frames, _) in &in_sleep_all {
+        let sleep_all = frames.iter().position(|&f| f == "sleep_all").unwrap();
+        let first_kernel = frames.iter().position(|f| f.ends_with("_[k]")).unwrap();
+        assert!(first_kernel > sleep_all, "{frames:?}");
+        assert!(
+            frames[first_kernel..].iter().all(|f| f.ends_with("_[k]")),
+            "{frames:?}"
+        );
+        assert!(frames.last().unwrap().contains("schedule"), "{frames:?}");
+    }
+}
+
+#[test]
 fn follow_puts_a_childs_system_calls_and_off_cpu_time_under_its_pid() {
     if !bpf_available("follow_puts_a_childs_system_calls_and_off_cpu_time_under_its_pid") {
         return;

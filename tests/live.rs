@@ -295,3 +295,17 @@ fn live_marks_where_events_were_lost() {
     assert!(reported > 0);
     assert_eq!(marked, reported, "{stderr}");
 }
+
+#[test]
+fn live_refuses_stack_in_one_line() {
+    // Unwound stacks are symbolized when a recording ends: live has nowhere to show them, and
+    // says so rather than ignore the flag.
+    let output = utrace()
+        .args(["live", "--stack", "target", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--stack"), "{stderr}");
+}

@@ -8,9 +8,15 @@ use std::collections::BTreeMap;
 
 use common::*;
 
-/// The unwound stacks of `--format=stacks --folded` (the `[user stack]` lines): frames → calls.
+/// The unwound stacks of `target` in `--format=stacks --folded` (the `[user stack]` lines):
+/// frames → calls.
 fn unwound(recording: &Recording) -> BTreeMap<String, u64> {
-    let text = recording.report(&["--format=stacks", "-f", "target", "--folded"]);
+    unwound_to(recording, "target")
+}
+
+/// The unwound stacks of `function`: frames → calls.
+fn unwound_to(recording: &Recording, function: &str) -> BTreeMap<String, u64> {
+    let text = recording.report(&["--format=stacks", "-f", function, "--folded"]);
     text.lines()
         .filter_map(|line| line.strip_prefix("[user stack];"))
         .map(|line| {
@@ -76,6 +82,85 @@ fn without_frame_pointers_the_stacks_are_short_and_nothing_breaks() {
         !complete
             .iter()
             .all(|path| stacks.keys().any(|frames| frames.ends_with(path))),
+        "{stacks:?}"
+    );
+}
+
+#[test]
+fn a_leaf_that_makes_no_frame_still_shows_its_caller() {
+    if !bpf_available("a_leaf_that_makes_no_frame_still_shows_its_caller") {
+        return;
+    }
+    // Frame pointers everywhere but in the leaf `target`, whose code starts with `lock addq` (the
+    // probe goes past it, onto a `mov`): no `push %rbp` where the kernel would take the caller's
+    // return address itself, so the chain starts at the caller's caller. Sibling calls stay
+    // calls, so that a and c have frames to show.
+    let paths = compile(
+        "paths.c",
+        "paths-stack-leaf",
+        &[
+            "-O2",
+            "-fno-omit-frame-pointer",
+            "-momit-leaf-frame-pointer",
+            "-fno-optimize-sibling-calls",
+        ],
+    );
+    let recording = record_unchanged(&paths, &["1"], &["--stack", "target", "-f", "target"]);
+    let mut from_main: BTreeMap<String, u64> = BTreeMap::new();
+    for (frames, calls) in unwound(&recording) {
+        let start = frames.find("main;").expect("main on every stack");
+        *from_main.entry(frames[start..].to_owned()).or_default() += calls;
+    }
+    let expected: BTreeMap<String, u64> = [
+        ("main;a;target".to_owned(), 10),
+        ("main;b;c;target".to_owned(), 20),
+        ("main;target".to_owned(), 5),
+    ]
+    .into();
+    assert_eq!(from_main, expected);
+}
+
+#[test]
+fn a_stack_deeper_than_the_frames_kept_is_cut_and_marked() {
+    if !bpf_available("a_stack_deeper_than_the_frames_kept_is_cut_and_marked") {
+        return;
+    }
+    let recurse = compile(
+        "recurse.c",
+        "recurse-stack-fp",
+        &["-fno-omit-frame-pointer"],
+    );
+    // 200 deep: bottom's stack goes on far beyond the 64 frames kept.
+    let deep = record_unchanged(
+        &recurse,
+        &["200", "1"],
+        &["--stack", "bottom", "-f", "bottom"],
+    );
+    let stacks = unwound_to(&deep, "bottom");
+    assert_eq!(stacks.len(), 1, "{stacks:?}");
+    let (frames, calls) = stacks.iter().next().unwrap();
+    assert_eq!(*calls, 1);
+    let frames: Vec<&str> = frames.split(';').collect();
+    // Outermost first: the mark where the frames were cut, then the innermost 64 the kernel
+    // gave (and the caller, when the probe read it from the top of the stack).
+    let (last, kept) = frames.split_last().unwrap();
+    assert_eq!(kept[0], "[truncated]", "{frames:?}");
+    assert!((65..=66).contains(&frames.len()), "{frames:?}");
+    assert!(
+        kept[1..].iter().all(|&frame| frame == "descend") && *last == "bottom",
+        "{frames:?}"
+    );
+    // 10 deep: the whole stack, unmarked.
+    let shallow = record_unchanged(
+        &recurse,
+        &["10", "1"],
+        &["--stack", "bottom", "-f", "bottom"],
+    );
+    let stacks = unwound_to(&shallow, "bottom");
+    assert!(
+        stacks
+            .keys()
+            .all(|frames| !frames.contains("[truncated]") && frames.contains("main;descend")),
         "{stacks:?}"
     );
 }

@@ -15,9 +15,14 @@ enum event_bits {
 	EVENT_TID_BITS = 22,
 	/* The bit of `function` set on events written at a function's return. */
 	EVENT_EXIT_BIT = 31,
+	/* The bit of a kernel event's function id (a `syscall_functions` value, the settings'
+	 * `off_cpu_function`) set when its entries capture the user and kernel stacks (--stack: see
+	 * stacks.bpf.h); never set in an event. */
+	KERNEL_EVENT_STACK_BIT = 30,
 };
 
 #define EVENT_EXIT (1u << EVENT_EXIT_BIT)
+#define KERNEL_EVENT_STACK (1u << KERNEL_EVENT_STACK_BIT)
 
 /* `function` values of the ring buffer's notes, which are never function ids. */
 enum special_function {

@@ -8,8 +8,9 @@
  *   value after the event, as a function's captured return value is (interface.h);
  * - USDT probes: the entry of the probe's function with its arguments after the event, and its
  *   exit right after.
- * Each program is loaded and attached only when asked. Included by utrace.bpf.c after
- * record_on(). */
+ * The entries of off-CPU time and of system calls that --stack names carry the id of the user
+ * and kernel stacks where they happened (stacks.bpf.h). Each program is loaded and attached only
+ * when asked. Included by utrace.bpf.c after record_on(). */
 #ifndef UTRACE_KERNEL_EVENTS_BPF_H
 #define UTRACE_KERNEL_EVENTS_BPF_H
 
@@ -19,7 +20,8 @@
 #define TASK_DEAD 0x80
 
 /* System call number → the function id of its `sys_NAME`, 0 for a system call not traced (id 0
- * is always one of the program's functions). Filled by the loader. */
+ * is always one of the program's functions), with KERNEL_EVENT_STACK set when its entries capture
+ * the stacks. Filled by the loader. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, SYSCALL_NUMBERS);
@@ -48,23 +50,51 @@ static __always_inline void record_for_task(struct task_struct *task, __u32 func
 	bpf_ringbuf_submit(e, wakeup_flag());
 }
 
+/* A kernel event's entry and the id of the user and kernel stacks that made it, as values.bpf.h
+ * writes a stack value. */
+struct stacked_entry_record {
+	struct event event;
+	__s64 stack;
+};
+
+/* Writes the entry of kernel event `function` for the current thread at `now`, with the stacks
+ * at the tracepoint whose context is `ctx`; the thread's user registers are `regs`. */
+static __always_inline void record_with_stacks(void *ctx, struct pt_regs *regs, __u32 function,
+					       __u64 now)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct stacked_entry_record r = {};
+
+	r.stack = kernel_event_stack_id(ctx, regs);
+	fill_event(&r.event, now, function, 0, (__u32)pid_tgid);
+	if (bpf_ringbuf_output(&events, &r, sizeof(r), wakeup_flag()))
+		count_lost((__u32)pid_tgid);
+}
+
 /* A context switch: `prev` leaves the CPU, `next` gets it. The tracepoint runs in prev's
- * context, so neither event can use the current task's ids. */
+ * context, so neither event can use the current task's ids; prev's stacks are the current
+ * ones. */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(off_cpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
+	__u32 function = settings.off_cpu_function & ~KERNEL_EVENT_STACK;
 	__u64 now = bpf_ktime_get_ns();
 
 	/* A thread that is exiting leaves for good: no interval to open. */
-	if (!(prev_state & TASK_DEAD) && recording_in(prev->tgid))
-		record_for_task(prev, settings.off_cpu_function, now);
+	if (!(prev_state & TASK_DEAD) && recording_in(prev->tgid)) {
+		if (settings.off_cpu_function & KERNEL_EVENT_STACK)
+			record_with_stacks(ctx, bpf_task_pt_regs(prev), function, now);
+		else
+			record_for_task(prev, function, now);
+	}
 	if (recording_in(next->tgid))
-		record_for_task(next, settings.off_cpu_function | EVENT_EXIT, now);
+		record_for_task(next, function | EVENT_EXIT, now);
 	return 0;
 }
 
-/* The function id of system call `number`'s pseudo-function, 0 when it is not traced. */
+/* The function id of system call `number`'s pseudo-function (KERNEL_EVENT_STACK set when its entries
+ * capture the stacks), 0 when it is not traced. */
 static __always_inline __u32 syscall_function(long number)
 {
 	__u32 key = (__u32)number;
@@ -80,10 +110,17 @@ SEC("tp_btf/sys_enter")
 int BPF_PROG(syscall_entered, struct pt_regs *regs, long number)
 {
 	__u32 function = syscall_function(number);
+	__u64 now;
 
 	if (!function)
 		return 0;
-	return record(function, 0);
+	if (!(function & KERNEL_EVENT_STACK))
+		return record(function, 0);
+	now = bpf_ktime_get_ns();
+	if (!recording_in(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	record_with_stacks(ctx, regs, function & ~KERNEL_EVENT_STACK, now);
+	return 0;
 }
 
 /* A system call's exit event and its return value, as values.bpf.h writes a return value. */
@@ -95,7 +132,7 @@ struct syscall_exit_record {
 SEC("tp_btf/sys_exit")
 int BPF_PROG(syscall_exited, struct pt_regs *regs, long returned)
 {
-	__u32 function = syscall_function(regs->orig_ax);
+	__u32 function = syscall_function(regs->orig_ax) & ~KERNEL_EVENT_STACK;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct syscall_exit_record *r;

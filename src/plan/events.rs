@@ -133,6 +133,8 @@ pub fn syscall_function_name(number: u32) -> String {
 pub struct PlannedEvents {
     /// `linux:schedule`'s id, when off-CPU time is traced.
     pub off_cpu: Option<FunctionId>,
+    /// Whether `linux:schedule`'s entries capture the user and kernel stacks (`--stack`).
+    pub off_cpu_stack: bool,
     /// (system call number, function id) of each system call traced.
     pub syscalls: Vec<(u32, FunctionId)>,
     /// The USDT probes to attach.

@@ -122,6 +122,20 @@ impl Planner {
             })
             .collect();
         plan.events = events::plan(&options.events, &traced, &mut plan)?;
+        // A system call or linux:schedule --stack names captures the user and kernel stacks
+        // at its entry.
+        let syscalls = plan.events.syscalls.iter().map(|&(_, id)| id);
+        for id in syscalls.chain(plan.events.off_cpu).collect::<Vec<_>>() {
+            let function = &mut plan.table.functions[id as usize];
+            function.user_stack = options
+                .values
+                .user_stacks
+                .iter()
+                .any(|glob| glob.matches(&function.name));
+            if plan.events.off_cpu == Some(id) {
+                plan.events.off_cpu_stack = function.user_stack;
+            }
+        }
         // Their probe costs are those of the emulated site in the library, not of the stub.
         for id in plan.landings.functions() {
             plan.table.functions[id as usize].probes.entry = Execution::Emulated;

@@ -5,9 +5,10 @@
 use libbpf_rs::{Link, MapCore, MapFlags, UsdtOpts};
 
 use super::error::{load_error, ProbeError};
-use super::interface::skel::OpenUtraceSkel;
+use super::interface::skel::{types, OpenUtraceSkel};
 use super::{LoadedProbes, Support};
 use crate::plan::PlannedEvents;
+use crate::table::FunctionTable;
 
 /// Whether kernel functions (`-k GLOB`) can be traced here; the error names what is missing and
 /// what would provide it. They need fentry/fexit programs (BPF trampolines); utrace does not
@@ -39,6 +40,8 @@ pub fn check_kernel_functions(globs: &[String]) -> Result<(), ProbeError> {
 pub struct EventPrograms {
     /// `linux:schedule`'s function id, when off-CPU time is traced.
     pub off_cpu: Option<u32>,
+    /// Whether `linux:schedule`'s entries capture the user and kernel stacks (`--stack`).
+    pub off_cpu_stack: bool,
     pub syscalls: bool,
     pub usdt: bool,
 }
@@ -48,6 +51,7 @@ impl EventPrograms {
     pub fn of(events: &PlannedEvents) -> EventPrograms {
         EventPrograms {
             off_cpu: events.off_cpu,
+            off_cpu_stack: events.off_cpu_stack,
             syscalls: !events.syscalls.is_empty(),
             usdt: !events.usdt.is_empty(),
         }
@@ -76,6 +80,7 @@ impl LoadedProbes<'_> {
     pub fn attach_events(
         &self,
         events: &PlannedEvents,
+        table: &FunctionTable,
         pid: u32,
     ) -> Result<EventLinks, ProbeError> {
         let mut links = Vec::new();
@@ -84,6 +89,12 @@ impl LoadedProbes<'_> {
             links.push(progs.off_cpu_switch.attach().map_err(load_error)?);
         }
         for &(number, function) in &events.syscalls {
+            // Its entries capture the user and kernel stacks (--stack).
+            let stack = match table.functions[function as usize].user_stack {
+                true => 1 << types::event_bits::KERNEL_EVENT_STACK_BIT.0,
+                false => 0,
+            };
+            let function = function | stack;
             self.skel
                 .maps
                 .syscall_functions

@@ -47,8 +47,9 @@ pub struct ProbeConfig {
 /// How many functions may capture values: the map's entries are allocated as they are added.
 const VALUE_FUNCTIONS_MAX: u32 = 65536;
 
-/// How many distinct user stacks are kept (`--stack`): the map holds them all from the start, 2
-/// KiB each (64 frames of a build id and an offset).
+/// How many distinct stacks are kept (`--stack`): the user stack map holds them all from the
+/// start, 2 KiB each (65 frames of a build id and an offset), and as many kernel stacks (520
+/// bytes each) when system calls capture theirs.
 const USER_STACKS_MAX: u32 = 4096;
 
 /// Storage the skeleton borrows from; it must outlive the [`LoadedProbes`].
@@ -127,6 +128,16 @@ impl<'obj> LoadedProbes<'obj> {
                 .user_stacks
                 .set_max_entries(USER_STACKS_MAX)
                 .map_err(load_error)?;
+            open.maps
+                .stacks
+                .set_max_entries(USER_STACKS_MAX)
+                .map_err(load_error)?;
+            if config.events.syscalls || config.events.off_cpu_stack {
+                open.maps
+                    .kernel_stacks
+                    .set_max_entries(USER_STACKS_MAX)
+                    .map_err(load_error)?;
+            }
         }
         if !config.follow {
             // A hash map's entries are allocated when it is created: none are needed.
@@ -203,7 +214,11 @@ fn settings(config: &ProbeConfig) -> types::settings {
         value_functions: u32::from(config.string_size.is_some() || config.user_stacks),
         string_size: u32::from(config.string_size.unwrap_or(0)),
         user_stacks: u64::from(config.user_stacks),
-        off_cpu_function: config.events.off_cpu.unwrap_or(0),
+        off_cpu_function: config.events.off_cpu.unwrap_or(0)
+            | match config.events.off_cpu_stack {
+                true => 1 << types::event_bits::KERNEL_EVENT_STACK_BIT.0,
+                false => 0,
+            },
         kernel_events_reserved: 0,
     }
 }

@@ -32,4 +32,4 @@ pub use load::{
 };
 pub use release::AttachedProbes;
 pub use strategy::{strategy, AttachMode, AttachStrategy, ATTACH_MODE_VARIABLE};
-pub use user_stacks::{RawFrame, RawStack};
+pub use user_stacks::{RawCaller, RawFrame, RawStack};

@@ -247,7 +247,7 @@ impl Session {
         let mut attached = self.attach_modules(&loaded, &all_modules, pid)?;
         attached.absorb(loaded.attach_landings(&self.planner.plan().landings, pid)?);
         // Detached when the session ends, after the functions' probes.
-        let _event_links = loaded.attach_events(&self.planner.plan().events, pid)?;
+        let _event_links = loaded.attach_events(&self.planner.plan().events, self.table(), pid)?;
         let traced = match options.follow {
             true => Some(TracedProcesses::new(pid, all_modules)?),
             false => None,
