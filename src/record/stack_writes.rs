@@ -1,8 +1,8 @@
 //! The writes into the traced process's stack that the shadow stack asks for
 //! (`src/bpf/shadow.bpf.h`): return addresses given back to the frames an unwinder is about to
 //! walk, and the uretprobe trampoline put back into those still alive after it. The BPF program
-//! stopped the process before sending them; the recorder writes them with `process_vm_writev`
-//! and then lets it go on.
+//! paused the thread (or stopped the process) before sending them; the recorder writes them with
+//! `process_vm_writev` and then lets it go on.
 
 use std::io;
 
@@ -11,6 +11,8 @@ use std::io;
 pub struct StackWriteRequest {
     /// The process (tgid) whose memory is written.
     pub pid: u32,
+    /// The thread that waits paused until they are written.
+    pub tid: u32,
     /// (address, 8-byte value) pairs.
     pub writes: Vec<(u64, u64)>,
 }
@@ -20,8 +22,9 @@ pub struct StackWriteRequest {
 #[error("malformed stack write request ({0} bytes)")]
 pub struct MalformedRequest(pub usize);
 
-/// Header: pid and count, 4 bytes each; then (address, value) pairs of 8 bytes each.
-const HEADER_BYTES: usize = 8;
+/// Header: pid, count, tid and a reserved word, 4 bytes each; then (address, value) pairs of 8
+/// bytes each.
+const HEADER_BYTES: usize = 16;
 const WRITE_BYTES: usize = 16;
 
 impl StackWriteRequest {
@@ -36,6 +39,7 @@ impl StackWriteRequest {
         };
         let pid = word(0).ok_or_else(malformed)?;
         let count = word(4).ok_or_else(malformed)? as usize;
+        let tid = word(8).ok_or_else(malformed)?;
         let needed = count
             .checked_mul(WRITE_BYTES)
             .and_then(|body| body.checked_add(HEADER_BYTES))
@@ -50,7 +54,7 @@ impl StackWriteRequest {
             })
             .collect::<Option<Vec<_>>>()
             .ok_or_else(malformed)?;
-        Ok(StackWriteRequest { pid, writes })
+        Ok(StackWriteRequest { pid, tid, writes })
     }
 
     /// Writes every value at its address in the process, all or nothing as far as the kernel
@@ -105,6 +109,8 @@ mod tests {
         let mut bytes = Vec::new();
         bytes.extend(pid.to_ne_bytes());
         bytes.extend(count.to_ne_bytes());
+        bytes.extend((pid + 1).to_ne_bytes());
+        bytes.extend(0u32.to_ne_bytes());
         for (address, value) in writes {
             bytes.extend(address.to_ne_bytes());
             bytes.extend(value.to_ne_bytes());
@@ -120,6 +126,7 @@ mod tests {
             StackWriteRequest::parse(&bytes),
             Ok(StackWriteRequest {
                 pid: 42,
+                tid: 43,
                 writes: vec![(0x7ff0, 1), (0x7ff8, 2)],
             })
         );
@@ -146,6 +153,7 @@ mod tests {
         let targets = [0u64; 2];
         let request = StackWriteRequest {
             pid: std::process::id(),
+            tid: 0,
             writes: vec![
                 (targets.as_ptr() as u64, 0x1122),
                 (targets[1..].as_ptr() as u64, 0x3344),
