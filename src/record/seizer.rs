@@ -51,8 +51,7 @@ fn wake_signal() -> libc::c_int {
 enum Request {
     /// Serve the pauses with the write requests of this `stack_writes` ring buffer.
     Serve(MapHandle),
-    /// The BPF side asks for no more pauses: serve those on their way, then keep every thread
-    /// stopped.
+    /// Stop every thread, serving the pauses on their way, and keep them stopped.
     Hold,
     /// Let every thread go and end.
     Release,
@@ -121,8 +120,8 @@ impl Seizer {
         self.ask(Request::Serve(stack_writes));
     }
 
-    /// Stops every thread and keeps it stopped, once the BPF side asks for no more pauses
-    /// (`serving_stack_writes` off): a pause already on its way is served first.
+    /// Stops every thread and keeps it stopped, serving the pauses that come meanwhile; then
+    /// nothing runs that could ask for another (`serving_stack_writes` may go off).
     pub fn hold(&mut self) {
         self.ask(Request::Hold);
     }
@@ -436,6 +435,24 @@ impl Tracer {
                     self.threads.clear();
                     break;
                 }
+            }
+        }
+        self.serve_held();
+    }
+
+    /// Writes the requests of threads now held whose pause came after the interrupt (a trap is
+    /// taken before a signal): each thread stopped right after sending its own. Its SIGURG is
+    /// delivered after the detach, and ignored.
+    fn serve_held(&mut self) {
+        if let Some((ring, _)) = &self.ring {
+            let _ = ring.consume();
+        }
+        for request in self.parsed.borrow_mut().drain(..) {
+            self.pending.insert(request.tid as libc::pid_t, request);
+        }
+        for (tid, request) in self.pending.drain() {
+            if let Err(error) = request.apply() {
+                log::warn!("cannot write the stack of thread {tid}: {error}");
             }
         }
     }

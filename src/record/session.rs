@@ -334,15 +334,16 @@ impl Session {
             mut losses,
         } = tracing.end();
 
-        loaded.set_serving_stack_writes(false);
-        // Held stopped from now until the probes are gone: an exception in between would meet a
-        // trampoline with nobody to pause the thread for.
+        // Held stopped from now until the probes are gone, the pauses served until every thread
+        // is: an exception in between would meet a trampoline with nobody to pause the thread.
         if let Some(seizer) = &mut self.seizer {
             seizer.hold();
         }
+        loaded.set_serving_stack_writes(false);
         loaded.set_recording(false);
         let detach_time = AttachedProbes::detach(probes);
         if let Some(seizer) = self.seizer.take() {
+            restore_return_addresses(pid, &loaded);
             seizer.release();
         }
         // Stack ids are never reused (see stacks.bpf.h): the map holds every stack the events
@@ -598,6 +599,32 @@ pub fn serve_stack_writes(request: Result<StackWriteRequest, MalformedRequest>) 
     });
     if let Err(error) = written {
         log::warn!("{error:#}: an exception may not unwind");
+    }
+}
+
+/// Gives back the return addresses the kernel replaced in the frames still running of a process
+/// utrace leaves running (its threads held stopped, the probes gone): an exception that later
+/// unwinds through one of them would meet the trampoline and end the program.
+fn restore_return_addresses(pid: u32, loaded: &LoadedProbes) {
+    let Some(trampoline) = super::stack_writes::trampoline_address(pid) else {
+        return;
+    };
+    let request = super::stack_writes::restore_at_detach(
+        pid,
+        trampoline,
+        &loaded.replaced_return_addresses(),
+    );
+    if request.writes.is_empty() {
+        return;
+    }
+    log::debug!(
+        "restored {} return addresses before letting go",
+        request.writes.len()
+    );
+    if let Err(error) = request.apply() {
+        log::warn!(
+            "cannot restore return addresses of pid {pid}: {error}: an exception may not unwind"
+        );
     }
 }
 
