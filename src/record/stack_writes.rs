@@ -101,6 +101,58 @@ impl StackWriteRequest {
     }
 }
 
+/// The writes that give back the return addresses the kernel replaced with its trampoline
+/// (`trampoline`) in the frames still running, per thread (`replaced`: slot, original), for a
+/// process utrace leaves running: once the probes are gone, nothing would restore them for an
+/// exception that unwinds through such a frame. A slot that no longer holds the trampoline is
+/// left alone. The threads must be stopped.
+pub fn restore_at_detach(
+    pid: u32,
+    trampoline: u64,
+    replaced: &[(u32, Vec<(u64, u64)>)],
+) -> StackWriteRequest {
+    let mut writes = Vec::new();
+    for (_, frames) in replaced {
+        for &(slot, original) in frames {
+            if read_word(pid, slot).is_ok_and(|now| now == trampoline) {
+                writes.push((slot, original));
+            }
+        }
+    }
+    StackWriteRequest {
+        pid,
+        tid: 0,
+        writes,
+    }
+}
+
+/// The 8 bytes at `address` in process `pid`.
+fn read_word(pid: u32, address: u64) -> io::Result<u64> {
+    let mut word = 0u64;
+    let local = libc::iovec {
+        iov_base: (&raw mut word).cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: address as *mut libc::c_void,
+        iov_len: 8,
+    };
+    // SAFETY: the local iovec points at `word`, 8 bytes; the kernel checks the remote one.
+    let read = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    match read {
+        8 => Ok(word),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Where the kernel's uretprobe trampoline is in process `pid`: the start of its `[uprobes]`
+/// mapping.
+pub fn trampoline_address(pid: u32) -> Option<u64> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let line = maps.lines().find(|line| line.ends_with("[uprobes]"))?;
+    u64::from_str_radix(line.split('-').next()?, 16).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
