@@ -8,6 +8,7 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use common::*;
 
@@ -54,18 +55,67 @@ fn exceptions_unwind_through_traced_frames_with_ret_probes() {
     assert_unchanged_with_exact_counts(&program, &["--exit-probes=ret"]);
 }
 
-/// A C++ process utrace attaches to cannot be stopped for the shadow stack: its exits are probed
-/// on their instructions unless asked otherwise, and it throws through traced frames as untraced.
+/// Held by each -p test: their programs share libstdc++, where PLT calls are probed where they
+/// land, and another recorder's uretprobe there (a killed one's, left in a running frame) is in
+/// no shadow stack of this one.
+static ATTACHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_attach_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ATTACHING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The pid of the program whose stops [`count_stops`] counts, and how many its parent (this
+/// test process) was told of.
+static WATCHED: AtomicI32 = AtomicI32::new(0);
+static STOPS_SEEN: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn on_child(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let (code, pid) = unsafe { ((*info).si_code, (*info).si_pid()) };
+    if code == libc::CLD_STOPPED && pid == WATCHED.load(Ordering::SeqCst) {
+        STOPS_SEEN.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Counts the stops of `pid` its parent, this process, hears of (SIGCHLD with CLD_STOPPED): each
+/// group stop of a SIGSTOP, as the shadow stack's pauses were under -p before ptrace.
+fn count_stops(pid: u32) {
+    WATCHED.store(pid as i32, Ordering::SeqCst);
+    // SAFETY: a zeroed sigaction is a valid start; the handler uses atomics only.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_child as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&raw mut action.sa_mask);
+        assert_eq!(
+            libc::sigaction(libc::SIGCHLD, &action, std::ptr::null_mut()),
+            0
+        );
+    }
+}
+
+/// A C++ process utrace attaches to is held with ptrace: uretprobes and the shadow stack, as
+/// under -c, its threads paused in stops its parent never sees; it throws through traced
+/// frames as untraced, and every count is exact.
 #[test]
-fn an_attached_process_with_an_unwinder_gets_exit_probes_on_instructions() {
-    if !bpf_available("an_attached_process_with_an_unwinder_gets_exit_probes_on_instructions") {
+fn an_attached_process_with_an_unwinder_is_held_with_ptrace_and_keeps_uretprobes() {
+    if !bpf_available(
+        "an_attached_process_with_an_unwinder_is_held_with_ptrace_and_keeps_uretprobes",
+    ) {
         return;
     }
+    let _one = one_attach_at_a_time();
     // Its own copy: another test's uretprobes on the same file would act here too.
     let program = compile("exceptions.cpp", "exceptions-attached", &[]);
-    let untraced = run_untraced(&program, &["20"]);
-    let (mut process, lines) =
-        start_waiting(Command::new(&program).arg("20").env("EXCEPTIONS_WAIT", "1"));
+    let untraced = run_untraced(&program, &["200"]);
+    let (mut process, lines) = start_waiting(
+        Command::new(&program)
+            .arg("200")
+            .env("EXCEPTIONS_WAIT", "1"),
+    );
+    count_stops(process.id());
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("utrace.data");
     let recorder = AttachedRecorder::start(process.id(), &data, &[]);
@@ -75,12 +125,20 @@ fn an_attached_process_with_an_unwinder_gets_exit_probes_on_instructions() {
     let status = process.wait().unwrap();
     recorder.finish();
 
+    let said = |text: &str| before_attach.iter().any(|line| line.contains(text));
     assert!(
-        before_attach
-            .iter()
-            .any(|line| line.starts_with("utrace: exits probed on their instructions")),
+        said("with ptrace (pauses for the shadow stack)"),
         "{before_attach:?}"
     );
+    assert!(
+        said("utrace: shadow stack on: 5 unwinder entry points"),
+        "{before_attach:?}"
+    );
+    assert!(
+        !said("exits probed on their instructions"),
+        "{before_attach:?}"
+    );
+    assert_eq!(STOPS_SEEN.load(Ordering::SeqCst), 0, "the parent saw stops");
     assert_eq!(status.code(), untraced.status.code());
     let stdout = stdout.join("\n") + "\n";
     assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
@@ -90,6 +148,149 @@ fn an_attached_process_with_an_unwinder_gets_exit_probes_on_instructions() {
     let mut traced = counts_of(&report_json(&data));
     traced.remove("main");
     assert_counts_match(&own, &traced);
+}
+
+/// Another tracer holds the process: ptrace is refused, one warning says so and what it costs,
+/// and exits are probed on their instructions; counts are still exact.
+#[test]
+fn a_process_another_tracer_holds_gets_exit_probes_on_instructions() {
+    if !bpf_available("a_process_another_tracer_holds_gets_exit_probes_on_instructions") {
+        return;
+    }
+    let _one = one_attach_at_a_time();
+    let program = compile("exceptions.cpp", "exceptions-traced-already", &[]);
+    let untraced = run_untraced(&program, &["20"]);
+    let (mut process, lines) =
+        start_waiting(Command::new(&program).arg("20").env("EXCEPTIONS_WAIT", "1"));
+    // The other tracer: a thread of this test that seizes the program and holds it until the
+    // end (its exit would detach it). Nothing in the program makes a ptrace stop.
+    let pid = process.id() as libc::pid_t;
+    let (seized_tx, seized) = std::sync::mpsc::channel();
+    let (end_tx, end) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        // SAFETY: PTRACE_SEIZE takes a pid and options only.
+        let result = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0usize, 0usize) };
+        seized_tx.send(result).unwrap();
+        let _ = end.recv();
+    });
+    assert_eq!(seized.recv().unwrap(), 0);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("utrace.data");
+    let recorder = AttachedRecorder::start(process.id(), &data, &[]);
+    let before_attach = recorder.said.clone();
+    send_signal(process.id(), libc::SIGUSR1);
+    let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
+    let status = process.wait().unwrap();
+    recorder.finish();
+    drop(end_tx);
+    holder.join().unwrap();
+
+    let warnings: Vec<&String> = before_attach
+        .iter()
+        .filter(|line| line.contains("ptrace refused"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{before_attach:?}");
+    assert!(warnings[0].contains("traces it already"), "{warnings:?}");
+    assert!(
+        warnings[0].contains("exits are probed on their instructions"),
+        "{warnings:?}"
+    );
+    assert_eq!(status.code(), untraced.status.code());
+    let stdout = stdout.join("\n") + "\n";
+    assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
+    let mut own = own_counts(stdout.as_bytes());
+    own.remove("main");
+    let mut traced = counts_of(&report_json(&data));
+    traced.remove("main");
+    assert_counts_match(&own, &traced);
+}
+
+/// `--duration` ends the recording while the held process throws: its threads are held while
+/// the probes go, the return addresses still replaced are given back, and it throws on as
+/// untraced to its end.
+#[test]
+fn an_attached_process_throws_on_after_utrace_leaves() {
+    if !bpf_available("an_attached_process_throws_on_after_utrace_leaves") {
+        return;
+    }
+    let _one = one_attach_at_a_time();
+    let program = compile("exceptions.cpp", "exceptions-left-running", &[]);
+    let untraced = run_untraced(&program, &["1000"]);
+    for _ in 0..3 {
+        let (mut process, lines) = start_waiting(
+            Command::new(&program)
+                .arg("1000")
+                .env("EXCEPTIONS_WAIT", "1"),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("utrace.data");
+        let recorder = AttachedRecorder::start(process.id(), &data, &["--duration", "0.3s"]);
+        send_signal(process.id(), libc::SIGUSR1);
+        recorder.finish();
+        let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
+        let status = process.wait().unwrap();
+        assert_eq!(status.code(), untraced.status.code());
+        let stdout = stdout.join("\n") + "\n";
+        assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
+    }
+}
+
+/// kill -9 of a recorder that holds a process throwing in a loop: the kernel detaches it, and a
+/// thread paused for its stack gets a SIGURG, which it ignores. The recorder is gone at once;
+/// the program is never left stopped and ends as untraced.
+#[test]
+fn a_killed_recorder_leaves_the_attached_process_running() {
+    if !bpf_available("a_killed_recorder_leaves_the_attached_process_running") {
+        return;
+    }
+    let _one = one_attach_at_a_time();
+    let program = compile("exceptions.cpp", "exceptions-killed-recorder", &[]);
+    let rounds = "1000";
+    let untraced = run_untraced(&program, &[rounds]);
+    let (mut process, lines) = start_waiting(
+        Command::new(&program)
+            .arg(rounds)
+            .env("EXCEPTIONS_WAIT", "1"),
+    );
+    let pid = process.id();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("utrace.data");
+    let recorder = AttachedRecorder::start(pid, &data, &[]);
+    send_signal(pid, libc::SIGUSR1);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let killed_at = std::time::Instant::now();
+    let recorder_pid = recorder.pid();
+    send_signal(recorder_pid, libc::SIGKILL);
+    recorder.wait_killed();
+    assert!(killed_at.elapsed() < std::time::Duration::from_secs(2));
+    // Never left stopped: polled until it ends.
+    while let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        let state = status
+            .lines()
+            .find(|l| l.starts_with("State:"))
+            .unwrap_or("");
+        if state.contains("zombie") {
+            break;
+        }
+        assert!(!state.contains("stopped"), "{state}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        if killed_at.elapsed() > std::time::Duration::from_secs(60) {
+            panic!("the program never ended: {state}");
+        }
+    }
+    let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
+    let status = process.wait().unwrap();
+    // Known limitation (README): frames running when the recorder died keep the kernel's
+    // trampoline as their return address, and an exception that unwinds through one ends the
+    // program (std::terminate). Otherwise it ends as untraced.
+    if status.code().is_none() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGABRT), "{status}");
+        return;
+    }
+    assert_eq!(status.code(), untraced.status.code());
+    let stdout = stdout.join("\n") + "\n";
+    assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
 }
 
 /// Two threads throwing through up to 150 traced frames at the same time: each one's stop

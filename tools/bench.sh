@@ -2,7 +2,7 @@
 # utrace's benchmark, run by hand (as root), never in CI: what a traced call costs per kind of
 # probe site beside the bare uprobe_multi floor measured on the same binary in the same run,
 # events/s at the lossless limit, bytes per call, attach and detach time for 10,000 functions,
-# and how fast `report` reads. Each figure is set beside its target in DESIGN.md.
+# how fast `report` reads, and -p against -c on a C++ program that throws. Each figure is set beside its target in DESIGN.md.
 #
 # Usage: tools/bench.sh            (about 5 minutes on a 2-vCPU VM; the SQLite amalgamation
 #                                  is compiled once more, a minute or two)
@@ -216,6 +216,42 @@ for ((rep = 0; rep < reps; rep++)); do
 done
 say "  traced: ${startup_traced[*]} ms; untraced: ${startup_untraced[*]} ms"
 startup=$(( $(median "${startup_traced[@]}") - $(median "${startup_untraced[@]}") ))
+
+say "== a C++ program that throws: -p (held with ptrace) against -c, median of $reps, ns per round"
+# Each round: 4 traced calls (round_trip, pass twice, thrower) and one exception through them,
+# two pauses for the shadow stack. -p pauses the one thread in a ptrace stop; -c stops the process.
+throws=$work/throws
+c++ -O2 -g -o "$throws" tools/bench/throws.cpp
+throw_rounds=5000
+ns_per_round() { sed -n 's/^throws: .*ns_per_round=\([0-9.]*\).*/\1/p'; }
+# One run under -p with more record flags in "$@": the program waits until utrace has attached.
+attached_round() {
+	local out=$work/throws.out err=$work/throws.err program recorder
+	: >"$err"
+	THROWS_WAIT=1 "$throws" "$throw_rounds" >"$out" &
+	program=$!
+	until grep -q '^ready' "$out"; do sleep 0.02; done
+	"$utrace" record -d -o "$work/throws-p.data" "$@" -p "$program" 2>"$err" &
+	recorder=$!
+	until grep -q '^utrace: attached' "$err"; do sleep 0.02; done
+	kill -USR1 "$program"
+	wait "$program" "$recorder"
+	cat "$err" >>"$log"
+	ns_per_round <"$out"
+}
+throws_c=()
+throws_p=()
+throws_ret=()
+for ((rep = 0; rep < reps; rep++)); do
+	throws_c+=("$("$utrace" record -o "$work/throws-c.data" -- "$throws" "$throw_rounds" 2>>"$log" | ns_per_round)")
+	throws_p+=("$(attached_round)")
+	throws_ret+=("$(attached_round --exit-probes=ret)")
+done
+throws_untraced=$("$throws" "$throw_rounds" | ns_per_round)
+say "  untraced=$throws_untraced -c=$(median "${throws_c[@]}") (${throws_c[*]})" \
+	"-p=$(median "${throws_p[@]}") (${throws_p[*]})" \
+	"-p --exit-probes=ret=$(median "${throws_ret[@]}") (${throws_ret[*]})"
+say "  -p / -c: $(awk -v p="$(median "${throws_p[@]}")" -v c="$(median "${throws_c[@]}")" 'BEGIN { printf "%.2f", p / c }') (target: at most 1.5)"
 
 say "== attach and detach: $many (10,000 functions, each called once), utrace record -d"
 attach_ms=()

@@ -155,8 +155,13 @@ struct settings {
 	/* -E offcpu: the function id of `linux:schedule`, whose calls are a traced thread's time off
 	 * the CPU (kernel_events.bpf.h). */
 	__u32 off_cpu_function;
-	/* Unused: keeps the struct without padding. */
-	__u32 kernel_events_reserved;
+	/* The signal that pauses a thread while the recorder writes its stack (shadow.bpf.h):
+	 * SIGSTOP for a command utrace started, whose parent it is; SIGURG for a process it holds
+	 * with ptrace (-p), where the pause is a signal-delivery-stop that the tracer suppresses
+	 * and the real parent never sees. Default action ignore: if the recorder dies while a
+	 * thread sits in the stop, the kernel detaches it and delivers the signal, which then
+	 * vanishes (a SIGSTOP would stop the process for good). */
+	__u32 pause_signal;
 };
 
 /* Kernel events and USDT probes (-E, kernel_events.bpf.h). */

@@ -14,9 +14,10 @@
  *
  * The writes themselves are the recorder's: a kernel locked down for integrity (the default of
  * many distributions) refuses bpf_probe_write_user. The program sends the list of writes through
- * the `stack_writes` ring buffer and stops the process (SIGSTOP to the thread, taken before it
- * runs another instruction, and stopping every thread); the recorder writes them with
- * process_vm_writev and lets it go on.
+ * the `stack_writes` ring buffer and pauses the thread (a signal taken before it runs another
+ * instruction: SIGSTOP under -c, which stops every thread; under -p, where the recorder holds the
+ * threads with ptrace, SIGURG, a stop of that thread alone that only the tracer sees); the
+ * recorder writes them with process_vm_writev and lets it go on.
  *
  * Included by utrace.bpf.c after its globals. Off (and pruned by the verifier) unless the loader
  * found an unwinder in the program. */
@@ -48,6 +49,10 @@ struct stack_write_request {
 	__u32 pid;
 	/* Entries of `writes` in use. */
 	__u32 count;
+	/* The thread that waits paused for them: under ptrace, the tracer serves a pause stop of
+	 * this thread with this request. */
+	__u32 tid;
+	__u32 reserved;
 	struct {
 		__u64 address;
 		__u64 value;
@@ -172,6 +177,8 @@ static __always_inline struct stack_write_request *stack_write_request(void)
 	if (request) {
 		request->pid = settings.tgid;
 		request->count = 0;
+		request->tid = (__u32)bpf_get_current_pid_tgid();
+		request->reserved = 0;
 	}
 	return request;
 }
@@ -186,13 +193,30 @@ static __always_inline void add_stack_write(struct stack_write_request *request,
 	request->count++;
 }
 
-/* Sends `request` and stops the process until the recorder has written it; drops an empty one.
- * The order matters: the recorder lets the process go on once it has served as many requests as
- * were counted, so the count goes up before the stop is sent, and the stop before the recorder
- * can see the request (a continue sent before the stop would leave the process stopped).
- * Sent to the thread, not the process: a process-wide SIGSTOP already pending (another thread's,
- * not yet taken) makes the kernel drop this one without waking this thread, which then runs on
- * into the unwinder until the other thread's stop reaches it. Either way the whole group stops. */
+/* The signal that pauses the current thread: `settings.pause_signal`, unless the thread blocks
+ * it (a blocked SIGURG would not stop it before the unwinder runs); SIGSTOP cannot be blocked,
+ * and under ptrace it too is a signal-delivery-stop the tracer suppresses. */
+static __always_inline __u32 pause_signal(void)
+{
+	__u32 signal = settings.pause_signal;
+	__u64 blocked = bpf_get_current_task_btf()->blocked.sig[0];
+
+	if (signal == 19 /* SIGSTOP */ || !(blocked & (1ull << (signal - 1))))
+		return signal;
+	return 19;
+}
+
+/* Sends `request` and pauses the thread until the recorder has written it; drops an empty one.
+ * Either signal is taken when the thread returns to user space, after this program: the request
+ * is in the ring buffer before anyone can see the pause.
+ * Under -c (SIGSTOP, the whole group stops) the order matters: the recorder lets the process go
+ * on once it has served as many requests as were counted, so the count goes up before the stop
+ * is sent, and the stop before the recorder can see the request (a continue sent before the stop
+ * would leave the process stopped). Sent to the thread, not the process: a process-wide SIGSTOP
+ * already pending (another thread's, not yet taken) makes the kernel drop this one without
+ * waking this thread, which then runs on into the unwinder until the other thread's stop reaches
+ * it. Under ptrace (-p) only this thread pauses: the tracer serves its stop with the request of
+ * the same thread id (src/record/seizer.rs). */
 static __always_inline void send_stack_writes(struct stack_write_request *request)
 {
 	if (request->count == 0) {
@@ -200,7 +224,7 @@ static __always_inline void send_stack_writes(struct stack_write_request *reques
 		return;
 	}
 	__sync_fetch_and_add(&stack_write_requests, 1);
-	bpf_send_signal_thread(19 /* SIGSTOP */);
+	bpf_send_signal_thread(pause_signal());
 	bpf_ringbuf_submit(request, BPF_RB_FORCE_WAKEUP);
 }
 

@@ -37,9 +37,9 @@ impl std::str::FromStr for ExitPolicy {
 
 impl ExitPolicy {
     /// The policy `chosen` by the user, else uretprobes, except in a process utrace attached to
-    /// that maps an unwinder (`unwinders` not empty). There utrace may not stop the process to
-    /// keep the shadow stack (see src/bpf/shadow.bpf.h), and a uretprobe in a frame an exception
-    /// unwinds through kills it.
+    /// without seizing it that maps an unwinder (`unwinders` not empty). There utrace may not
+    /// pause the process to keep the shadow stack (see src/bpf/shadow.bpf.h), and a uretprobe in
+    /// a frame an exception unwinds through kills it.
     pub(super) fn chosen_or_default(
         chosen: Option<ExitPolicy>,
         origin: ProcessOrigin,
@@ -51,7 +51,7 @@ impl ExitPolicy {
         if origin == ProcessOrigin::Attached && !unwinders.is_empty() {
             log::debug!(
                 "exits probed on their instructions (--exit-probes=ret): the process \
-                 maps an unwinder, and utrace did not start it"
+                 maps an unwinder, and utrace can neither stop it nor hold it with ptrace"
             );
             ExitPolicy::Ret
         } else {

@@ -105,13 +105,19 @@ pub enum SourceLines {
     Read,
 }
 
-/// Whether utrace starts the traced process or attaches to one running.
+/// Whether utrace starts the traced process or attaches to one running, and so whether the
+/// recorder may pause its threads (which the shadow stack needs, see src/bpf/shadow.bpf.h).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ProcessOrigin {
-    /// A command utrace starts (`-c`), held until the probes are attached.
+    /// A command utrace starts (`-c`), held until the probes are attached. Its parent, utrace,
+    /// may stop it.
     #[default]
     Started,
-    /// A process already running (`-p`).
+    /// A process already running (`-p`) whose threads the recorder holds with ptrace: it pauses
+    /// them in stops that only it sees.
+    Seized,
+    /// A process already running that the recorder could not seize (another tracer, Yama's
+    /// `ptrace_scope`): a stop would be seen by its parent, so it is never paused.
     Attached,
 }
 
@@ -125,9 +131,9 @@ pub struct ProbePlan {
     /// The traced files: `table.modules[i]` is opened by `files[i]`.
     pub files: Vec<TracedFile>,
     /// How function exits are seen: as asked, else uretprobes, except in a process utrace
-    /// attached to that maps an unwinder. There utrace may not stop the process to keep the
-    /// shadow stack (see src/bpf/shadow.bpf.h), and a uretprobe in a frame an exception unwinds
-    /// through kills it.
+    /// attached to without seizing it that maps an unwinder. There utrace may not pause the
+    /// process to keep the shadow stack (see src/bpf/shadow.bpf.h), and a uretprobe in a frame an
+    /// exception unwinds through kills it.
     pub exit_policy: ExitPolicy,
     /// The executable's PLT stubs whose calls are probed in the library function they land in.
     pub landings: Landings,

@@ -112,7 +112,7 @@ fn ret_probes_sit_on_the_exits_where_they_can() {
 }
 
 #[test]
-fn an_attached_process_with_an_unwinder_gets_ret_probes_by_default() {
+fn an_attached_process_with_an_unwinder_gets_ret_probes_unless_seized() {
     let dir = TempDir::new().unwrap();
     let program = compile(&dir, "c++", FIXTURE_CPP, "fixture-cpp", &[]);
     let started = plan_of(&program, PlanOptions::default()).unwrap();
@@ -133,6 +133,16 @@ fn an_attached_process_with_an_unwinder_gets_ret_probes_by_default() {
     assert_eq!(
         plan_of(&program, attached).unwrap().plan().exit_policy,
         ExitPolicy::Ret
+    );
+    // Held with ptrace, it can be paused as a started command is: uretprobes and the shadow
+    // stack.
+    let seized = PlanOptions {
+        origin: ProcessOrigin::Seized,
+        ..PlanOptions::default()
+    };
+    assert_eq!(
+        plan_of(&program, seized).unwrap().plan().exit_policy,
+        ExitPolicy::Uretprobe
     );
     // As chosen, whatever the process.
     let chosen = PlanOptions {

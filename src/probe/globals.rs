@@ -47,6 +47,35 @@ impl<'obj> LoadedProbes<'obj> {
         unsafe { std::ptr::read_volatile(&raw const self.bss().stack_write_requests) }
     }
 
+    /// Per thread of the target, the return addresses the shadow stack knows the kernel replaced
+    /// with its trampoline (those the unwinder did not restore): (slot, original) pairs.
+    pub fn replaced_return_addresses(&self) -> Vec<(u32, Vec<(u64, u64)>)> {
+        // struct shadow_stack (src/bpf/shadow.bpf.h): depth, unused, unwind_slot, then
+        // SHADOW_DEPTH slots and SHADOW_DEPTH return addresses.
+        const DEPTH: usize = 128;
+        const RESTORED: u64 = 1 << 63;
+        let quad = |bytes: &[u8], at: usize| -> Option<u64> {
+            Some(u64::from_ne_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+        };
+        let map = &self.skel.maps.shadow_stacks;
+        map.keys()
+            .filter_map(|key| {
+                let value = map.lookup(&key, MapFlags::ANY).ok().flatten()?;
+                let tid = u32::from_ne_bytes(key.as_slice().try_into().ok()?);
+                let depth =
+                    (u32::from_ne_bytes(value.get(0..4)?.try_into().ok()?) as usize).min(DEPTH);
+                let frames = (0..depth)
+                    .filter_map(|i| {
+                        let slot = quad(&value, 16 + 8 * i)?;
+                        let ret = quad(&value, 16 + 8 * (DEPTH + i))?;
+                        (ret & RESTORED == 0).then_some((slot, ret))
+                    })
+                    .collect();
+                Some((tid, frames))
+            })
+            .collect()
+    }
+
     /// Turns counting on (after every link is attached) or off (before any is detached).
     pub fn set_recording(&mut self, on: bool) {
         // SAFETY: a plain bool in memory mapped from the BPF map, read by the BPF programs

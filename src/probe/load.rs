@@ -33,6 +33,8 @@ pub struct ProbeConfig {
     /// Keep a shadow stack of the return addresses uretprobes replace, for the unwinder (the
     /// program maps one).
     pub unwind_shadow: bool,
+    /// How a thread is paused while the recorder writes its stack for the shadow stack.
+    pub pause: StackPause,
     /// How exits pair with entries: by goroutine in a Go program.
     pub pairing: Pairing,
     /// Some functions capture values (`-A`, `-R`, `-a`), strings up to this many bytes; `None`
@@ -42,6 +44,30 @@ pub struct ProbeConfig {
     pub user_stacks: bool,
     /// The kernel event and USDT programs needed (`-E`).
     pub events: super::EventPrograms,
+}
+
+/// How a thread waits while the recorder writes its stack (`pause_signal` in
+/// src/bpf/interface.h).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StackPause {
+    /// SIGSTOP: the whole process stops until the recorder sends SIGCONT. Only for a command
+    /// utrace started: its parent, utrace, is the only one to see the stop.
+    #[default]
+    GroupStop,
+    /// SIGURG to a thread the recorder holds with ptrace: a signal-delivery-stop of that thread
+    /// alone, which only the tracer sees and suppresses. Ignored by default, so it vanishes
+    /// when the recorder dies with a thread in the stop.
+    TracedThread,
+}
+
+impl StackPause {
+    /// The signal the BPF programs send.
+    pub fn signal(self) -> libc::c_int {
+        match self {
+            StackPause::GroupStop => libc::SIGSTOP,
+            StackPause::TracedThread => libc::SIGURG,
+        }
+    }
 }
 
 /// How many functions may capture values: the map's entries are allocated as they are added.
@@ -219,7 +245,7 @@ fn settings(config: &ProbeConfig) -> types::settings {
                 true => 1 << types::event_bits::KERNEL_EVENT_STACK_BIT.0,
                 false => 0,
             },
-        kernel_events_reserved: 0,
+        pause_signal: config.pause.signal() as u32,
     }
 }
 

@@ -28,7 +28,7 @@ pub use error::ProbeError;
 pub use events::{check_kernel_functions, EventLinks, EventPrograms};
 pub use features::{KernelFeatures, Support};
 pub use load::{
-    forward_libbpf_messages, ring_buffer_size, LoadedProbes, ObjectStorage, ProbeConfig,
+    forward_libbpf_messages, ring_buffer_size, LoadedProbes, ObjectStorage, ProbeConfig, StackPause,
 };
 pub use release::AttachedProbes;
 pub use strategy::{strategy, AttachMode, AttachStrategy, ATTACH_MODE_VARIABLE};

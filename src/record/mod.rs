@@ -12,6 +12,7 @@ mod process;
 mod progress;
 mod ring;
 mod running;
+mod seizer;
 mod session;
 mod signals;
 mod stack_writes;

@@ -13,6 +13,7 @@ use super::follow::{ProcessChange, TracedProcesses};
 use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
 use super::ring::{Inbox, Note};
+use super::seizer::{SeizeError, Seizer};
 use super::signals;
 use super::stack_writes::{MalformedRequest, StackWriteRequest};
 use super::target::{Prepared, Target, TargetSpec};
@@ -23,6 +24,7 @@ use crate::filter::FilterSpec;
 use crate::plan::{EventRequests, SourceLines, ValueRequests};
 use crate::plan::{ExitPolicy, Extension, LibraryPatterns, Loaded, PltLibraries};
 use crate::plan::{PlanOptions, Planner, ProcessOrigin, Program, TracedFile, WatchSites};
+use crate::probe::StackPause;
 use crate::probe::{self, AttachedProbes, EventPrograms, LoadedProbes, ObjectStorage, ProbeConfig};
 use crate::table::FunctionTable;
 use crate::user_stack::UserStacks;
@@ -110,6 +112,9 @@ pub struct Session {
     /// Under `--stack`, the files the user stacks' frames may lie in: the program's executable
     /// and libraries, and those its memory map showed while it ran. Empty without `--stack`.
     stack_files: Vec<PathBuf>,
+    /// A running process (`-p`) with an unwinder and uretprobes, held with ptrace so that the
+    /// shadow stack may pause its threads.
+    seizer: Option<Seizer>,
 }
 
 /// Where a session's events and newly planned functions go.
@@ -143,11 +148,32 @@ impl Session {
                 .map(|file| file.open_path.clone())
                 .collect(),
         };
-        let planner = Planner::new(plan_options(options, &target), program)?;
+        let planner = Planner::new(
+            plan_options(options, &target, ProcessOrigin::Seized),
+            program.clone(),
+        )?;
+        let (planner, seizer) = match &target {
+            Target::Running(process) if needs_pauses(planner.plan()) => {
+                match Seizer::seize(process.pid()) {
+                    Ok(seizer) => (planner, Some(seizer)),
+                    Err(error) => {
+                        let origin = ProcessOrigin::Attached;
+                        let planner = match options.exit_probes {
+                            Some(_) => planner,
+                            None => Planner::new(plan_options(options, &target, origin), program)?,
+                        };
+                        say_not_seized(&error, planner.plan().exit_policy);
+                        (planner, None)
+                    }
+                }
+            }
+            _ => (planner, None),
+        };
         Ok(Session {
             target,
             planner,
             stack_files,
+            seizer,
         })
     }
 
@@ -206,13 +232,18 @@ impl Session {
         };
         let unwinders = plan.unwinder_sites.clone();
         let values = self.planner.value_requests();
-        // The recorder writes the stack while the process is stopped: only a command it started
-        // may be stopped (a process it attached to has a parent that would see the stops).
-        let unwind_shadow = started_here && !unwinders.is_empty();
+        // The recorder writes the stack while the thread waits: a command it started is stopped
+        // (its parent, utrace, alone sees it); a process it attached to is paused only when it
+        // holds its threads with ptrace (its real parent would see a stop).
+        let pause = match self.seizer {
+            Some(_) => StackPause::TracedThread,
+            None => StackPause::GroupStop,
+        };
+        let unwind_shadow = (started_here || self.seizer.is_some()) && !unwinders.is_empty();
         if debug_enabled() {
             say_unwinders(&unwinders, unwind_shadow);
         }
-        if !unwinders.is_empty() && !started_here && plan.exit_policy == ExitPolicy::Uretprobe {
+        if !unwinders.is_empty() && !unwind_shadow && plan.exit_policy == ExitPolicy::Uretprobe {
             log::warn!(
                 "the process has an unwinder, and a C++ exception or Rust panic \
                  that unwinds through a traced frame kills it under --exit-probes=uretprobe"
@@ -229,6 +260,7 @@ impl Session {
                 follow: options.follow,
                 executable_code_vaddr: plan.executable_code_vaddr,
                 unwind_shadow,
+                pause,
                 pairing: plan.pairing,
                 string_size: values.any().then_some(values.string_size),
                 user_stacks: self.table().functions.iter().any(|f| f.user_stack),
@@ -242,6 +274,12 @@ impl Session {
             .filter(|_| unwind_shadow)
             .map(|sites| loaded.watch_unwinder(&sites.file, sites.offsets, pid))
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(seizer) = &mut self.seizer {
+            // Its requests go to the tracer thread, which serves each with the pause it goes with.
+            let map = libbpf_rs::MapHandle::try_from(loaded.stack_writes_map())
+                .context("cannot open the stack write requests' ring buffer")?;
+            seizer.serve(map);
+        }
         loaded.set_serving_stack_writes(unwind_shadow);
         let all_modules: Vec<usize> = (0..self.table().modules.len()).collect();
         let mut attached = self.attach_modules(&loaded, &all_modules, pid)?;
@@ -273,10 +311,12 @@ impl Session {
             inbox.take_event_record(bytes);
             0
         })?;
-        ring.add(loaded.stack_writes_map(), |bytes: &[u8]| {
-            inbox.take_stack_write_record(bytes);
-            0
-        })?;
+        if self.seizer.is_none() {
+            ring.add(loaded.stack_writes_map(), |bytes: &[u8]| {
+                inbox.take_stack_write_record(bytes);
+                0
+            })?;
+        }
         let ring = ring.build()?;
 
         let started = Instant::now();
@@ -294,9 +334,18 @@ impl Session {
             mut losses,
         } = tracing.end();
 
+        // Held stopped from now until the probes are gone, the pauses served until every thread
+        // is: an exception in between would meet a trampoline with nobody to pause the thread.
+        if let Some(seizer) = &mut self.seizer {
+            seizer.hold();
+        }
         loaded.set_serving_stack_writes(false);
         loaded.set_recording(false);
         let detach_time = AttachedProbes::detach(probes);
+        if let Some(seizer) = self.seizer.take() {
+            restore_return_addresses(pid, &loaded);
+            seizer.release();
+        }
         // Stack ids are never reused (see stacks.bpf.h): the map holds every stack the events
         // name.
         self.note_mapped_files();
@@ -478,8 +527,28 @@ fn hand_over(added: &Extension, drain: &mut dyn Drain) -> Result<(), GrowError> 
     }
 }
 
-/// What planning needs of the options and of the target.
-fn plan_options(options: &TraceOptions, target: &Target) -> PlanOptions {
+/// Whether the shadow stack must pause the process's threads: it maps an unwinder, and exits
+/// are seen with uretprobes.
+fn needs_pauses(plan: &crate::plan::ProbePlan) -> bool {
+    !plan.unwinder_sites.is_empty() && plan.exit_policy == ExitPolicy::Uretprobe
+}
+
+/// One warning line: why a running process with an unwinder is not held with ptrace, and what
+/// that costs.
+fn say_not_seized(error: &SeizeError, policy: ExitPolicy) {
+    match policy {
+        ExitPolicy::Ret => log::warn!(
+            "{error}: exits are probed on their instructions (single-stepped, about 20 µs \
+             each instead of under 1 µs), since the shadow stack for C++ exceptions and \
+             Rust panics needs to pause threads"
+        ),
+        ExitPolicy::Uretprobe => log::warn!("{error}: the shadow stack is off"),
+    }
+}
+
+/// What planning needs of the options and of the target. `attached` says how a running process
+/// is held.
+fn plan_options(options: &TraceOptions, target: &Target, attached: ProcessOrigin) -> PlanOptions {
     PlanOptions {
         nest_libs: options.nest_libs.clone(),
         debug: options.debug.clone(),
@@ -490,7 +559,7 @@ fn plan_options(options: &TraceOptions, target: &Target) -> PlanOptions {
         follow: options.follow,
         origin: match target {
             Target::Started(_) => ProcessOrigin::Started,
-            Target::Running(_) => ProcessOrigin::Attached,
+            Target::Running(_) => attached,
         },
         preloaded_libraries: preloads_libraries(target),
         kernel_lacks_sessions: !probe::strategy().sessions,
@@ -534,12 +603,40 @@ pub fn serve_stack_writes(request: Result<StackWriteRequest, MalformedRequest>) 
     }
 }
 
+/// Gives back the return addresses the kernel replaced in the frames still running of a process
+/// utrace leaves running (its threads held stopped, the probes gone): an exception that later
+/// unwinds through one of them would meet the trampoline and end the program.
+fn restore_return_addresses(pid: u32, loaded: &LoadedProbes) {
+    let Some(trampoline) = super::stack_writes::trampoline_address(pid) else {
+        return;
+    };
+    let request = super::stack_writes::restore_at_detach(
+        pid,
+        trampoline,
+        &loaded.replaced_return_addresses(),
+    );
+    if request.writes.is_empty() {
+        return;
+    }
+    log::debug!(
+        "restored {} return addresses before letting go",
+        request.writes.len()
+    );
+    if let Err(error) = request.apply() {
+        log::warn!(
+            "cannot restore return addresses of pid {pid}: {error}: an exception may not unwind"
+        );
+    }
+}
+
 /// Says whether the shadow stack for the unwinder is on and where the unwinder is (`--debug`).
 fn say_unwinders(unwinders: &[WatchSites], on: bool) {
     if unwinders.is_empty() {
         log::debug!("shadow stack off: the program maps no unwinder");
     } else if !on {
-        log::debug!("shadow stack off: utrace did not start the process");
+        log::debug!(
+            "shadow stack off: utrace neither started the process nor holds it with ptrace"
+        );
         return;
     }
     for sites in unwinders {

@@ -1,8 +1,8 @@
 //! The writes into the traced process's stack that the shadow stack asks for
 //! (`src/bpf/shadow.bpf.h`): return addresses given back to the frames an unwinder is about to
 //! walk, and the uretprobe trampoline put back into those still alive after it. The BPF program
-//! stopped the process before sending them; the recorder writes them with `process_vm_writev`
-//! and then lets it go on.
+//! paused the thread (or stopped the process) before sending them; the recorder writes them with
+//! `process_vm_writev` and then lets it go on.
 
 use std::io;
 
@@ -11,6 +11,8 @@ use std::io;
 pub struct StackWriteRequest {
     /// The process (tgid) whose memory is written.
     pub pid: u32,
+    /// The thread that waits paused until they are written.
+    pub tid: u32,
     /// (address, 8-byte value) pairs.
     pub writes: Vec<(u64, u64)>,
 }
@@ -20,8 +22,9 @@ pub struct StackWriteRequest {
 #[error("malformed stack write request ({0} bytes)")]
 pub struct MalformedRequest(pub usize);
 
-/// Header: pid and count, 4 bytes each; then (address, value) pairs of 8 bytes each.
-const HEADER_BYTES: usize = 8;
+/// Header: pid, count, tid and a reserved word, 4 bytes each; then (address, value) pairs of 8
+/// bytes each.
+const HEADER_BYTES: usize = 16;
 const WRITE_BYTES: usize = 16;
 
 impl StackWriteRequest {
@@ -36,6 +39,7 @@ impl StackWriteRequest {
         };
         let pid = word(0).ok_or_else(malformed)?;
         let count = word(4).ok_or_else(malformed)? as usize;
+        let tid = word(8).ok_or_else(malformed)?;
         let needed = count
             .checked_mul(WRITE_BYTES)
             .and_then(|body| body.checked_add(HEADER_BYTES))
@@ -50,7 +54,7 @@ impl StackWriteRequest {
             })
             .collect::<Option<Vec<_>>>()
             .ok_or_else(malformed)?;
-        Ok(StackWriteRequest { pid, writes })
+        Ok(StackWriteRequest { pid, tid, writes })
     }
 
     /// Writes every value at its address in the process, all or nothing as far as the kernel
@@ -97,6 +101,58 @@ impl StackWriteRequest {
     }
 }
 
+/// The writes that give back the return addresses the kernel replaced with its trampoline
+/// (`trampoline`) in the frames still running, per thread (`replaced`: slot, original), for a
+/// process utrace leaves running: once the probes are gone, nothing would restore them for an
+/// exception that unwinds through such a frame. A slot that no longer holds the trampoline is
+/// left alone. The threads must be stopped.
+pub fn restore_at_detach(
+    pid: u32,
+    trampoline: u64,
+    replaced: &[(u32, Vec<(u64, u64)>)],
+) -> StackWriteRequest {
+    let mut writes = Vec::new();
+    for (_, frames) in replaced {
+        for &(slot, original) in frames {
+            if read_word(pid, slot).is_ok_and(|now| now == trampoline) {
+                writes.push((slot, original));
+            }
+        }
+    }
+    StackWriteRequest {
+        pid,
+        tid: 0,
+        writes,
+    }
+}
+
+/// The 8 bytes at `address` in process `pid`.
+fn read_word(pid: u32, address: u64) -> io::Result<u64> {
+    let mut word = 0u64;
+    let local = libc::iovec {
+        iov_base: (&raw mut word).cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: address as *mut libc::c_void,
+        iov_len: 8,
+    };
+    // SAFETY: the local iovec points at `word`, 8 bytes; the kernel checks the remote one.
+    let read = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    match read {
+        8 => Ok(word),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Where the kernel's uretprobe trampoline is in process `pid`: the start of its `[uprobes]`
+/// mapping.
+pub fn trampoline_address(pid: u32) -> Option<u64> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let line = maps.lines().find(|line| line.ends_with("[uprobes]"))?;
+    u64::from_str_radix(line.split('-').next()?, 16).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +161,8 @@ mod tests {
         let mut bytes = Vec::new();
         bytes.extend(pid.to_ne_bytes());
         bytes.extend(count.to_ne_bytes());
+        bytes.extend((pid + 1).to_ne_bytes());
+        bytes.extend(0u32.to_ne_bytes());
         for (address, value) in writes {
             bytes.extend(address.to_ne_bytes());
             bytes.extend(value.to_ne_bytes());
@@ -120,6 +178,7 @@ mod tests {
             StackWriteRequest::parse(&bytes),
             Ok(StackWriteRequest {
                 pid: 42,
+                tid: 43,
                 writes: vec![(0x7ff0, 1), (0x7ff8, 2)],
             })
         );
@@ -146,6 +205,7 @@ mod tests {
         let targets = [0u64; 2];
         let request = StackWriteRequest {
             pid: std::process::id(),
+            tid: 0,
             writes: vec![
                 (targets.as_ptr() as u64, 0x1122),
                 (targets[1..].as_ptr() as u64, 0x3344),

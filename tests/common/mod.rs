@@ -480,6 +480,19 @@ impl AttachedRecorder {
         panic!("utrace never attached ({status}): {said:?}");
     }
 
+    pub fn pid(&self) -> u32 {
+        self.process.id()
+    }
+
+    /// Waits for a recorder killed with SIGKILL to be gone.
+    pub fn wait_killed(mut self) {
+        let status = self.process.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL)
+        );
+    }
+
     /// Waits for the recording to end by itself and checks that it ended well.
     pub fn finish(mut self) {
         let rest: Vec<String> = self.rest.map(|line| line.unwrap()).collect();
