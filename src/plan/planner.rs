@@ -178,7 +178,10 @@ impl Planner {
         let table = FunctionTable {
             modules: self.plan.table.modules[first_module..].to_vec(),
             functions: self.plan.table.functions[first_function..].to_vec(),
-            ..Default::default()
+            symbol_origins: (self.plan.table.symbol_origins.iter())
+                .filter(|(module, _)| *module as usize >= first_module)
+                .cloned()
+                .collect(),
         };
         Ok(Extension { table, modules })
     }
