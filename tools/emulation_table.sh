@@ -2,7 +2,7 @@
 # tools/emulation_table.sh: which first instructions this kernel emulates under a uprobe, found
 # by measurement, beside what utrace assumes (src/elf/site.rs, `execution_at`).
 #
-#   sudo tools/emulation_table.sh [N [RUNS]]     (N calls a run, 20000; RUNS runs, 3)
+#   sudo tools/emulation_table.sh [N [RUNS]]     (N calls a run, 20000; RUNS runs, 5)
 #
 # Builds tools/emulation (one tiny function per candidate first instruction, and a driver that
 # calls one N times and prints ns per call) into target/emulation, and uprobe-floor. For each
@@ -17,7 +17,7 @@
 set -euo pipefail
 
 n=${1:-20000}
-runs=${2:-3}
+runs=${2:-5}
 cd "$(dirname "$0")/.."
 out=target/emulation
 mkdir -p "$out"
@@ -66,11 +66,24 @@ if ((emulated_ref * 2 > stepped_ref)); then
     exit 1
 fi
 
+gap_low=0
+gap_high=999999999
+for name in "${names[@]}"; do
+    [[ ${traced[$name]} == refused ]] && continue
+    cost=$(overhead "$name")
+    if ((cost < midpoint)); then
+        ((cost > gap_low)) && gap_low=$cost
+    else
+        ((cost < gap_high)) && gap_high=$cost
+    fi
+done
+
 echo "Kernel $(uname -r), $(date -u +%Y-%m-%d), $n calls a run, median of $runs runs."
 echo "References: \`push %rbp\` $emulated_ref ns (emulated), \`mov %rdi,%rax\` $stepped_ref ns"
 echo "(single-stepped); below their midpoint, $midpoint ns, is emulated. Overhead: traced minus"
 echo "untraced ns per call (\`uprobe-floor\`, a counting uprobe_multi probe); × push: overhead"
-echo "over the emulated reference's."
+echo "over the emulated reference's. The gap: every emulated row costs at most $gap_low ns,"
+echo "every single-stepped one at least $gap_high ns."
 echo
 echo "| function | instruction | bytes | probe overhead ns | × push | kernel (measured) | utrace assumes | agree? |"
 echo "|---|---|---|---:|---:|---|---|---|"
