@@ -8,6 +8,11 @@
 //! uprobe-floor --binary ./sites --function push_first [--retprobe] -- ./sites push 1000000
 //! ```
 //!
+//! With `--classify` it probes nothing: it prints how utrace classifies the function's first
+//! instruction (`emulated`, `single-stepped`, or `refused` when the kernel cannot probe it) and
+//! that instruction's bytes in hex, for tools/emulation_table.sh to set beside the kernel's
+//! measured behaviour.
+//!
 //! The links have no pid filter: every process running the binary hits the probe (in the
 //! benchmark, only the command). Prints the hits on standard error; exits as the command did.
 
@@ -20,6 +25,8 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, ProgramMut, UprobeMultiOpts};
+use utrace::elf::site;
+use utrace::table::Execution;
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/floor.skel.rs"));
@@ -43,8 +50,12 @@ struct Args {
     /// Also attach a return probe (a second link), as utrace does for every function.
     #[arg(long)]
     retprobe: bool,
+    /// Probe nothing: print how utrace classifies the first instruction (`emulated`,
+    /// `single-stepped` or `refused`) and its bytes in hex.
+    #[arg(long, conflicts_with_all = ["retprobe", "command"])]
+    classify: bool,
     /// The command to run with the probe attached.
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required_unless_present = "classify")]
     command: Vec<String>,
 }
 
@@ -72,6 +83,10 @@ fn run(args: Args) -> Result<u8> {
         (None, Some(offset)) => offset,
         (None, None) => unreachable!("clap requires --offset or --function"),
     };
+    if args.classify {
+        println!("{}", classify(&args.binary, offset)?);
+        return Ok(0);
+    }
 
     let mut storage = MaybeUninit::uninit();
     let skel = FloorSkelBuilder::default()
@@ -131,6 +146,36 @@ fn entry_offset(binary: &Path, name: &str) -> Result<u64> {
     }
 }
 
+/// How utrace classifies the instruction at file offset `offset` of `binary`, and its bytes:
+/// `emulated 55`, `single-stepped 48 89 f8`, `refused f0 48 83 07 01`.
+fn classify(binary: &Path, offset: u64) -> Result<String> {
+    let file = std::fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
+    let code = usize::try_from(offset)
+        .ok()
+        .and_then(|offset| file.get(offset..))
+        .with_context(|| format!("offset {offset:#x} is past the end of {}", binary.display()))?;
+    let code = &code[..code.len().min(16)];
+    if code.is_empty() {
+        bail!("offset {offset:#x} is at the end of {}", binary.display());
+    }
+    let length = iced_x86::Decoder::new(64, code, iced_x86::DecoderOptions::NONE)
+        .decode()
+        .len();
+    let class = if !site::kernel_can_probe(code) {
+        "refused"
+    } else {
+        match site::execution_at(code) {
+            Execution::Emulated => "emulated",
+            Execution::SingleStepped => "single-stepped",
+        }
+    };
+    let bytes: Vec<String> = code[..length.max(1)]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    Ok(format!("{class} {}", bytes.join(" ")))
+}
+
 /// Counter `key`, summed over the CPUs.
 fn hits(map: &impl MapCore, key: u32) -> Result<u64> {
     let per_cpu = map
@@ -141,4 +186,23 @@ fn hits(map: &impl MapCore, key: u32) -> Result<u64> {
         .iter()
         .map(|value| u64::from_ne_bytes(value[..8].try_into().expect("8-byte counter")))
         .sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::classify;
+    use std::io::Write;
+
+    #[test]
+    fn classify_reads_the_first_instruction_as_utrace_does() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        // At 0: push %rbp; at 1: mov %rdi,%rax; at 4: lock addq $1,(%rdi); at 9: end.
+        (file.write_all(&[0x55, 0x48, 0x89, 0xf8, 0xf0, 0x48, 0x83, 0x07, 0x01])).unwrap();
+        let path = file.path();
+        assert_eq!(classify(path, 0).unwrap(), "emulated 55");
+        assert_eq!(classify(path, 1).unwrap(), "single-stepped 48 89 f8");
+        assert_eq!(classify(path, 4).unwrap(), "refused f0 48 83 07 01");
+        assert!(classify(path, 9).is_err());
+        assert!(classify(path, 10).is_err());
+    }
 }
