@@ -139,15 +139,7 @@ fn an_attached_process_with_an_unwinder_is_held_with_ptrace_and_keeps_uretprobes
         "{before_attach:?}"
     );
     assert_eq!(STOPS_SEEN.load(Ordering::SeqCst), 0, "the parent saw stops");
-    assert_eq!(status.code(), untraced.status.code());
-    let stdout = stdout.join("\n") + "\n";
-    assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
-    // main was entered before the attach: its exit is one of a call already running.
-    let mut own = own_counts(stdout.as_bytes());
-    own.remove("main");
-    let mut traced = counts_of(&report_json(&data));
-    traced.remove("main");
-    assert_counts_match(&own, &traced);
+    assert_ran_as_untraced(status, &stdout, &untraced, &data);
 }
 
 /// Another tracer holds the process: ptrace is refused, one warning says so and what it costs,
@@ -195,14 +187,7 @@ fn a_process_another_tracer_holds_gets_exit_probes_on_instructions() {
         warnings[0].contains("exits are probed on their instructions"),
         "{warnings:?}"
     );
-    assert_eq!(status.code(), untraced.status.code());
-    let stdout = stdout.join("\n") + "\n";
-    assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
-    let mut own = own_counts(stdout.as_bytes());
-    own.remove("main");
-    let mut traced = counts_of(&report_json(&data));
-    traced.remove("main");
-    assert_counts_match(&own, &traced);
+    assert_ran_as_untraced(status, &stdout, &untraced, &data);
 }
 
 /// `--duration` ends the recording while the held process throws: its threads are held while
@@ -229,9 +214,7 @@ fn an_attached_process_throws_on_after_utrace_leaves() {
         recorder.finish();
         let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
         let status = process.wait().unwrap();
-        assert_eq!(status.code(), untraced.status.code());
-        let stdout = stdout.join("\n") + "\n";
-        assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
+        assert_output_as_untraced(status, &stdout, &untraced);
     }
 }
 
@@ -288,9 +271,7 @@ fn a_killed_recorder_leaves_the_attached_process_running() {
         assert_eq!(status.signal(), Some(libc::SIGABRT), "{status}");
         return;
     }
-    assert_eq!(status.code(), untraced.status.code());
-    let stdout = stdout.join("\n") + "\n";
-    assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
+    assert_output_as_untraced(status, &stdout, &untraced);
 }
 
 /// Two threads throwing through up to 150 traced frames at the same time: each one's stop
@@ -334,4 +315,34 @@ fn programs_without_an_unwinder_pay_nothing() {
         "{stderr}"
     );
     assert!(!stderr.contains("unwinder entry points probed"), "{stderr}");
+}
+
+/// An attached run of the exceptions program ended as its untraced run did (`status`, the
+/// `stdout` lines), and the recording at `data` counts every function as the program did; but
+/// main, entered before the attach, whose exit is one of a call already running.
+fn assert_ran_as_untraced(
+    status: std::process::ExitStatus,
+    stdout: &[String],
+    untraced: &std::process::Output,
+    data: &std::path::Path,
+) {
+    let stdout = assert_output_as_untraced(status, stdout, untraced);
+    let mut own = own_counts(stdout.as_bytes());
+    own.remove("main");
+    let mut traced = counts_of(&report_json(data));
+    traced.remove("main");
+    assert_counts_match(&own, &traced);
+}
+
+/// A run of an exceptions program ended as its untraced run did: exit `status`, and the `stdout`
+/// lines; returns them as one text.
+fn assert_output_as_untraced(
+    status: std::process::ExitStatus,
+    stdout: &[String],
+    untraced: &std::process::Output,
+) -> String {
+    assert_eq!(status.code(), untraced.status.code());
+    let stdout = stdout.join("\n") + "\n";
+    assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
+    stdout
 }

@@ -39,20 +39,7 @@ fn frame_pointers_give_the_three_paths_to_target() {
         &["-O0", "-fno-omit-frame-pointer"],
     );
     let recording = record_unchanged(&paths, &["1"], &["--stack", "target", "-f", "target"]);
-    // Above main, the C library's start code, which has no frame pointers of its own: keep
-    // what is from main on.
-    let mut from_main: BTreeMap<String, u64> = BTreeMap::new();
-    for (frames, calls) in unwound(&recording) {
-        let start = frames.find("main;").expect("main on every stack");
-        *from_main.entry(frames[start..].to_owned()).or_default() += calls;
-    }
-    let expected: BTreeMap<String, u64> = [
-        ("main;a;target".to_owned(), 10),
-        ("main;b;c;target".to_owned(), 20),
-        ("main;target".to_owned(), 5),
-    ]
-    .into();
-    assert_eq!(from_main, expected);
+    assert_the_three_paths(&recording);
     let text = recording.report(&["--format=stacks", "-f", "target"]);
     assert!(
         text.contains("Unwound user stacks (record --stack): 3 stacks"),
@@ -106,18 +93,7 @@ fn a_leaf_that_makes_no_frame_still_shows_its_caller() {
         ],
     );
     let recording = record_unchanged(&paths, &["1"], &["--stack", "target", "-f", "target"]);
-    let mut from_main: BTreeMap<String, u64> = BTreeMap::new();
-    for (frames, calls) in unwound(&recording) {
-        let start = frames.find("main;").expect("main on every stack");
-        *from_main.entry(frames[start..].to_owned()).or_default() += calls;
-    }
-    let expected: BTreeMap<String, u64> = [
-        ("main;a;target".to_owned(), 10),
-        ("main;b;c;target".to_owned(), 20),
-        ("main;target".to_owned(), 5),
-    ]
-    .into();
-    assert_eq!(from_main, expected);
+    assert_the_three_paths(&recording);
 }
 
 #[test]
@@ -163,4 +139,21 @@ fn a_stack_deeper_than_the_frames_kept_is_cut_and_marked() {
             .all(|frames| !frames.contains("[truncated]") && frames.contains("main;descend")),
         "{stacks:?}"
     );
+}
+
+/// The stacks unwound at `target` in a recording of `paths 1` are its three paths, from main on,
+/// with their counts. (Above main, the C library's start code has no frame pointers of its own.)
+fn assert_the_three_paths(recording: &Recording) {
+    let mut from_main: BTreeMap<String, u64> = BTreeMap::new();
+    for (frames, calls) in unwound(recording) {
+        let start = frames.find("main;").expect("main on every stack");
+        *from_main.entry(frames[start..].to_owned()).or_default() += calls;
+    }
+    let expected: BTreeMap<String, u64> = [
+        ("main;a;target".to_owned(), 10),
+        ("main;b;c;target".to_owned(), 20),
+        ("main;target".to_owned(), 5),
+    ]
+    .into();
+    assert_eq!(from_main, expected);
 }

@@ -431,12 +431,7 @@ pub fn branch_targets_into(code: &[u8], address: u64, function: u64, size: u64) 
     let mut targets = Vec::new();
     while decoder.can_decode() {
         decoder.decode_out(&mut instruction);
-        let is_near_branch = (0..instruction.op_count()).any(|operand| {
-            matches!(
-                instruction.op_kind(operand),
-                OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
-            )
-        });
+        let is_near_branch = is_direct_branch(&instruction);
         let target = instruction.near_branch_target();
         if is_near_branch && (function..function.saturating_add(size)).contains(&target) {
             targets.push(target - function);
@@ -452,18 +447,23 @@ fn branch_into(code: &[u8], range: std::ops::RangeInclusive<u64>) -> Option<(u64
     let mut instruction = Instruction::default();
     while decoder.can_decode() {
         decoder.decode_out(&mut instruction);
-        let is_near_branch = (0..instruction.op_count()).any(|operand| {
-            matches!(
-                instruction.op_kind(operand),
-                OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
-            )
-        });
+        let is_near_branch = is_direct_branch(&instruction);
         // Targets before the function wrap around to huge offsets, outside any range here.
         if is_near_branch && range.contains(&instruction.near_branch_target()) {
             return Some((instruction.ip(), instruction.near_branch_target()));
         }
     }
     None
+}
+
+/// Whether `instruction` is a direct near branch (jcc, jmp, call, loop, jrcxz, xbegin...).
+fn is_direct_branch(instruction: &Instruction) -> bool {
+    (0..instruction.op_count()).any(|operand| {
+        matches!(
+            instruction.op_kind(operand),
+            OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
+        )
+    })
 }
 
 #[cfg(test)]
