@@ -26,27 +26,13 @@ const TUNABLES: &str = "GLIBC_TUNABLES";
 /// What utrace knows of the ifunc choices of `target`.
 pub(super) fn ifunc_choices(target: &Target) -> IfuncChoices {
     let recorder_tunables = std::env::var(TUNABLES).ok();
-    let target_tunables = match target {
-        Target::Started(_) => Ok(recorder_tunables.clone()),
-        Target::Running(process) => running_tunables(process.pid()),
-    };
+    let target_tunables = (target.environment_variable(TUNABLES)).map_err(|e| e.to_string());
     // Asking costs a parse of each library: not when the answer cannot be used.
     let resolved = match (&target_tunables, &recorder_tunables) {
         (Ok(None), None) => resolve_own_ifuncs(),
         _ => Ok(Vec::new()),
     };
     IfuncChoices::judge(target_tunables, recorder_tunables, resolved)
-}
-
-/// The `GLIBC_TUNABLES` of the running process `pid` (its environment at exec, which its loader
-/// read), or why it cannot be read.
-fn running_tunables(pid: u32) -> Result<Option<String>, String> {
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).map_err(|e| e.to_string())?;
-    let prefix = format!("{TUNABLES}=");
-    let value = environ
-        .split(|&b| b == 0)
-        .find_map(|variable| variable.strip_prefix(prefix.as_bytes()));
-    Ok(value.map(|value| String::from_utf8_lossy(value).into_owned()))
 }
 
 /// The ifunc choices of utrace's own loader for each of [`OWN_LIBRARIES`] it maps; fails when it

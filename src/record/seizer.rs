@@ -380,14 +380,8 @@ impl Tracer {
         }
     }
 
-    /// Whether `signal` stopping `tid` is the shadow stack's pause: its request is served (and
-    /// the signal is to be suppressed). A SIGURG or SIGSTOP without a request is the program's.
-    fn serve_pause(&mut self, tid: libc::pid_t, signal: libc::c_int) -> bool {
-        if signal != libc::SIGURG && signal != libc::SIGSTOP {
-            return false;
-        }
-        // The BPF program submitted the request before the thread could stop: it is in the ring
-        // buffer now.
+    /// Reads the write requests waiting in the ring buffer into `pending`, by thread.
+    fn collect_requests(&mut self) {
         if let Some((ring, _)) = &self.ring {
             let _ = ring.consume();
         }
@@ -397,6 +391,17 @@ impl Tracer {
                 log::debug!("thread {thread}: a stack write request never paused it");
             }
         }
+    }
+
+    /// Whether `signal` stopping `tid` is the shadow stack's pause: its request is served (and
+    /// the signal is to be suppressed). A SIGURG or SIGSTOP without a request is the program's.
+    fn serve_pause(&mut self, tid: libc::pid_t, signal: libc::c_int) -> bool {
+        if signal != libc::SIGURG && signal != libc::SIGSTOP {
+            return false;
+        }
+        // The BPF program submitted the request before the thread could stop: it is in the ring
+        // buffer now.
+        self.collect_requests();
         let Some(request) = self.pending.remove(&tid) else {
             return false;
         };
@@ -444,12 +449,7 @@ impl Tracer {
     /// taken before a signal): each thread stopped right after sending its own. Its SIGURG is
     /// delivered after the detach, and ignored.
     fn serve_held(&mut self) {
-        if let Some((ring, _)) = &self.ring {
-            let _ = ring.consume();
-        }
-        for request in self.parsed.borrow_mut().drain(..) {
-            self.pending.insert(request.tid as libc::pid_t, request);
-        }
+        self.collect_requests();
         for (tid, request) in self.pending.drain() {
             if let Err(error) = request.apply() {
                 log::warn!("cannot write the stack of thread {tid}: {error}");

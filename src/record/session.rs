@@ -577,17 +577,9 @@ fn preloads_libraries(target: &Target) -> bool {
     if std::fs::read_to_string("/etc/ld.so.preload").is_ok_and(|text| listed(&text)) {
         return true;
     }
-    match target {
-        Target::Started(_) => std::env::var("LD_PRELOAD").is_ok_and(|value| listed(&value)),
-        Target::Running(process) => std::fs::read(format!("/proc/{}/environ", process.pid()))
-            .map_or(true, |environ| {
-                environ.split(|&b| b == 0).any(|variable| {
-                    variable
-                        .strip_prefix(b"LD_PRELOAD=")
-                        .is_some_and(|value| listed(&String::from_utf8_lossy(value)))
-                })
-            }),
-    }
+    // An environment that cannot be read may preload anything.
+    (target.environment_variable("LD_PRELOAD"))
+        .map_or(true, |value| value.is_some_and(|value| listed(&value)))
 }
 
 /// Writes what a stack write request asks for; the process stays stopped until it is served,

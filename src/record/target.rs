@@ -42,6 +42,22 @@ pub struct Prepared {
 }
 
 impl Target {
+    /// The environment variable `name` of the traced program as its loader reads it: utrace's
+    /// own for a command it starts (which inherits it), else the running process's at its exec
+    /// (`/proc/PID/environ`); `Err` when that cannot be read.
+    pub fn environment_variable(&self, name: &str) -> std::io::Result<Option<String>> {
+        match self {
+            Target::Started(_) => Ok(std::env::var(name).ok()),
+            Target::Running(process) => {
+                let environ = std::fs::read(format!("/proc/{}/environ", process.pid()))?;
+                let prefix = format!("{name}=");
+                let value = (environ.split(|&b| b == 0))
+                    .find_map(|variable| variable.strip_prefix(prefix.as_bytes()));
+                Ok(value.map(|value| String::from_utf8_lossy(value).into_owned()))
+            }
+        }
+    }
+
     /// Starts the command (held before exec) or finds the process, and lists the files of its
     /// program: the executable, and every library in load order.
     pub fn prepare(spec: &TargetSpec, setup: &ChildSetup) -> Result<Prepared> {
