@@ -244,6 +244,42 @@ fn a_process_whose_binary_was_deleted_is_still_traced() {
     assert_eq!(module_of(&json, "tick").as_deref(), Some("server"));
 }
 
+/// A library the program links through a symlinked directory (as `/lib` is on merged-/usr
+/// systems) shows in `/proc/PID/maps` under its real path: the look at the maps after a dlopen
+/// must know it for the file already traced, or its calls are counted twice from then on.
+#[test]
+fn a_library_seen_under_two_paths_is_traced_once() {
+    if !bpf_available("a_library_seen_under_two_paths_is_traced_once") {
+        return;
+    }
+    let library = compile("libcount.c", "libcount.so", &["-shared", "-fPIC"]);
+    let linked_dir = build_dir().join("linked-dir");
+    if !linked_dir.exists() {
+        std::os::unix::fs::symlink(build_dir(), &linked_dir).unwrap();
+    }
+    let program = compile(
+        "dlopen.c",
+        "dlopen-linked",
+        &[
+            "-ldl",
+            "-Wl,--no-as-needed",
+            &format!("-L{}", build_dir().display()),
+            "-lcount",
+            &format!("-Wl,-rpath,{}", linked_dir.display()),
+        ],
+    );
+    let library = library.to_str().unwrap();
+    let recording = record(&program, &[library], &["--nest-lib", "libcount*"]);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    assert!(recording.output.status.success(), "{stderr}");
+    let own = own_counts(&recording.output.stdout);
+    assert_eq!(own["lib_outer"], 5);
+    let json = recording.json();
+    assert_counts_match(&own, &counts_of(&json));
+    let info = recording.info();
+    assert!(info.contains("planned in 2 modules"), "{info}");
+}
+
 #[test]
 fn a_library_loaded_with_dlopen_is_counted_exactly() {
     if !bpf_available("a_library_loaded_with_dlopen_is_counted_exactly") {

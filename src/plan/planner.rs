@@ -244,11 +244,21 @@ impl Planner {
 
     /// The module of `file`, when it is planned.
     fn module_of(&self, file: &TracedFile) -> Option<usize> {
-        self.plan
-            .files
-            .iter()
-            .position(|known| known.path == file.path)
+        let identity = file_identity(&file.open_path);
+        self.plan.files.iter().position(|known| {
+            known.path == file.path
+                || (identity.is_some() && file_identity(&known.open_path) == identity)
+        })
     }
+}
+
+/// The device and inode of a file: a library the loader found through a symlinked
+/// directory (`/lib` on merged-/usr systems) shows in `/proc/PID/maps` under another path, and
+/// probing it twice would count each of its calls twice.
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::metadata(path).ok()?;
+    Some((metadata.dev(), metadata.ino()))
 }
 
 /// Warns of each `-A`/`-R` whose functions match none planned.
