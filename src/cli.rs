@@ -77,6 +77,18 @@ pub enum Command {
     Report(ReportArgs),
     /// Say what a data file holds: command, host, times, functions, events, threads.
     Info(InfoArgs),
+    /// Started by `record` and `live` for a program with an unwinder: outlives a killed
+    /// recorder to give the program's stacks back (src/record/guardian.rs).
+    #[command(hide = true)]
+    Guardian(GuardianArgs),
+}
+
+#[derive(Args)]
+pub struct GuardianArgs {
+    /// The traced process.
+    pub pid: u32,
+    /// The id of the BPF map of its shadow stacks.
+    pub shadow_stacks_map: u32,
 }
 
 impl Command {
@@ -85,7 +97,7 @@ impl Command {
         match self {
             Command::Record(args) => args.trace.debug,
             Command::Live(args) => args.trace.debug,
-            Command::Report(_) | Command::Info(_) => 0,
+            Command::Report(_) | Command::Info(_) | Command::Guardian(_) => 0,
         }
     }
 }

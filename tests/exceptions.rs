@@ -218,9 +218,32 @@ fn an_attached_process_throws_on_after_utrace_leaves() {
     }
 }
 
-/// kill -9 of a recorder that holds a process throwing in a loop: the kernel detaches it, and a
-/// thread paused for its stack gets a SIGURG, which it ignores. The recorder is gone at once;
-/// the program is never left stopped and ends as untraced.
+/// `--duration` ends the recording of a started command while it throws: the command is
+/// stopped while the probes go and its replaced return addresses are given back, and it throws
+/// on to its untraced end (utrace waits for it and exits with its code).
+#[test]
+fn a_started_command_throws_on_after_the_recording_ends() {
+    if !bpf_available("a_started_command_throws_on_after_the_recording_ends") {
+        return;
+    }
+    let program = compile("exceptions.cpp", "exceptions-duration", &[]);
+    let untraced = run_untraced(&program, &["1000"]);
+    for _ in 0..3 {
+        let recording = record(&program, &["1000"], &["-d", "--duration", "0.3s"]);
+        let stderr = String::from_utf8_lossy(&recording.output.stderr);
+        assert_eq!(
+            recording.output.status.code(),
+            untraced.status.code(),
+            "{stderr}"
+        );
+        assert_eq!(recording.output.stdout, untraced.stdout, "{stderr}");
+    }
+}
+
+/// kill -9 of a recorder that holds a process throwing in a loop: the BPF program stops the
+/// process before the probes go, the guardian gives back the return addresses still replaced and
+/// lets it go (the kernel has let the ptrace hold go). The recorder is gone at once; the program
+/// is never left stopped and ends as untraced.
 #[test]
 fn a_killed_recorder_leaves_the_attached_process_running() {
     if !bpf_available("a_killed_recorder_leaves_the_attached_process_running") {
@@ -246,32 +269,49 @@ fn a_killed_recorder_leaves_the_attached_process_running() {
     send_signal(recorder_pid, libc::SIGKILL);
     recorder.wait_killed();
     assert!(killed_at.elapsed() < std::time::Duration::from_secs(2));
-    // Never left stopped: polled until it ends.
-    while let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        let state = status
-            .lines()
-            .find(|l| l.starts_with("State:"))
-            .unwrap_or("");
-        if state.contains("zombie") {
-            break;
-        }
-        assert!(!state.contains("stopped"), "{state}");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        if killed_at.elapsed() > std::time::Duration::from_secs(60) {
-            panic!("the program never ended: {state}");
-        }
-    }
+    assert_never_left_stopped(pid);
     let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
     let status = process.wait().unwrap();
-    // Known limitation (README): frames running when the recorder died keep the kernel's
-    // trampoline as their return address, and an exception that unwinds through one ends the
-    // program (std::terminate). Otherwise it ends as untraced.
-    if status.code().is_none() {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(libc::SIGABRT), "{status}");
+    assert_output_as_untraced(status, &stdout, &untraced);
+}
+
+/// The same for a command utrace started (`record -- exceptions 1000`), killed while it throws:
+/// the program, left to the test (a subreaper) by its dead parent, ends with its untraced output
+/// and exit code.
+#[test]
+fn a_killed_recorder_leaves_the_started_program_to_end_as_untraced() {
+    if !bpf_available("a_killed_recorder_leaves_the_started_program_to_end_as_untraced") {
         return;
     }
-    assert_output_as_untraced(status, &stdout, &untraced);
+    let _one = one_attach_at_a_time();
+    let program = compile("exceptions.cpp", "exceptions-killed-started", &[]);
+    let untraced = run_untraced(&program, &["1000"]);
+    become_subreaper();
+    for _ in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut recorder = utrace()
+            .args(["record", "-o"])
+            .arg(dir.path().join("utrace.data"))
+            .arg("--")
+            .arg(&program)
+            .arg("1000")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child_running(recorder.id(), &program);
+        // Traced, the 1000 rounds take seconds: killed while it throws.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let killed_at = std::time::Instant::now();
+        send_signal(recorder.id(), libc::SIGKILL);
+        recorder.wait().unwrap();
+        assert!(killed_at.elapsed() < std::time::Duration::from_secs(2));
+        assert_never_left_stopped(pid);
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(&mut recorder.stdout.take().unwrap(), &mut stdout).unwrap();
+        assert_eq!(Some(exit_code_of_orphan(pid)), untraced.status.code());
+        assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
+    }
 }
 
 /// Two threads throwing through up to 150 traced frames at the same time: each one's stop

@@ -92,6 +92,7 @@ extern void bpf_task_release(struct task_struct *p) __ksym;
 
 #define SIGSTOP 19
 #define SIGCONT 18
+#define SIGUSR1 10
 
 /* The target, or a process it forked under --follow. */
 static __always_inline bool is_traced(__u32 tgid)
@@ -387,9 +388,10 @@ int process_execed(void *ctx)
 	return 0;
 }
 
-/* Lets process `tgid` go on if it is stopped: a SIGCONT to a process that runs changes nothing
- * (unless it handles SIGCONT), and one to a process about to stop cancels the stop. */
-static __always_inline void continue_process(__u32 tgid)
+/* Sends `signal` to process `tgid`: SIGCONT lets it go on if it is stopped (a SIGCONT to a
+ * process that runs changes nothing unless it handles SIGCONT, and one to a process about to stop
+ * cancels the stop); SIGSTOP stops every thread. */
+static __always_inline void signal_process(__u32 tgid, int signal)
 {
 	struct task_struct *task;
 
@@ -398,13 +400,22 @@ static __always_inline void continue_process(__u32 tgid)
 	task = bpf_task_from_pid(tgid);
 	if (!task)
 		return;
-	bpf_send_signal_task(task, SIGCONT, PIDTYPE_TGID, 0);
+	bpf_send_signal_task(task, signal, PIDTYPE_TGID, 0);
 	bpf_task_release(task);
 }
 
+/* The guardian's process id (src/record/guardian.rs), set by the recorder once it runs; 0 when
+ * there is none. */
+__u32 guardian_tgid = 0;
+/* Whether the recorder, or the guardian, has exited while the recording was on. Each is set with
+ * a locked add before the other is read: whichever exits second sees the first gone. */
+__u32 recorder_gone = 0;
+__u32 guardian_gone = 0;
+#define GONE(flag) (*(volatile __u32 *)&(flag))
+
 static long continue_followed(void *map, __u32 *tgid, __u8 *value, void *ctx)
 {
-	continue_process(*tgid);
+	signal_process(*tgid, SIGCONT);
 	return 0;
 }
 
@@ -414,7 +425,13 @@ static long continue_followed(void *map, __u32 *tgid, __u8 *value, void *ctx)
  * stops here, before the kernel closes the recorder's files and so releases its links: from now
  * on no call makes a return instance (function_call, plt_call), and the releases finish at once
  * rather than while the program keeps calling. The processes that may wait stopped for the
- * recorder (at a dlopen, a stack write, a fork or exec under --follow) are let go.
+ * recorder (at a dlopen, a stack write, a fork or exec under --follow) are let go; but where a
+ * guardian runs (a program with an unwinder, whose frames may hold the trampoline), the target
+ * is stopped instead, and the guardian lets it go once it has given every frame its return
+ * address back.
+ *
+ * The guardian: if the recorder went first, the target is let go (again, or for the first time
+ * if the guardian could not do its work).
  *
  * A followed process: its pid may be reused by a process that is not followed once it has been
  * reaped, which comes after this. */
@@ -430,9 +447,28 @@ int BPF_PROG(process_exit, struct task_struct *task, bool group_dead)
 			return 0;
 		recording = false;
 		serving_stack_writes = false;
-		continue_process(settings.tgid);
+		__sync_fetch_and_add(&recorder_gone, 1);
+		if (guardian_tgid && !GONE(guardian_gone)) {
+			/* The guardian gives the stacks back while the target is stopped, then lets it
+			 * go on: stopped now, before the links go, so no thread meets a trampoline
+			 * nobody restores; told now (SIGUSR1), not when the recorder's files close,
+			 * which comes after the links' release (slow while the target is stopped with
+			 * return instances). Let go here if the guardian went meanwhile. */
+			signal_process(settings.tgid, SIGSTOP);
+			signal_process(guardian_tgid, SIGUSR1);
+			if (GONE(guardian_gone))
+				signal_process(settings.tgid, SIGCONT);
+		} else {
+			signal_process(settings.tgid, SIGCONT);
+		}
 		if (settings.follow)
 			bpf_for_each_map_elem(&followed_processes, continue_followed, NULL, 0);
+	} else if (guardian_tgid && tgid == guardian_tgid) {
+		/* Gone before the recorder (killed too), or done after it: a stop it was to end is
+		 * ended here (a continue after its own is harmless). */
+		__sync_fetch_and_add(&guardian_gone, 1);
+		if (GONE(recorder_gone))
+			signal_process(settings.tgid, SIGCONT);
 	} else if (settings.follow && tgid != settings.tgid) {
 		bpf_map_delete_elem(&followed_processes, &tgid);
 	}

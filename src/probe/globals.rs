@@ -48,32 +48,23 @@ impl<'obj> LoadedProbes<'obj> {
     }
 
     /// Per thread of the target, the return addresses the shadow stack knows the kernel replaced
-    /// with its trampoline (those the unwinder did not restore): (slot, original) pairs.
+    /// with its trampoline: see [`replaced_return_addresses`].
     pub fn replaced_return_addresses(&self) -> Vec<(u32, Vec<(u64, u64)>)> {
-        // struct shadow_stack (src/bpf/shadow.bpf.h): depth, unused, unwind_slot, then
-        // SHADOW_DEPTH slots and SHADOW_DEPTH return addresses.
-        const DEPTH: usize = 128;
-        const RESTORED: u64 = 1 << 63;
-        let quad = |bytes: &[u8], at: usize| -> Option<u64> {
-            Some(u64::from_ne_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
-        };
-        let map = &self.skel.maps.shadow_stacks;
-        map.keys()
-            .filter_map(|key| {
-                let value = map.lookup(&key, MapFlags::ANY).ok().flatten()?;
-                let tid = u32::from_ne_bytes(key.as_slice().try_into().ok()?);
-                let depth =
-                    (u32::from_ne_bytes(value.get(0..4)?.try_into().ok()?) as usize).min(DEPTH);
-                let frames = (0..depth)
-                    .filter_map(|i| {
-                        let slot = quad(&value, 16 + 8 * i)?;
-                        let ret = quad(&value, 16 + 8 * (DEPTH + i))?;
-                        (ret & RESTORED == 0).then_some((slot, ret))
-                    })
-                    .collect();
-                Some((tid, frames))
-            })
-            .collect()
+        replaced_return_addresses(&self.skel.maps.shadow_stacks)
+    }
+
+    /// The id of the shadow stacks' map, by which the guardian opens it
+    /// (`src/record/guardian.rs`).
+    pub fn shadow_stacks_map_id(&self) -> Option<u32> {
+        let info = self.skel.maps.shadow_stacks.info().ok()?;
+        Some(info.info.id)
+    }
+
+    /// Tells the BPF programs which process is the guardian: when the recorder dies, they stop
+    /// the target for it instead of letting it go.
+    pub fn set_guardian(&mut self, pid: u32) {
+        // SAFETY: as in `set_recording`.
+        unsafe { std::ptr::write_volatile(&raw mut self.bss_mut().guardian_tgid, pid) };
     }
 
     /// Turns counting on (after every link is attached) or off (before any is detached).
@@ -105,4 +96,34 @@ impl<'obj> LoadedProbes<'obj> {
         lost.sort_unstable();
         lost
     }
+}
+
+/// Per thread, the frames of `shadow_stacks` (the BPF map of `struct shadow_stack`,
+/// src/bpf/shadow.bpf.h) as (slot, original return address) pairs, whether the unwinder has
+/// restored them or not: a restore may have been asked for and not made yet (the recorder gone),
+/// so the slot itself tells whether it still holds the trampoline.
+pub fn replaced_return_addresses(shadow_stacks: &impl MapCore) -> Vec<(u32, Vec<(u64, u64)>)> {
+    // struct shadow_stack: depth, unused, unwind_slot, then SHADOW_DEPTH slots and SHADOW_DEPTH
+    // return addresses, the top bit of each set once restored.
+    const DEPTH: usize = 128;
+    const RESTORED: u64 = 1 << 63;
+    let quad = |bytes: &[u8], at: usize| -> Option<u64> {
+        Some(u64::from_ne_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+    };
+    shadow_stacks
+        .keys()
+        .filter_map(|key| {
+            let value = shadow_stacks.lookup(&key, MapFlags::ANY).ok().flatten()?;
+            let tid = u32::from_ne_bytes(key.as_slice().try_into().ok()?);
+            let depth = (u32::from_ne_bytes(value.get(0..4)?.try_into().ok()?) as usize).min(DEPTH);
+            let frames = (0..depth)
+                .filter_map(|i| {
+                    let slot = quad(&value, 16 + 8 * i)?;
+                    let ret = quad(&value, 16 + 8 * (DEPTH + i))?;
+                    Some((slot, ret & !RESTORED))
+                })
+                .collect();
+            Some((tid, frames))
+        })
+        .collect()
 }

@@ -17,6 +17,7 @@ mod error;
 mod events;
 mod features;
 mod globals;
+pub use globals::replaced_return_addresses;
 mod interface;
 mod load;
 mod release;

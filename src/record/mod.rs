@@ -4,6 +4,7 @@ pub mod calibrate;
 mod call_events;
 mod dispatch;
 mod follow;
+pub mod guardian;
 mod ifuncs;
 #[cfg(test)]
 pub(crate) use ifuncs::resolve_own_ifuncs;

@@ -10,6 +10,7 @@ use libbpf_rs::RingBufferBuilder;
 
 use super::dispatch::{drain_events, Tracing, TracingEnd};
 use super::follow::{ProcessChange, TracedProcesses};
+use super::guardian::Guardian;
 use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
 use super::ring::{Inbox, Note};
@@ -267,6 +268,12 @@ impl Session {
                 events: EventPrograms::of(&plan.events),
             },
         )?;
+        // Outlives a killed recorder to give the stacks back (see guardian.rs): running before
+        // the first return address is replaced, dismissed after everything else.
+        let _guardian = match unwind_shadow {
+            true => start_guardian(pid, &mut loaded),
+            false => None,
+        };
         // Before any return probe: from the first replaced return address on, an exception
         // must find it restored. Dropped last, after every return probe is gone.
         let _unwinder_watch = unwinders
@@ -339,6 +346,9 @@ impl Session {
         if let Some(seizer) = &mut self.seizer {
             seizer.hold();
         }
+        // The same for a started command (SIGSTOP: utrace is its parent, nobody else sees it).
+        let stopped_for_detach =
+            unwind_shadow && self.seizer.is_none() && self.target.stop_every_thread();
         loaded.set_serving_stack_writes(false);
         loaded.set_recording(false);
         let detach_time = AttachedProbes::detach(probes);
@@ -370,6 +380,11 @@ impl Session {
                 }
                 Note::LibraryLoaded => held = true,
             }
+        }
+        if stopped_for_detach {
+            // After the requests above: a frame re-armed by one gets its return address back.
+            restore_return_addresses(pid, &loaded);
+            held = true;
         }
         if held {
             self.target.resume();
@@ -618,6 +633,29 @@ fn restore_return_addresses(pid: u32, loaded: &LoadedProbes) {
         log::warn!(
             "cannot restore return addresses of pid {pid}: {error}: an exception may not unwind"
         );
+    }
+}
+
+/// Starts the guardian of `pid` and tells the BPF programs about it; without one (a warning says
+/// why), a recorder killed while an exception unwinds leaves the program to it, as before.
+fn start_guardian(pid: u32, loaded: &mut LoadedProbes) -> Option<Guardian> {
+    let started = loaded
+        .shadow_stacks_map_id()
+        .ok_or_else(|| std::io::Error::other("the shadow stacks' map has no id"))
+        .and_then(|map| Guardian::start(pid, map));
+    match started {
+        Ok(guardian) => {
+            loaded.set_guardian(guardian.pid());
+            log::debug!("guardian of pid {pid}: pid {}", guardian.pid());
+            Some(guardian)
+        }
+        Err(error) => {
+            log::warn!(
+                "cannot start the guardian process ({error}): if utrace is killed while an \
+                 exception unwinds, the program may end"
+            );
+            None
+        }
     }
 }
 

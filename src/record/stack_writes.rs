@@ -5,6 +5,7 @@
 //! `process_vm_writev` and then lets it go on.
 
 use std::io;
+use std::time::{Duration, Instant};
 
 /// A `struct stack_write_request` from the `stack_writes` ring buffer.
 #[derive(Debug, PartialEq, Eq)]
@@ -143,6 +144,42 @@ fn read_word(pid: u32, address: u64) -> io::Result<u64> {
         8 => Ok(word),
         _ => Err(io::Error::last_os_error()),
     }
+}
+
+/// Waits until every thread of process `pid` is stopped (by a signal or by ptrace), for at most
+/// `limit`: the threads whose stacks are written must not run meanwhile. False when the process
+/// is gone or a thread still runs at the end.
+pub fn wait_until_every_thread_stops(pid: u32, limit: Duration) -> bool {
+    let started = Instant::now();
+    loop {
+        match every_thread_stopped(pid) {
+            Some(true) => return true,
+            None => return false,
+            Some(false) if started.elapsed() >= limit => return false,
+            Some(false) => std::thread::sleep(Duration::from_micros(200)),
+        }
+    }
+}
+
+/// Whether every live thread of `pid` is stopped; `None` when the process is gone.
+fn every_thread_stopped(pid: u32) -> Option<bool> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut any = false;
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // The state follows the command name, which may hold spaces and parentheses.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        match state {
+            Some('T' | 't') => any = true,
+            Some('Z' | 'X') | None => {}
+            Some(_) => return Some(false),
+        }
+    }
+    any.then_some(true)
 }
 
 /// Where the kernel's uretprobe trampoline is in process `pid`: the start of its `[uprobes]`

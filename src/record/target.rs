@@ -134,6 +134,19 @@ impl Target {
         }
     }
 
+    /// Stops every thread of a started command that still runs, and waits until they are
+    /// stopped (at most [`STOP_WAIT`]); true when they are, to be let go with
+    /// [`resume`](Self::resume). A process utrace attached to is left alone.
+    pub fn stop_every_thread(&self) -> bool {
+        match self {
+            Target::Started(child) => {
+                child.signal(libc::SIGSTOP);
+                super::stack_writes::wait_until_every_thread_stops(child.pid(), STOP_WAIT)
+            }
+            Target::Running(_) => false,
+        }
+    }
+
     /// Lets a held command run; a running process runs already.
     pub fn start(&mut self) -> Result<()> {
         if let Target::Started(child) = self {

@@ -591,3 +591,83 @@ pub fn written_table(names: &[&str]) -> utrace::table::FunctionTable {
         ..Default::default()
     }
 }
+
+/// The pid of the child of `parent` that runs `program`, once it does.
+pub fn child_running(parent: u32, program: &Path) -> u32 {
+    let started = std::time::Instant::now();
+    loop {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1));
+            let exe = std::fs::read_link(entry.path().join("exe")).ok();
+            if ppid == Some(&parent.to_string()) && exe.as_deref() == Some(program) {
+                return pid;
+            }
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Polls process `pid` until it ends: it may be stopped while its stacks are given back, never
+/// for as long as a second.
+pub fn assert_never_left_stopped(pid: u32) {
+    let started = std::time::Instant::now();
+    let mut stopped_since = None;
+    while let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        let state = status
+            .lines()
+            .find(|l| l.starts_with("State:"))
+            .unwrap_or("")
+            .to_string();
+        if state.contains("zombie") {
+            return;
+        }
+        if state.contains("stopped") {
+            let since = *stopped_since.get_or_insert_with(std::time::Instant::now);
+            assert!(
+                since.elapsed() < std::time::Duration::from_secs(1),
+                "stopped for a second: {state}"
+            );
+        } else {
+            stopped_since = None;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the program never ended: {state}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Makes this test process the reaper of its descendants' orphans: a program whose recorder
+/// (its parent) was killed becomes our child, and its exit code ours to read.
+pub fn become_subreaper() {
+    // SAFETY: prctl with integer arguments has no memory effects.
+    assert_eq!(
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) },
+        0
+    );
+}
+
+/// Waits for `pid`, an orphan this subreaper inherited, and returns its exit code; fails if a
+/// signal ended it.
+pub fn exit_code_of_orphan(pid: u32) -> i32 {
+    let mut status = 0;
+    // SAFETY: waits for a child of ours; writes only `status`.
+    assert_eq!(
+        unsafe { libc::waitpid(pid as i32, &mut status, 0) },
+        pid as i32
+    );
+    assert!(libc::WIFEXITED(status), "ended by a signal: {status:#x}");
+    libc::WEXITSTATUS(status)
+}
