@@ -335,3 +335,61 @@ fn a_child_that_execs_its_own_program_is_counted_once() {
         "{replay}"
     );
 }
+
+/// kill -9 of the recorder while a forked child is held at its fork, waiting to be probed: the
+/// BPF program lets every followed process go on, so the child runs its calls and exits, and the
+/// parent (which waits for each child) ends as untraced. The recorder is gone at once.
+#[test]
+fn a_killed_recorder_lets_a_child_held_at_its_fork_go() {
+    if !bpf_available("a_killed_recorder_lets_a_child_held_at_its_fork_go") {
+        return;
+    }
+    let program = compile("forks.c", "forks", &[]);
+    let untraced = run_untraced(&program, &["400"]);
+    become_subreaper();
+    let dir = tempfile::tempdir().unwrap();
+    let mut recorder = utrace()
+        .args(["record", "--follow", "-o"])
+        .arg(dir.path().join("utrace.data"))
+        .arg("--")
+        .arg(&program)
+        .arg("400")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let target = child_running(recorder.id(), &program);
+    let held = stopped_child_of(target);
+    let killed_at = std::time::Instant::now();
+    send_signal(recorder.id(), libc::SIGKILL);
+    recorder.wait().unwrap();
+    assert!(killed_at.elapsed() < std::time::Duration::from_secs(2));
+    assert_never_left_stopped(held);
+    assert_never_left_stopped(target);
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut recorder.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert_eq!(Some(exit_code_of_orphan(target)), untraced.status.code());
+    assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
+}
+
+/// The pid of a child of `parent` seen stopped (held at its fork), polled for.
+fn stopped_child_of(parent: u32) -> u32 {
+    let started = std::time::Instant::now();
+    loop {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let fields: Vec<&str> = match stat.rsplit_once(')') {
+                Some((_, rest)) => rest.split_whitespace().collect(),
+                None => continue,
+            };
+            if fields.len() > 1 && fields[0] == "T" && fields[1] == parent.to_string() {
+                return entry.file_name().to_str().unwrap().parse().unwrap();
+            }
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "no child of {parent} was ever seen held at its fork"
+        );
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+}

@@ -35,8 +35,11 @@ pub struct Tracing<'a, 'obj> {
     inbox: &'a Inbox,
     /// The target's probes, with those of libraries it loaded since.
     attached: AttachedProbes,
-    /// Per followed process, its probes: detached with the target's, all at once.
-    followed_probes: Vec<AttachedProbes>,
+    /// Per followed process (by pid), its probes: detached with the target's, all at once,
+    /// unless the process ends first.
+    followed_probes: Vec<(u32, AttachedProbes)>,
+    /// Threads releasing the probes of followed processes that have ended.
+    releases: Vec<std::thread::JoinHandle<Duration>>,
     traced: Option<TracedProcesses>,
     /// A process stopped for the recorder (a stack write request, a dlopen) waits to be let go
     /// on.
@@ -112,6 +115,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             inbox,
             attached,
             followed_probes: Vec::new(),
+            releases: Vec::new(),
             traced,
             held: false,
             served: 0,
@@ -214,11 +218,31 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             .follow_change(change, self.loaded, traced, drain);
         traced.resume(change.stopped_pid());
         match probed {
-            Ok(more) => self.followed_probes.push(more),
+            Ok(more) => self.followed_probes.push((change.stopped_pid(), more)),
             Err(GrowError::DrainFull) => return Err(DrainFull),
             Err(GrowError::Failed(error)) => log::warn!("{error:#}"),
         }
+        self.release_probes_of_ended_processes();
         Ok(())
+    }
+
+    /// Releases, on a thread of their own, the probes of followed processes that have ended: a
+    /// program that forks thousands of short-lived children would otherwise keep thousands of
+    /// links until the end, and a killed recorder's process would take seconds to go (each
+    /// release waits for RCU grace periods).
+    fn release_probes_of_ended_processes(&mut self) {
+        let Some(traced) = &self.traced else {
+            return;
+        };
+        let (ended, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.followed_probes)
+            .into_iter()
+            .partition(|(pid, _)| traced.has_ended(*pid));
+        self.followed_probes = running;
+        if !ended.is_empty() {
+            let sets = ended.into_iter().map(|(_, probes)| probes).collect();
+            self.releases
+                .push(std::thread::spawn(move || AttachedProbes::detach(sets)));
+        }
     }
 
     /// Lets a held target go on once every thread has stopped, so that no request is on its
@@ -276,7 +300,12 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
 
     /// What is left to tear down.
     pub fn end(self) -> TracingEnd {
-        let mut probes = self.followed_probes;
+        for release in self.releases {
+            let _ = release.join();
+        }
+        let mut probes: Vec<AttachedProbes> = (self.followed_probes.into_iter())
+            .map(|(_, probes)| probes)
+            .collect();
         probes.push(self.attached);
         TracingEnd {
             events: self.events,

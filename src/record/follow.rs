@@ -114,6 +114,13 @@ impl TracedProcesses {
         self.processes.len() == 1
     }
 
+    /// Whether followed process `pid` has ended (or was never followed).
+    pub fn has_ended(&self, pid: u32) -> bool {
+        self.processes
+            .get(&pid)
+            .map_or(true, |traced| traced.process.has_exited())
+    }
+
     /// How many processes were traced, the target included.
     pub fn count(&self) -> usize {
         self.followed + 1
