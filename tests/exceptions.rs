@@ -286,30 +286,15 @@ fn a_killed_recorder_leaves_the_started_program_to_end_as_untraced() {
     let _one = one_attach_at_a_time();
     let program = compile("exceptions.cpp", "exceptions-killed-started", &[]);
     let untraced = run_untraced(&program, &["1000"]);
-    become_subreaper();
     for _ in 0..3 {
-        let dir = tempfile::tempdir().unwrap();
-        let mut recorder = utrace()
-            .args(["record", "-o"])
-            .arg(dir.path().join("utrace.data"))
-            .arg("--")
-            .arg(&program)
-            .arg("1000")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let pid = child_running(recorder.id(), &program);
+        let mut recording = RecordingToKill::start(&program, &["1000"], &[]);
+        let pid = child_running(recording.recorder_pid(), &program);
         // Traced, the 1000 rounds take seconds: killed while it throws.
         std::thread::sleep(std::time::Duration::from_millis(300));
-        let killed_at = std::time::Instant::now();
-        send_signal(recorder.id(), libc::SIGKILL);
-        recorder.wait().unwrap();
-        assert!(killed_at.elapsed() < std::time::Duration::from_secs(2));
+        recording.kill();
         assert_never_left_stopped(pid);
-        let mut stdout = String::new();
-        std::io::Read::read_to_string(&mut recorder.stdout.take().unwrap(), &mut stdout).unwrap();
-        assert_eq!(Some(exit_code_of_orphan(pid)), untraced.status.code());
+        let (stdout, code) = recording.command_end(pid);
+        assert_eq!(Some(code), untraced.status.code());
         assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
     }
 }

@@ -346,29 +346,14 @@ fn a_killed_recorder_lets_a_child_held_at_its_fork_go() {
     }
     let program = compile("forks.c", "forks", &[]);
     let untraced = run_untraced(&program, &["400"]);
-    become_subreaper();
-    let dir = tempfile::tempdir().unwrap();
-    let mut recorder = utrace()
-        .args(["record", "--follow", "-o"])
-        .arg(dir.path().join("utrace.data"))
-        .arg("--")
-        .arg(&program)
-        .arg("400")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let target = child_running(recorder.id(), &program);
+    let mut recording = RecordingToKill::start(&program, &["400"], &["--follow"]);
+    let target = child_running(recording.recorder_pid(), &program);
     let held = stopped_child_of(target);
-    let killed_at = std::time::Instant::now();
-    send_signal(recorder.id(), libc::SIGKILL);
-    recorder.wait().unwrap();
-    assert!(killed_at.elapsed() < std::time::Duration::from_secs(2));
+    recording.kill();
     assert_never_left_stopped(held);
     assert_never_left_stopped(target);
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(&mut recorder.stdout.take().unwrap(), &mut stdout).unwrap();
-    assert_eq!(Some(exit_code_of_orphan(target)), untraced.status.code());
+    let (stdout, code) = recording.command_end(target);
+    assert_eq!(Some(code), untraced.status.code());
     assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
 }
 

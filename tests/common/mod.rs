@@ -671,3 +671,59 @@ pub fn exit_code_of_orphan(pid: u32) -> i32 {
     assert!(libc::WIFEXITED(status), "ended by a signal: {status:#x}");
     libc::WEXITSTATUS(status)
 }
+
+/// `utrace record` of a command, to be killed with SIGKILL while the command runs: the
+/// command's output is piped to the test, which becomes the reaper of the orphaned command.
+pub struct RecordingToKill {
+    recorder: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl RecordingToKill {
+    /// Starts `utrace record EXTRA -- program ARGS`.
+    pub fn start(program: &Path, args: &[&str], extra: &[&str]) -> RecordingToKill {
+        become_subreaper();
+        let dir = tempfile::tempdir().unwrap();
+        let recorder = utrace()
+            .arg("record")
+            .args(extra)
+            .arg("-o")
+            .arg(dir.path().join("utrace.data"))
+            .arg("--")
+            .arg(program)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        RecordingToKill {
+            recorder,
+            _dir: dir,
+        }
+    }
+
+    pub fn recorder_pid(&self) -> u32 {
+        self.recorder.id()
+    }
+
+    /// kill -9 of the recorder, whose process must be gone within 2 s.
+    pub fn kill(&mut self) {
+        let killed_at = std::time::Instant::now();
+        send_signal(self.recorder.id(), libc::SIGKILL);
+        self.recorder.wait().unwrap();
+        assert!(
+            killed_at.elapsed() < std::time::Duration::from_secs(2),
+            "the recorder took {:?} to go after kill -9",
+            killed_at.elapsed()
+        );
+    }
+
+    /// After [`kill`](Self::kill): the output of the command (process `pid`) to its end, and
+    /// its exit code.
+    pub fn command_end(mut self, pid: u32) -> (String, i32) {
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(&mut self.recorder.stdout.take().unwrap(), &mut stdout)
+            .unwrap();
+        (stdout, exit_code_of_orphan(pid))
+    }
+}
