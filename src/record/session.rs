@@ -347,8 +347,10 @@ impl Session {
             seizer.hold();
         }
         // The same for a started command (SIGSTOP: utrace is its parent, nobody else sees it).
-        let stopped_for_detach =
-            unwind_shadow && self.seizer.is_none() && self.target.stop_every_thread();
+        let stopped_for_detach = match unwind_shadow && self.seizer.is_none() {
+            true => self.target.stop_every_thread(),
+            false => None,
+        };
         loaded.set_serving_stack_writes(false);
         loaded.set_recording(false);
         let detach_time = AttachedProbes::detach(probes);
@@ -381,9 +383,12 @@ impl Session {
                 Note::LibraryLoaded => held = true,
             }
         }
-        if stopped_for_detach {
+        if let Some(every_thread_stopped) = stopped_for_detach {
             // After the requests above: a frame re-armed by one gets its return address back.
-            restore_return_addresses(pid, &loaded);
+            // Not into the stack of a thread that still runs.
+            if every_thread_stopped {
+                restore_return_addresses(pid, &loaded);
+            }
             held = true;
         }
         if held {

@@ -134,16 +134,20 @@ impl Target {
         }
     }
 
-    /// Stops every thread of a started command that still runs, and waits until they are
-    /// stopped (at most [`STOP_WAIT`]); true when they are, to be let go with
-    /// [`resume`](Self::resume). A process utrace attached to is left alone.
-    pub fn stop_every_thread(&self) -> bool {
+    /// Stops every thread of a started command, and waits until they are stopped (at most
+    /// [`STOP_WAIT`]): `Some(true)` when they are, `Some(false)` when one still runs (in an
+    /// uninterruptible sleep); either way it is to be let go with [`resume`](Self::resume).
+    /// `None` for a process utrace attached to, which is left alone.
+    pub fn stop_every_thread(&self) -> Option<bool> {
         match self {
             Target::Started(child) => {
                 child.signal(libc::SIGSTOP);
-                super::stack_writes::wait_until_every_thread_stops(child.pid(), STOP_WAIT)
+                Some(super::stack_writes::wait_until_every_thread_stops(
+                    child.pid(),
+                    STOP_WAIT,
+                ))
             }
-            Target::Running(_) => false,
+            Target::Running(_) => None,
         }
     }
 
