@@ -28,21 +28,21 @@ pub struct ProbeCost {
     pub inside_ns: u64,
     /// Both probes whole: what the call adds to the duration of every traced call around it.
     pub full_ns: u64,
-    /// How far below `inside_ns` (a median) the inside cost of one call commonly falls: the
-    /// median less the 10th percentile of the calls measured. Stored after the metadata, not in
-    /// it (see [`crate::data::format::encode_metadata`]), so files written before, which lack it,
-    /// still read: `None` for them.
+    /// How much the inside cost of one call varies: the 90th less the 10th percentile of the
+    /// calls measured (at least 1 ns). Stored after the metadata, not in it (see
+    /// [`crate::data::format::encode_metadata`]), so files written before, which lack it, still
+    /// read: `None` for them.
     #[serde(skip)]
     pub inside_spread_ns: Option<u64>,
 }
 
 impl ProbeCost {
     /// The least corrected duration that tells a call's own time from the error of the
-    /// correction. A call whose probes cost the 10th percentile is corrected `inside_spread_ns`
-    /// below its true time, so one corrected to less (down to 0, the floor) may have lasted
-    /// anything under it: 9 calls in 10 lasted less. Without a measured spread (files written
-    /// before it was), the whole inside cost: a call corrected below it lasted less than its raw
-    /// time, and that is all that is known.
+    /// correction. The median taken out is off by up to the spread for most calls (the median
+    /// itself also moves between recordings on a busy VM, which one calibration cannot see), so
+    /// a call corrected to less (down to 0, the floor) may have lasted anything under it. Without a
+    /// measured spread (files written before it was), the whole inside cost: a call corrected
+    /// below it lasted less than its raw time, and that is all that is known.
     pub fn resolution_ns(&self) -> u64 {
         self.inside_spread_ns.unwrap_or(self.inside_ns)
     }

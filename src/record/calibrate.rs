@@ -8,7 +8,7 @@
 //! - *full* cost = traced time per call − untraced time per call: both probes whole;
 //! - *inside* cost = exit timestamp − entry timestamp of the traced calls (the function's body is
 //!   a few instructions): the part of the probes between the two timestamps; its *spread*, the
-//!   median less the 10th percentile of those calls, is how finely a corrected time is known.
+//!   90th less the 10th percentile of those calls, is how finely a corrected time is known.
 //!
 //! Medians over several rounds keep a burst of load from another process out of the figures.
 
@@ -198,7 +198,8 @@ fn calibrate() -> Result<(ProbeCosts, Duration, AttachedProbes), CalibrationErro
         let cost = ProbeCost {
             inside_ns,
             full_ns: traced.saturating_sub(untraced),
-            inside_spread_ns: Some(inside_ns - percentile(&inside, 10)),
+            // At least the clock's 1 ns: a corrected 0 is never shown as exact.
+            inside_spread_ns: Some((percentile(&inside, 90) - percentile(&inside, 10)).max(1)),
         };
         if cost.full_ns == 0 || cost.inside_ns == 0 {
             return Err(CalibrationError::Implausible(class.name()));
