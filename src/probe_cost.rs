@@ -11,10 +11,14 @@
 //! order of magnitude dearer in a VM; and on how the exit is seen (a uretprobe, or a probe on the
 //! `ret`). Each traced function carries its [`ProbeClass`]; the recorder measures each class on
 //! the machine at startup (`record/calibrate.rs`) and stores the figures in the data file.
+//!
+//! The inside cost taken out of a call is a median: a real call's probes cost more or less than
+//! that, so a corrected time is only known to within how much they vary, the cost's *spread*
+//! (see [`ProbeCost::resolution_ns`]). Reports show a per-call figure below it as a bound.
 
 use serde::{Deserialize, Serialize};
 
-use crate::table::ProbeClass;
+use crate::table::{FunctionTable, ProbeClass};
 
 /// What the entry and exit probes of one call add, in ns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +28,24 @@ pub struct ProbeCost {
     pub inside_ns: u64,
     /// Both probes whole: what the call adds to the duration of every traced call around it.
     pub full_ns: u64,
+    /// How much the inside cost of one call varies: the 90th less the 10th percentile of the
+    /// calls measured (at least 1 ns). Stored after the metadata, not in it (see
+    /// [`crate::data::format::encode_metadata`]), so files written before, which lack it, still
+    /// read: `None` for them.
+    #[serde(skip)]
+    pub inside_spread_ns: Option<u64>,
+}
+
+impl ProbeCost {
+    /// The least corrected duration that tells a call's own time from the error of the
+    /// correction. The median taken out is off by up to the spread for most calls (the median
+    /// itself also moves between recordings on a busy VM, which one calibration cannot see), so
+    /// a call corrected to less (down to 0, the floor) may have lasted anything under it. Without a
+    /// measured spread (files written before it was), the whole inside cost: a call corrected
+    /// below it lasted less than its raw time, and that is all that is known.
+    pub fn resolution_ns(&self) -> u64 {
+        self.inside_spread_ns.unwrap_or(self.inside_ns)
+    }
 }
 
 /// The figures measured at startup, per class.
@@ -41,19 +63,72 @@ impl ProbeCosts {
             .map_or(ProbeCost::default(), |&(_, cost)| cost)
     }
 
+    /// The figure of each function of `table`, by function id: kernel events cost a
+    /// tracepoint's program, not uprobes, and nothing was measured for them.
+    pub fn by_function(&self, table: &FunctionTable) -> Vec<ProbeCost> {
+        table
+            .functions
+            .iter()
+            .map(|function| match function.kind.is_probed_code() {
+                true => self.of(function.probes),
+                false => ProbeCost::default(),
+            })
+            .collect()
+    }
+
+    /// The spreads of the classes, in their order, as the data file stores them: empty when
+    /// none was measured.
+    pub fn spreads(&self) -> Vec<u64> {
+        self.classes
+            .iter()
+            .map_while(|(_, cost)| cost.inside_spread_ns)
+            .collect()
+    }
+
+    /// Gives the classes, in order, the spreads [`spreads`](Self::spreads) listed; a class left
+    /// without one keeps `None`.
+    pub fn set_spreads(&mut self, spreads: &[u64]) {
+        for ((_, cost), &spread) in self.classes.iter_mut().zip(spreads) {
+            cost.inside_spread_ns = Some(spread);
+        }
+    }
+
     /// One line per class, as `record -d` and `info` show them.
     pub fn lines(&self) -> Vec<String> {
         self.classes
             .iter()
             .map(|(class, cost)| {
+                let spread = match cost.inside_spread_ns {
+                    Some(spread) => format!(", spread {spread} ns"),
+                    None => String::new(),
+                };
                 format!(
-                    "{}: {} ns inside the call, {} ns in all",
+                    "{}: {} ns inside the call{spread}, {} ns in all",
                     class.name(),
                     cost.inside_ns,
                     cost.full_ns
                 )
             })
             .collect()
+    }
+}
+
+/// Per function id, the least corrected per-call duration that reports show as a figure rather
+/// than as a bound ([`ProbeCost::resolution_ns`]); 0 for every function under raw times.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resolutions(Vec<u64>);
+
+impl Resolutions {
+    pub fn new(table: &FunctionTable, costs: Option<&ProbeCosts>) -> Resolutions {
+        let costs = costs
+            .map(|costs| costs.by_function(table))
+            .unwrap_or_default();
+        Resolutions(costs.iter().map(ProbeCost::resolution_ns).collect())
+    }
+
+    /// The resolution of function `id`, 0 for one beyond the table.
+    pub fn of(&self, id: crate::table::FunctionId) -> u64 {
+        self.0.get(id as usize).copied().unwrap_or(0)
     }
 }
 
@@ -68,6 +143,7 @@ mod tests {
         let cost = ProbeCost {
             inside_ns: 700,
             full_ns: 2_000,
+            inside_spread_ns: None,
         };
         let costs = ProbeCosts {
             classes: vec![(stepped, cost)],

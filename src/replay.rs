@@ -210,15 +210,7 @@ impl Replayer {
     /// the call's own probes that lie between its timestamps, and the whole probes of the traced
     /// calls below it (see [`crate::probe_cost`]).
     pub fn correct_probe_costs(&mut self, table: &FunctionTable, costs: &ProbeCosts) {
-        self.costs = table
-            .functions
-            .iter()
-            .map(|function| match function.kind.is_probed_code() {
-                true => costs.of(function.probes),
-                // Kernel events cost a tracepoint's program, not uprobes: nothing measured.
-                false => ProbeCost::default(),
-            })
-            .collect();
+        self.costs = costs.by_function(table);
     }
 
     /// Replays one event; the calls it ends go to `sink`, innermost first.
@@ -825,6 +817,7 @@ mod tests {
                     ProbeCost {
                         inside_ns: 100,
                         full_ns: 300,
+                        inside_spread_ns: None,
                     },
                 ),
                 (
@@ -832,6 +825,7 @@ mod tests {
                     ProbeCost {
                         inside_ns: 1_000,
                         full_ns: 2_500,
+                        inside_spread_ns: None,
                     },
                 ),
             ],

@@ -6,6 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
+use utrace::report::summary::CorrectedDuration;
 
 /// test/spin.c's ROUNDS CALLS SPIN LEAF_SPIN: each call of `work` spins about 2.5 µs between
 /// each of its 500 calls of `tiny` (emulated entry), whose probes add about a fifth to a third to
@@ -72,6 +73,67 @@ fn corrected_self_times_are_the_untraced_times() {
         }
     }
     panic!("{}", failures.join("\n\n"));
+}
+
+/// test/spin.c with `work` calling `tiny` back to back: 20 rounds of 500 calls of a function of
+/// a few ns, whose probes cost a hundred times more.
+const TINY_CALLS: [&str; 4] = ["20", "500", "0", "1000"];
+
+#[test]
+fn per_call_times_below_the_resolution_show_as_a_bound() {
+    if !bpf_available("per_call_times_below_the_resolution_show_as_a_bound") {
+        return;
+    }
+    let spin = compile("spin.c", "spin", &[]);
+    let recording = record_unchanged(&spin, &TINY_CALLS, &UNPROBED);
+    let counts = own_counts(&recording.output.stdout);
+    assert_eq!(counts["tiny"], 10_000);
+    assert_counts_match(&counts, &recording.traced_counts());
+
+    // tiny's shortest call is its few instructions: far below what its probes' cost varies by,
+    // so json keeps the number and says so, and the summary shows the bound.
+    let json = recording.json();
+    let functions = json["functions"].as_array().unwrap();
+    let tiny = functions.iter().find(|f| f["name"] == "tiny").unwrap();
+    assert_eq!(tiny["calls"], 10_000);
+    let resolution_ns = tiny["resolution_ns"].as_u64().unwrap();
+    assert!(
+        resolution_ns > 0 && tiny["min_ns"].as_u64().unwrap() < resolution_ns,
+        "{tiny}"
+    );
+    let below = tiny["below_resolution"].as_array().unwrap();
+    assert!(below.contains(&"min_ns".into()), "{tiny}");
+
+    let summary = recording.report(&["--percentiles"]);
+    let row = summary_row(&summary, "tiny");
+    // Total (2 words) | % | self (2) | calls | average (2) | minimum (2) | ...
+    assert_eq!(row[5], "10000", "{summary}");
+    let bound = CorrectedDuration {
+        ns: 0,
+        resolution_ns,
+    }
+    .to_string();
+    assert_eq!(row[8..10].join(" "), bound, "{summary}");
+    assert!(bound.starts_with('<'));
+    assert!(
+        summary.contains("note: <N is a time per call below N"),
+        "{summary}"
+    );
+    // Under --raw-times nothing is taken out: every figure is a measurement.
+    let raw = recording.report(&["--percentiles", "--raw-times"]);
+    assert!(!raw.contains('<'), "{raw}");
+    assert!(!recording
+        .report(&["--format=json", "--raw-times"])
+        .contains("resolution"));
+}
+
+/// The words of `function`'s row in a summary.
+fn summary_row<'s>(summary: &'s str, function: &str) -> Vec<&'s str> {
+    summary
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|row| row.last() == Some(&function))
+        .unwrap_or_else(|| panic!("{function} is not in the summary: {summary}"))
 }
 
 /// How far from its untraced time `work`'s corrected self time may be, and how far above it its
@@ -186,15 +248,12 @@ fn untraced_ns(stderr: &str, function: &str) -> f64 {
         .unwrap()
 }
 
-/// The "Min self" of `function` in a `--avg-self` summary, in ns.
+/// The "Min self" of `function` in a `--avg-self` summary, in ns; a bound (`<90 ns`) as the
+/// number it bounds.
 fn min_self_ns(summary: &str, function: &str) -> f64 {
-    let row: Vec<&str> = summary
-        .lines()
-        .map(|line| line.split_whitespace().collect::<Vec<_>>())
-        .find(|row| row.last() == Some(&function))
-        .unwrap_or_else(|| panic!("{function} is not in the summary: {summary}"));
+    let row = summary_row(summary, function);
     // total (2) | % | self (2) | calls | avg self (2) | min self (2) | max self (2) | name
-    let value: f64 = row[8].parse().unwrap();
+    let value: f64 = row[8].trim_start_matches('<').parse().unwrap();
     let unit = match row[9] {
         "ns" => 1.0,
         "us" => 1e3,

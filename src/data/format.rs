@@ -20,7 +20,9 @@
 //!
 //! | kind | chunk          | payload                                                          |
 //! |------|----------------|------------------------------------------------------------------|
-//! | 1    | metadata       | bincode 2 (standard configuration) of [`Metadata`]               |
+//! | 1    | metadata       | bincode 2 (standard configuration) of [`Metadata`], then the    |
+//! |      |                | spreads of its probe costs (`encode_metadata`; files without    |
+//! |      |                | them have none)                                                  |
 //! | 2    | function table | bincode 2 (standard configuration) of [`FunctionTable`], then   |
 //! |      |                | (version 6) of its captured values' specs, then of its functions'|
 //! |      |                | source lines (`encode_table`; tables without them have none)     |
@@ -54,6 +56,7 @@ mod events;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::Metadata;
 use crate::table::FunctionTable;
 
 pub use events::{EventDecoder, EventEncoder, MAX_EVENTS_LEN};
@@ -276,6 +279,28 @@ fn bincode_config() -> impl bincode::config::Config {
 /// The payload of a metadata, function table or statistics chunk.
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::error::EncodeError> {
     bincode::serde::encode_to_vec(value, bincode_config())
+}
+
+/// The payload of a metadata chunk: the metadata, then the spread of each of its probe costs
+/// ([`ProbeCosts::spreads`](crate::probe_cost::ProbeCosts::spreads)), which readers that
+/// predate it ignore.
+pub fn encode_metadata(metadata: &Metadata) -> Result<Vec<u8>, bincode::error::EncodeError> {
+    let mut payload = encode(metadata)?;
+    let spreads = metadata.probe_costs.as_ref().map(|costs| costs.spreads());
+    payload.extend(encode(&spreads.unwrap_or_default())?);
+    Ok(payload)
+}
+
+/// Decodes a metadata payload, with the spreads of its probe costs when it has them (a file
+/// written before has none).
+pub fn decode_metadata(payload: &[u8]) -> Result<Metadata, bincode::error::DecodeError> {
+    let (mut metadata, used): (Metadata, usize) = decode_with_length(payload)?;
+    let rest = &payload[used..];
+    if let (Some(costs), false) = (&mut metadata.probe_costs, rest.is_empty()) {
+        let spreads: Vec<u64> = decode(rest)?;
+        costs.set_spreads(&spreads);
+    }
+    Ok(metadata)
 }
 
 /// The payload of a function table or more-functions chunk: the table, then (version 6) the

@@ -77,7 +77,7 @@ impl<R: Read + Seek> DataReader<R> {
         let mut input = BufReader::with_capacity(BUFFER_CAPACITY, input);
         let version = read_file_header(path, &mut input)?;
         let mut chunks = Chunks::new(path, input, version, FILE_HEADER_LEN as u64);
-        let metadata = read_table_chunk(&mut chunks, ChunkKind::Metadata, format::decode)?;
+        let metadata = read_table_chunk(&mut chunks, ChunkKind::Metadata, format::decode_metadata)?;
         let mut functions =
             read_table_chunk(&mut chunks, ChunkKind::FunctionTable, format::decode_table)?;
         let events_start = chunks.offset();

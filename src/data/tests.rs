@@ -244,6 +244,41 @@ fn round_trip() {
 }
 
 #[test]
+fn probe_cost_spreads_follow_the_metadata_and_files_without_them_still_read() {
+    use crate::probe_cost::{ProbeCost, ProbeCosts};
+    use crate::table::{Execution, ExitKind, ProbeClass};
+    let cost = |inside_ns, inside_spread_ns| ProbeCost {
+        inside_ns,
+        full_ns: 3 * inside_ns,
+        inside_spread_ns,
+    };
+    let stepped = ProbeClass::new(Execution::SingleStepped, ExitKind::Uretprobe);
+    let measured = Metadata {
+        probe_costs: Some(ProbeCosts {
+            classes: vec![
+                (ProbeClass::default(), cost(1_200, Some(90))),
+                (stepped, cost(5_000, Some(700))),
+            ],
+        }),
+        ..metadata()
+    };
+    let payload = format::encode_metadata(&measured).unwrap();
+    assert_eq!(format::decode_metadata(&payload).unwrap(), measured);
+
+    // As written before spreads were measured: the metadata alone.
+    let before = format::encode(&measured).unwrap();
+    assert!(payload.starts_with(&before) && payload.len() > before.len());
+    let read = format::decode_metadata(&before).unwrap();
+    let costs = read.probe_costs.unwrap();
+    assert_eq!(costs.of(stepped), cost(5_000, None));
+    assert_eq!(costs.of(stepped).resolution_ns(), 5_000);
+
+    // No probe costs (`--raw-times` at record time): nothing follows that matters.
+    let raw = format::encode_metadata(&metadata()).unwrap();
+    assert_eq!(format::decode_metadata(&raw).unwrap(), metadata());
+}
+
+#[test]
 fn writer_counts_bytes_as_they_land_in_the_file() {
     let dir = TempDir::new().unwrap();
     let path = dir.path().join("utrace.data");
@@ -823,7 +858,7 @@ fn undecodable_table() {
     let dir = TempDir::new().unwrap();
     let small = small_recording(&dir);
     let metadata_end =
-        FILE_HEADER_LEN + CHUNK_HEADER_LEN + format::encode(&metadata()).unwrap().len();
+        FILE_HEADER_LEN + CHUNK_HEADER_LEN + format::encode_metadata(&metadata()).unwrap().len();
     let mut bytes = small.bytes[..metadata_end].to_vec();
     // A valid chunk whose payload claims a billion functions.
     let mut payload = vec![2u8, 0, 0]; // two empty module names... then the count:

@@ -36,7 +36,7 @@ impl DataWriter {
         metadata: &Metadata,
         functions: &FunctionTable,
     ) -> Result<DataWriter, DataError> {
-        let metadata = encode(path, "metadata", metadata)?;
+        let metadata = checked(path, "metadata", format::encode_metadata(metadata))?;
         let functions = encode_table(path, functions)?;
         let file = File::create(path).map_err(|error| DataError::io(path, error))?;
         let mut writer = DataWriter {

@@ -7,8 +7,14 @@
 //!                 "calls": N, "unknown_time_calls": N,
 //!                 "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N,
 //!                 "p50_ns": N, "p90_ns": N, "p99_ns": N, "probe_share": 0.0,
-//!                 "entry_site": "emulated"}]}
+//!                 "entry_site": "emulated", "resolution_ns": N,
+//!                 "below_resolution": ["min_ns", "p50_ns"]}]}
 //! ```
+//! `resolution_ns` is what the probe-cost correction resolves for the function's calls (left out
+//! under raw times and for kernel events: nothing is taken out); `below_resolution` names the
+//! per-call figures below it (left out when none is), which the summary shows as `<N`: the
+//! numbers stay as computed, but such a call lasted less than `resolution_ns`, how much less is
+//! not known.
 //! The header comes from [`TraceInfo`] (`damaged_chunks` only when the data file had any: then
 //! `events` counts those read, not those recorded); `functions` are in the summary's order (`--sort`) with the same
 //! figures (see [`super::summary`]); `module` is the file name of the function's module, `offset` the file
@@ -27,6 +33,7 @@ use serde::Serialize;
 use super::distribution::Distributions;
 use super::summary::{GroupedSummaries, SortKey};
 use super::TraceInfo;
+use crate::probe_cost::Resolutions;
 use crate::table::{Execution, FunctionTable};
 
 #[derive(Serialize)]
@@ -73,6 +80,32 @@ struct JsonFunction<'a> {
     /// How the kernel runs the instruction under the function's entry probe: "emulated" or
     /// "single-stepped" (a second trap, microseconds more a call).
     entry_site: &'static str,
+    /// What the correction resolves for one call of the function; 0 (left out) when nothing is
+    /// taken out.
+    #[serde(skip_serializing_if = "is_zero")]
+    resolution_ns: u64,
+    /// The per-call figures below `resolution_ns`, by their names here.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    below_resolution: Vec<&'static str>,
+}
+
+impl JsonFunction<'_> {
+    /// The names of the per-call figures below `resolution_ns`.
+    fn below_resolution(&self) -> Vec<&'static str> {
+        let figures = [
+            ("avg_ns", self.avg_ns),
+            ("min_ns", self.min_ns),
+            ("max_ns", self.max_ns),
+            ("p50_ns", self.p50_ns),
+            ("p90_ns", self.p90_ns),
+            ("p99_ns", self.p99_ns),
+        ];
+        figures
+            .into_iter()
+            .filter(|&(_, ns)| ns < self.resolution_ns)
+            .map(|(name, _)| name)
+            .collect()
+    }
 }
 
 pub fn write_json(
@@ -80,6 +113,7 @@ pub fn write_json(
     table: &FunctionTable,
     processes: &GroupedSummaries,
     spread: &Distributions,
+    resolutions: &Resolutions,
     sort: SortKey,
     out: &mut dyn Write,
 ) -> io::Result<()> {
@@ -115,6 +149,12 @@ pub fn write_json(
                 Execution::Emulated => "emulated",
                 Execution::SingleStepped => "single-stepped",
             },
+            resolution_ns: resolutions.of(row.id),
+            below_resolution: Vec::new(),
+        })
+        .map(|function| JsonFunction {
+            below_resolution: function.below_resolution(),
+            ..function
         })
         .collect();
     let report = JsonReport {

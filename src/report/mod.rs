@@ -33,7 +33,7 @@ use crate::event::Event;
 use crate::event::EventSource;
 use crate::fast_hash::FastHashMap;
 use crate::filter::{FilterSpec, FilteredSink};
-use crate::probe_cost::ProbeCosts;
+use crate::probe_cost::{ProbeCosts, Resolutions};
 use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats, Replayer};
 use crate::table::{FunctionId, FunctionTable};
 
@@ -219,11 +219,16 @@ pub struct ReportOptions {
 }
 
 impl ReportOptions {
-    fn table_layout<'d>(&self, distributions: &'d Distributions) -> TableLayout<'d> {
+    fn table_layout<'d>(
+        &self,
+        distributions: &'d Distributions,
+        resolutions: &'d Resolutions,
+    ) -> TableLayout<'d> {
         TableLayout {
             sort: self.sort,
             avg_self: self.avg_self,
             percentiles: self.percentiles.then_some(distributions),
+            resolutions: Some(resolutions),
         }
     }
 }
@@ -401,6 +406,7 @@ where
     let function_count = table.functions.len();
     let filter = &options.filter;
     let costs = options.probe_costs.as_ref();
+    let resolutions = || Resolutions::new(table, costs);
     match format {
         Format::Summary if options.per_thread => {
             let mut summaries = GroupedSummaries::new(Grouping::Thread, function_count);
@@ -409,7 +415,8 @@ where
             let outcome = replay_spread(source, table, filter, costs, &mut summaries, wanted)?;
             let lost = info(source).lost_by_thread;
             if outcome.calls > 0 {
-                let layout = options.table_layout(&spread);
+                let resolutions = resolutions();
+                let layout = options.table_layout(&spread, &resolutions);
                 summaries.write_text(table, &outcome.replay, &lost, layout, out)?;
             }
             Ok(outcome)
@@ -420,7 +427,8 @@ where
             let wanted = options.percentiles.then_some(&mut spread);
             let outcome = replay_spread(source, table, filter, costs, &mut summary, wanted)?;
             if outcome.calls > 0 {
-                let layout = options.table_layout(&spread);
+                let resolutions = resolutions();
+                let layout = options.table_layout(&spread, &resolutions);
                 summary.write_text(table, &outcome.replay, layout, out)?;
             }
             Ok(outcome)
@@ -430,7 +438,9 @@ where
             let mut spread = Distributions::new(Some(Grouping::Process));
             let sink = &mut Both(&mut processes, &mut spread);
             let outcome = replay_filtered(source, table, filter, costs, sink)?;
-            json::write_json(&info(source), table, &processes, &spread, options.sort, out)?;
+            let resolutions = &resolutions();
+            let (info, sort) = (&info(source), options.sort);
+            json::write_json(info, table, &processes, &spread, resolutions, sort, out)?;
             Ok(outcome)
         }
         Format::Histogram => {

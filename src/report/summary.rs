@@ -10,6 +10,11 @@
 //! - **average**: total / timed calls (so it is below the per-call cost under recursion, as in
 //!   uftrace).
 //!
+//! A per-call figure (average, minimum, maximum, percentiles) below what the probe-cost
+//! correction resolves for the function ([`crate::probe_cost::ProbeCost::resolution_ns`]) is
+//! shown as that bound, `<90 ns`: the call may have lasted anything less, and the figure itself
+//! is more the correction's error than a measurement (see [`CorrectedDuration`]).
+//!
 //! Calls without an exit (closed at the end of the trace or by unwinding) count like the others.
 //! Calls whose time is unknown (their return was skipped: longjmp, exceptions, the kernel's
 //! uretprobe nesting limit, lost events) count as calls and add no time of their own: not to
@@ -33,6 +38,7 @@ use thiserror::Error;
 
 use super::distribution::Distributions;
 use crate::fast_hash::FastHashMap;
+use crate::probe_cost::Resolutions;
 use crate::replay::{CallSink, FinishedCall, ReplayStats};
 use crate::table::{FunctionId, FunctionTable, TracedFunction};
 
@@ -194,6 +200,9 @@ pub struct TableLayout<'d> {
     /// p50, p90 and p99 columns from these distributions (`--percentiles`), grouped as the
     /// tables are.
     pub percentiles: Option<&'d Distributions>,
+    /// Below what each function's per-call figures are shown as a bound; `None` under raw
+    /// times.
+    pub resolutions: Option<&'d Resolutions>,
 }
 
 /// Collects [`FunctionStats`] per function id; a [`CallSink`].
@@ -262,10 +271,11 @@ impl Summary {
         out: &mut dyn Write,
     ) -> io::Result<()> {
         let covered_ns = covered_ns(self.longest_thread_ns(), replay);
-        self.write_table(table, covered_ns, layout, 0, out)?;
-        write_note(replay, self.probe_dominated(), out)
+        let bounds = self.write_table(table, covered_ns, layout, 0, out)?;
+        write_note(replay, self.probe_dominated(), bounds, out)
     }
 
+    /// Writes the table; says whether any figure was shown as a bound.
     fn write_table(
         &self,
         table: &FunctionTable,
@@ -273,7 +283,7 @@ impl Summary {
         layout: TableLayout,
         group: u32,
         out: &mut dyn Write,
-    ) -> io::Result<()> {
+    ) -> io::Result<ShownBounds> {
         let [average, minimum, maximum] = if layout.avg_self {
             ["Avg self", "Min self", "Max self"]
         } else {
@@ -299,9 +309,18 @@ impl Summary {
         )?;
         let rows = self.rows(table, layout.sort);
         let names = distinct_names(table, &rows);
+        let mut bounds = ShownBounds::None;
         for (row, name) in rows.iter().zip(names) {
             let s = &row.stats;
-            let [average, minimum, maximum] = s.spread(layout.avg_self);
+            let resolution_ns = layout.resolutions.map_or(0, |r| r.of(row.id));
+            let mut corrected = |ns| {
+                let figure = CorrectedDuration { ns, resolution_ns };
+                if figure.is_below_resolution() {
+                    bounds = ShownBounds::Some;
+                }
+                figure
+            };
+            let [average, minimum, maximum] = s.spread(layout.avg_self).map(&mut corrected);
             write!(
                 out,
                 "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}",
@@ -309,19 +328,14 @@ impl Summary {
                 Percent::of(s.total_ns, span_ns),
                 HumanDuration(s.self_ns),
                 s.calls,
-                HumanDuration(average),
-                HumanDuration(minimum),
-                HumanDuration(maximum),
+                average,
+                minimum,
+                maximum,
             )?;
             if let Some(distributions) = layout.percentiles {
                 let p = distributions.percentiles(group, row.id);
-                write!(
-                    out,
-                    "  {:>10}  {:>10}  {:>10}",
-                    HumanDuration(p.p50_ns),
-                    HumanDuration(p.p90_ns),
-                    HumanDuration(p.p99_ns)
-                )?;
+                let [p50, p90, p99] = [p.p50_ns, p.p90_ns, p.p99_ns].map(&mut corrected);
+                write!(out, "  {p50:>10}  {p90:>10}  {p99:>10}")?;
             }
             let mark = match s.probe_share() > PROBE_DOMINATED {
                 true => PROBE_DOMINATED_MARK,
@@ -329,7 +343,7 @@ impl Summary {
             };
             writeln!(out, "  {mark}{name}")?;
         }
-        Ok(())
+        Ok(bounds)
     }
 
     /// How many functions' times are marked as mostly probe cost.
@@ -375,9 +389,21 @@ pub fn distinct_names<'t>(
         .collect()
 }
 
-/// The notes under the table(s): the replay's, the clamped times, and what the `*` of
-/// `probe_dominated` rows means.
-fn write_note(replay: &ReplayStats, probe_dominated: u64, out: &mut dyn Write) -> io::Result<()> {
+/// Whether a table showed any figure as a bound ([`CorrectedDuration`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ShownBounds {
+    None,
+    Some,
+}
+
+/// The notes under the table(s): the replay's, the clamped times, what the `*` of
+/// `probe_dominated` rows means, and what a bound is when `bounds` were shown.
+fn write_note(
+    replay: &ReplayStats,
+    probe_dominated: u64,
+    bounds: ShownBounds,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     // The clamps only here: calls shorter than their probes' measured cost are common (the cost
     // is a median), and the call tree shows each of them already.
     let clamped = (replay.clamped_times > 0).then(|| {
@@ -395,9 +421,16 @@ fn write_note(replay: &ReplayStats, probe_dominated: u64, out: &mut dyn Write) -
             plural(probe_dominated, "function", "functions")
         )
     });
+    let bounded = (bounds == ShownBounds::Some).then(|| {
+        "<N is a time per call below N, what the probe-cost correction resolves (how much the \
+         probes' own cost varies from call to call): less than N, how much less is not known \
+         (json: below_resolution)"
+            .to_owned()
+    });
     let notes: Vec<String> = (replay_note(replay).into_iter())
         .chain(clamped)
         .chain(marked)
+        .chain(bounded)
         .collect();
     if !notes.is_empty() {
         writeln!(out)?;
@@ -479,6 +512,7 @@ impl GroupedSummaries {
             .max()
             .unwrap_or(0);
         let covered_ns = covered_ns(longest_thread_ns, replay);
+        let mut bounds = ShownBounds::None;
         for (i, (group, summary)) in self.sorted().into_iter().enumerate() {
             if i > 0 {
                 writeln!(out)?;
@@ -502,10 +536,12 @@ impl GroupedSummaries {
                 Grouping::Thread => group.tid,
                 Grouping::Process => group.pid,
             };
-            summary.write_table(table, covered_ns, layout, key, out)?;
+            if summary.write_table(table, covered_ns, layout, key, out)? == ShownBounds::Some {
+                bounds = ShownBounds::Some;
+            }
         }
         let marked = self.groups.iter().map(|(_, s)| s.probe_dominated()).sum();
-        write_note(replay, marked, out)
+        write_note(replay, marked, bounds, out)
     }
 }
 
@@ -627,22 +663,55 @@ pub struct HumanDuration(pub u64);
 
 impl fmt::Display for HumanDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ns = self.0;
         // Formatted on the stack: the call tree writes one of these per line.
         let mut text = StackText::default();
-        match ns {
-            0..=999 => write!(text, "{ns} ns")?,
-            1_000..=999_999 => write!(text, "{}.{:03} us", ns / 1_000, ns % 1_000)?,
-            1_000_000..=999_999_999 => {
-                write!(text, "{}.{:03} ms", ns / 1_000_000, ns % 1_000_000 / 1_000)?
-            }
-            _ => write!(
-                text,
-                "{}.{:03} s",
-                ns / 1_000_000_000,
-                ns % 1_000_000_000 / 1_000_000
-            )?,
+        write_duration(&mut text, self.0)?;
+        f.pad(text.as_str())
+    }
+}
+
+/// Writes `ns` as [`HumanDuration`] shows it, without padding.
+fn write_duration(text: &mut StackText, ns: u64) -> fmt::Result {
+    match ns {
+        0..=999 => write!(text, "{ns} ns"),
+        1_000..=999_999 => write!(text, "{}.{:03} us", ns / 1_000, ns % 1_000),
+        1_000_000..=999_999_999 => {
+            write!(text, "{}.{:03} ms", ns / 1_000_000, ns % 1_000_000 / 1_000)
         }
+        _ => write!(
+            text,
+            "{}.{:03} s",
+            ns / 1_000_000_000,
+            ns % 1_000_000_000 / 1_000_000
+        ),
+    }
+}
+
+/// A corrected per-call duration as the summary shows it: as [`HumanDuration`] when it is at
+/// least the resolution of the function's correction, else as the bound `<` resolution
+/// (`<90 ns`), with no space after `<`, so a row still splits on spaces into the same columns.
+/// A resolution of 0 (raw times, kernel events) shows every figure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CorrectedDuration {
+    pub ns: u64,
+    pub resolution_ns: u64,
+}
+
+impl CorrectedDuration {
+    /// The figure is below what the correction resolves: more its error than a measurement.
+    pub fn is_below_resolution(&self) -> bool {
+        self.ns < self.resolution_ns
+    }
+}
+
+impl fmt::Display for CorrectedDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.is_below_resolution() {
+            return HumanDuration(self.ns).fmt(f);
+        }
+        let mut text = StackText::default();
+        text.write_char('<')?;
+        write_duration(&mut text, self.resolution_ns)?;
         f.pad(text.as_str())
     }
 }

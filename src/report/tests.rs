@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::flame_graph::{frame_name, FoldedStacks, Weight};
-use super::summary::{HumanDuration, SortKey, Summary};
+use super::summary::{CorrectedDuration, HumanDuration, SortKey, Summary};
 use super::*;
 use crate::event::{Event, EventSource, IterBlocks};
 use crate::filter::FilterSpec;
@@ -1064,6 +1064,114 @@ fn report_percentiles_of_known_durations_are_exact() {
         (&cmp["p50_ns"], &cmp["p90_ns"], &cmp["p99_ns"]),
         (&50.into(), &90.into(), &99.into())
     );
+}
+
+/// [`spread_events`]'s options with every function's probes costing 20 ns inside the call and
+/// 40 in all, known to within 35 ns: cmp's durations, 1 to 100 ns raw, come out as 0 (20 calls
+/// kept at that floor), then 1 to 80 ns.
+fn corrected_within(percentiles: bool) -> ReportOptions {
+    use crate::probe_cost::{ProbeCost, ProbeCosts};
+    let cost = ProbeCost {
+        inside_ns: 20,
+        full_ns: 40,
+        inside_spread_ns: Some(35),
+    };
+    ReportOptions {
+        percentiles,
+        probe_costs: Some(ProbeCosts {
+            classes: vec![(Default::default(), cost)],
+        }),
+        ..ReportOptions::default()
+    }
+}
+
+#[test]
+fn report_shows_per_call_figures_below_the_resolution_as_a_bound() {
+    let text = report_of(&spread_events(), Format::Summary, &corrected_within(true));
+    let cmp = text.lines().find(|line| line.ends_with(" cmp")).unwrap();
+    let columns: Vec<&str> = cmp
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    // Calls, average (3240 / 100), minimum, maximum, then p50 (the 50th of 20 zeros and 1 to
+    // 80), p90, p99; the totals are sums, not per-call figures, and stay as they are.
+    assert_eq!(
+        &columns[..10],
+        [
+            "3.240 us", "100.00%", "3.240 us", "100", "<35 ns", "<35 ns", "80 ns", "<35 ns",
+            "70 ns", "79 ns"
+        ],
+        "{text}"
+    );
+    // Columns stay aligned: the row is as long as the header.
+    assert_eq!(
+        cmp.len(),
+        text.lines().next().unwrap().len() - "Function".len() + 3
+    );
+    assert!(
+        text.contains("\n  note: <N is a time per call below N, what the probe-cost correction"),
+        "{text}"
+    );
+    // As the columns split on spaces, the bound is one word with its unit after it.
+    let words: Vec<&str> = cmp.split_whitespace().collect();
+    assert_eq!(&words[6..10], ["<35", "ns", "<35", "ns"], "{cmp}");
+
+    let json: serde_json::Value = serde_json::from_str(&report_of(
+        &spread_events(),
+        Format::Json,
+        &corrected_within(false),
+    ))
+    .unwrap();
+    // main is kept at its children's time, cmp's: the same total, so by name.
+    let [cmp, main] = [&json["functions"][0], &json["functions"][1]];
+    assert_eq!(
+        (&cmp["name"], &main["name"]),
+        (&"cmp".into(), &"main".into())
+    );
+    // The numbers stay as computed; the names of those below the resolution are listed.
+    assert_eq!(
+        (&cmp["min_ns"], &cmp["avg_ns"], &cmp["p50_ns"]),
+        (&0.into(), &32.into(), &30.into())
+    );
+    assert_eq!(cmp["resolution_ns"], 35);
+    assert_eq!(
+        cmp["below_resolution"],
+        serde_json::json!(["avg_ns", "min_ns", "p50_ns"])
+    );
+    assert_eq!(main["resolution_ns"], 35);
+    assert!(main.get("below_resolution").is_none(), "{main}");
+}
+
+#[test]
+fn report_under_raw_times_shows_no_bounds() {
+    let options = ReportOptions {
+        percentiles: true,
+        ..ReportOptions::default()
+    };
+    let text = report_of(&spread_events(), Format::Summary, &options);
+    assert!(!text.contains('<') && !text.contains("note:"), "{text}");
+    let json = report_of(&spread_events(), Format::Json, &ReportOptions::default());
+    assert!(!json.contains("resolution"), "{json}");
+}
+
+#[test]
+fn corrected_durations_show_a_bound_below_their_resolution() {
+    let shown = |ns, resolution_ns| CorrectedDuration { ns, resolution_ns }.to_string();
+    assert_eq!(shown(0, 90), "<90 ns");
+    assert_eq!(shown(89, 90), "<90 ns");
+    assert_eq!(shown(90, 90), "90 ns");
+    assert_eq!(shown(700, 1_234), "<1.234 us");
+    // Raw times, kernel events: nothing was taken out, every figure is a measurement.
+    assert_eq!(shown(0, 0), "0 ns");
+    let padded = format!(
+        "[{:>10}]",
+        CorrectedDuration {
+            ns: 3,
+            resolution_ns: 90
+        }
+    );
+    assert_eq!(padded, "[    <90 ns]");
 }
 
 #[test]
