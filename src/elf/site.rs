@@ -73,7 +73,8 @@ pub enum SingleStepCause {
     /// Another instruction that may not be skipped: a read of the stack, a string instruction,
     /// a division, a CS/DS/ES/SS segment override, a trap, undecodable bytes.
     OtherInstruction,
-    /// No emulated instruction within [`MAX_SKIPPED`] instructions or before the function ends.
+    /// No emulated instruction within [`MAX_SKIPPED`] instructions, or before the function
+    /// ends.
     NoEmulatedInstruction,
     /// A branch of the function, or of its `.cold` fragments, lands among the instructions
     /// before the emulated one or on it: control could reach it without passing the entry.
@@ -373,7 +374,8 @@ pub fn emulated_site(code: &[u8]) -> Option<u64> {
 /// emulates, past leading straight-line instructions that read no more than memory (see
 /// [`SiteKind::AfterStraightLine`] and [`straight_line_step`]) with no branch of the function
 /// into them: its offset, and which argument registers the skipped instructions write. When
-/// there is none within [`MAX_SKIPPED`] instructions, why: what makes the entry single-stepped.
+/// there is none within [`MAX_SKIPPED`] instructions, why: what makes the entry
+/// single-stepped.
 /// Only called when the entry itself is not emulated.
 fn straight_line_site(code: &[u8]) -> Result<(u64, u8), SingleStepCause> {
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
@@ -769,57 +771,49 @@ mod tests {
         let je = [0x74, 0x01];
         let test_rax = [0x48, 0x85, 0xc0];
         let test_rdx = [0x48, 0x85, 0xd2];
-        // PyObject_IS_GC: mov 0x8(%rdi),%rdx; xor %eax,%eax; testb $0x40,0xa9(%rdx); je: a
-        // load into argument 3's register.
-        let is_gc = code(&[
-            &[0x48, 0x8b, 0x57, 0x08],
-            &[0x31, 0xc0],
-            &[0xf6, 0x82, 0xa9, 0, 0, 0, 0x40],
-            &je,
-            &RET,
-            &RET,
-        ]);
-        assert_eq!(
-            super::choose_beside(&is_gc, SitePolicy::Best, &[]),
-            Ok(after_straight_line(13, 0b100))
-        );
-        // PyType_IsSubtype: mov 0x158(%rdi),%rdx; test %rdx,%rdx; je.
-        let is_subtype = code(&[
-            &[0x48, 0x8b, 0x97, 0x58, 1, 0, 0],
-            &test_rdx,
-            &je,
-            &RET,
-            &RET,
-        ]);
-        assert_eq!(
-            super::choose_beside(&is_subtype, SitePolicy::Best, &[]),
-            Ok(after_straight_line(10, 0b100))
-        );
-        // _PyTrash_begin: mov 0xa8(%rdi),%eax; cmp $0x31,%eax; jg.
-        let trash_begin = code(&[
-            &[0x8b, 0x87, 0xa8, 0, 0, 0],
-            &[0x83, 0xf8, 0x31],
-            &[0x7f, 0x01],
-            &RET,
-            &RET,
-        ]);
-        assert_eq!(
-            super::choose_beside(&trash_begin, SitePolicy::Best, &[]),
-            Ok(after_straight_line(9, 0))
-        );
-        // PyErr_Occurred: two loads, the first rip-relative.
-        let err_occurred = code(&[
-            &[0x48, 0x8b, 0x05, 0, 0, 0, 0],
-            &[0x48, 0x8b, 0x80, 0x40, 0x02, 0, 0],
-            &test_rax,
-            &je,
-            &RET,
-            &RET,
-        ]);
-        assert_eq!(
-            super::choose_beside(&err_occurred, SitePolicy::Best, &[]),
-            Ok(after_straight_line(17, 0))
-        );
+        // Their instructions before the emulated one, the site's offset, the arguments changed.
+        let shapes: [(&[&[u8]], u64, u8, &str); 4] = [
+            (
+                &[
+                    &[0x48, 0x8b, 0x57, 0x08],
+                    &[0x31, 0xc0],
+                    &[0xf6, 0x82, 0xa9, 0, 0, 0, 0x40],
+                ],
+                13,
+                0b100,
+                "PyObject_IS_GC: mov 0x8(%rdi),%rdx; xor %eax,%eax; testb $0x40,0xa9(%rdx)",
+            ),
+            (
+                &[&[0x48, 0x8b, 0x97, 0x58, 1, 0, 0], &test_rdx],
+                10,
+                0b100,
+                "PyType_IsSubtype: mov 0x158(%rdi),%rdx; test %rdx,%rdx",
+            ),
+            (
+                &[&[0x8b, 0x87, 0xa8, 0, 0, 0], &[0x83, 0xf8, 0x31]],
+                9,
+                0,
+                "_PyTrash_begin: mov 0xa8(%rdi),%eax; cmp $0x31,%eax",
+            ),
+            (
+                &[
+                    &[0x48, 0x8b, 0x05, 0, 0, 0, 0],
+                    &[0x48, 0x8b, 0x80, 0x40, 0x02, 0, 0],
+                    &test_rax,
+                ],
+                17,
+                0,
+                "PyErr_Occurred's loads: mov 0x0(%rip),%rax; mov 0x240(%rax),%rax; test",
+            ),
+        ];
+        for (before, offset, changed_arguments, what) in shapes {
+            let function = code(&[&before.concat(), &je, &RET, &RET]);
+            assert_eq!(
+                super::choose_beside(&function, SitePolicy::Best, &[]),
+                Ok(after_straight_line(offset, changed_arguments)),
+                "{what}"
+            );
+        }
         let skipped: [(&[u8], u8, &str); 6] = [
             (&[0x48, 0x8b, 0x47, 0xf0], 0, "mov -0x10(%rdi),%rax"),
             (
@@ -917,30 +911,27 @@ mod tests {
             super::choose_beside(&getter, SitePolicy::Best, &[]),
             at_entry_because(SingleStepCause::Returns)
         );
-        // A `ds` load is skipped by no straight-line walk; the kernel cannot probe it either,
-        // so the probe moves past it onto the single-stepped `test`.
-        let ds_load = [0x3e, 0x48, 0x8b, 0x07];
-        assert_eq!(
-            chosen_before_test_je(&ds_load),
-            Ok(ChosenSite {
-                site: ProbeSite {
-                    offset_in_function: 4,
-                    kind: SiteKind::AfterUnprobeablePrefix
-                },
-                single_stepped: Some(SingleStepCause::OtherInstruction),
-            })
-        );
-        // `lock addq $1,0(%rip)` writes memory; past it, the `test` is single-stepped.
-        assert_eq!(
-            chosen_before_test_je(&LOCK_ADD),
-            Ok(ChosenSite {
-                site: ProbeSite {
-                    offset_in_function: 9,
-                    kind: SiteKind::AfterUnprobeablePrefix
-                },
-                single_stepped: Some(SingleStepCause::WritesMemory),
-            })
-        );
+        // A `ds` load is skipped by no straight-line walk, and `lock addq $1,0(%rip)` writes
+        // memory; the kernel cannot probe either, so the probe moves past them onto the
+        // single-stepped `test`.
+        let unprobeable: [(&[u8], SingleStepCause); 2] = [
+            (&[0x3e, 0x48, 0x8b, 0x07], SingleStepCause::OtherInstruction),
+            (&LOCK_ADD, SingleStepCause::WritesMemory),
+        ];
+        for (first, cause) in unprobeable {
+            let site = ProbeSite {
+                offset_in_function: first.len() as u64,
+                kind: SiteKind::AfterUnprobeablePrefix,
+            };
+            assert_eq!(
+                chosen_before_test_je(first),
+                Ok(ChosenSite {
+                    site,
+                    single_stepped: Some(cause),
+                }),
+                "{first:x?}"
+            );
+        }
         // Past `lock` straight onto a push: emulated.
         assert_eq!(
             super::choose_beside(&code(&[&LOCK_ADD, &PUSH_RBX, &RET]), SitePolicy::Best, &[])
@@ -971,7 +962,7 @@ mod tests {
             super::choose_beside(&function, SitePolicy::Entry, &[]),
             at_entry_because(SingleStepCause::KeptAtEntry)
         );
-        // Nine loads: the emulated `je` is one past the most the walk skips.
+        // The emulated `je` one past the most the walk skips.
         let mut far = [load; MAX_SKIPPED + 1].concat();
         far.extend_from_slice(&code(&[&je, &RET, &RET]));
         assert_eq!(
