@@ -32,6 +32,11 @@ use iced_x86::{
 /// How many leading instructions the walk skips at most before it gives up.
 pub const MAX_SKIPPED: usize = 8;
 
+/// How many leading instructions the walk to an emulated site skips at most: more than
+/// [`MAX_SKIPPED`], as straight-line code is often longer than a few prefixes (libpython's
+/// PyObject_GC_Del computes with 11 instructions before its `je`), and the walk is cheap.
+const MAX_STRAIGHT_LINE: usize = 16;
+
 /// Why a probe site is where it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SiteKind {
@@ -73,7 +78,7 @@ pub enum SingleStepCause {
     /// Another instruction that may not be skipped: a read of the stack, a string instruction,
     /// a division, a CS/DS/ES/SS segment override, a trap, undecodable bytes.
     OtherInstruction,
-    /// No emulated instruction within [`MAX_SKIPPED`] instructions, or before the function
+    /// No emulated instruction within [`MAX_STRAIGHT_LINE`] instructions, or before the function
     /// ends.
     NoEmulatedInstruction,
     /// A branch of the function, or of its `.cold` fragments, lands among the instructions
@@ -374,7 +379,7 @@ pub fn emulated_site(code: &[u8]) -> Option<u64> {
 /// emulates, past leading straight-line instructions that read no more than memory (see
 /// [`SiteKind::AfterStraightLine`] and [`straight_line_step`]) with no branch of the function
 /// into them: its offset, and which argument registers the skipped instructions write. When
-/// there is none within [`MAX_SKIPPED`] instructions, why: what makes the entry
+/// there is none within [`MAX_STRAIGHT_LINE`] instructions, why: what makes the entry
 /// single-stepped.
 /// Only called when the entry itself is not emulated.
 fn straight_line_site(code: &[u8]) -> Result<(u64, u8), SingleStepCause> {
@@ -382,7 +387,7 @@ fn straight_line_site(code: &[u8]) -> Result<(u64, u8), SingleStepCause> {
     let mut factory = InstructionInfoFactory::new();
     let mut instruction = Instruction::default();
     let mut changed_arguments = 0;
-    for _ in 0..MAX_SKIPPED {
+    for _ in 0..MAX_STRAIGHT_LINE {
         if !decoder.can_decode() {
             return Err(SingleStepCause::NoEmulatedInstruction);
         }
@@ -963,7 +968,7 @@ mod tests {
             at_entry_because(SingleStepCause::KeptAtEntry)
         );
         // The emulated `je` one past the most the walk skips.
-        let mut far = [load; MAX_SKIPPED + 1].concat();
+        let mut far = [load; MAX_STRAIGHT_LINE + 1].concat();
         far.extend_from_slice(&code(&[&je, &RET, &RET]));
         assert_eq!(
             super::choose_beside(&far, SitePolicy::Best, &[]),
