@@ -852,7 +852,7 @@ mod tests {
 
     #[test]
     fn stores_stack_changes_and_branches_are_not_skipped() {
-        let refused: [(&[u8], SingleStepCause, &str); 10] = [
+        let refused: [(&[u8], SingleStepCause, &str); 11] = [
             (
                 &[0x48, 0x89, 0x07],
                 SingleStepCause::WritesMemory,
@@ -896,6 +896,8 @@ mod tests {
                 SingleStepCause::OtherInstruction,
                 "divq (%rdi)",
             ),
+            // A clone before the site would count the call in both processes.
+            (&[0x0f, 0x05], SingleStepCause::OtherInstruction, "syscall"),
         ];
         for (first, cause, what) in refused {
             assert_eq!(
