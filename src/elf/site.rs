@@ -35,7 +35,7 @@ pub const MAX_SKIPPED: usize = 8;
 /// How many leading instructions the walk to an emulated site skips at most: more than
 /// [`MAX_SKIPPED`], as straight-line code is often longer than a few prefixes (libpython's
 /// PyObject_GC_Del computes with 11 instructions before its `je`), and the walk is cheap.
-const MAX_STRAIGHT_LINE: usize = 16;
+pub const MAX_STRAIGHT_LINE: usize = 16;
 
 /// Why a probe site is where it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -52,7 +52,7 @@ pub enum SiteKind {
     /// as `mov 0x8(%rdi),%rdx` and `cmpl $0,0x10(%rip)`, and an `endbr64` before them) onto the
     /// first instruction the kernel emulates (a `je`): the skipped ones do not branch, write no
     /// memory, neither read nor change the stack or its pointer, and fault, if at all, only on
-    /// the address they read, before the call is counted (see [`straight_line_step`]). Bit
+    /// the address they read, before the call is counted (see `straight_line_step`). Bit
     /// `n - 1` of `changed_arguments` is set when one writes the register of argument `n` (1 to
     /// 6), which the site then does not see as the entry did.
     AfterStraightLine { changed_arguments: u8 },
@@ -64,7 +64,7 @@ pub enum SiteKind {
 
 /// Why a function's probe site is an instruction the kernel single-steps (≈5 µs a hit) rather
 /// than one it emulates (≈1 µs): what stopped the walk from the entry to an emulated instruction
-/// (see [`straight_line_step`]). Sorted as `record -d` lists them.
+/// (see `straight_line_step`). Sorted as `record -d` lists them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SingleStepCause {
     /// An instruction moves or writes the stack pointer (`sub $0x18,%rsp`, `push $0`, `pop`).
@@ -352,8 +352,9 @@ pub fn execution_at(code: &[u8]) -> Execution {
 
 /// The first instruction of the function whose machine code is `code` that the kernel emulates
 /// (see [`kernel_emulates`]), when control reaches it from the entry only through instructions a
-/// probe may skip (under the rules of [`choose`]); its offset in the function. `None` when there
-/// is none within [`MAX_SKIPPED`] instructions.
+/// probe may skip under the rules of the walk past unprobeable instructions (`unskippable`,
+/// which lets stores off the stack through, where `straight_line_step` does not); its offset in
+/// the function. `None` when there is none within [`MAX_SKIPPED`] instructions.
 pub fn emulated_site(code: &[u8]) -> Option<u64> {
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
     let mut factory = InstructionInfoFactory::new();
