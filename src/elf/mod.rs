@@ -54,6 +54,7 @@ mod fuzz;
 #[cfg(test)]
 pub(crate) mod tests;
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -64,7 +65,7 @@ pub use debug_file::{DebugLookup, SymbolSource};
 pub use demangle::demangle;
 pub use file::{ElfFile, SymbolOrigin};
 pub use returns::NoExitSites;
-pub use site::{NoSite, ProbeSite, SiteKind, SitePolicy};
+pub use site::{NoSite, ProbeSite, SingleStepCause, SiteKind, SitePolicy};
 
 /// One function of an ELF file that a uprobe can attach to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,6 +98,8 @@ pub struct ElfFunctions {
     pub functions: Vec<FunctionSymbol>,
     /// Functions left out of `functions` because they have no probe site, sorted by address.
     pub unprobeable: Vec<Unprobeable>,
+    /// How many of `functions` (PLT stubs aside) have a site the kernel single-steps, by cause.
+    pub single_stepped: BTreeMap<SingleStepCause, usize>,
 }
 
 /// A function that cannot be traced: the kernel cannot probe its first instruction and no
@@ -195,6 +198,7 @@ impl ElfFile {
     pub fn functions(&self, sites: SitePolicy) -> Result<ElfFunctions, ElfError> {
         let mut functions = Vec::new();
         let mut unprobeable = Vec::new();
+        let mut single_stepped = BTreeMap::new();
         let cold = self.cold_fragments_by_function();
         for function in symbols::defined_functions(&self.symbols) {
             // The entry point (`_start`) is jumped to by the kernel, not called: where a return
@@ -215,19 +219,21 @@ impl ElfFile {
                     .collect()
             });
             match site::choose_beside(code, sites, &outside) {
-                Ok(site) => functions.push(FunctionSymbol {
-                    name: demangle(function.name),
-                    address: function.address,
-                    offset: offset + site.offset_in_function,
-                    size: function.size,
-                    kind: FunctionKind::Function,
-                    site,
-                    execution: site::execution_at(
-                        code.get(site.offset_in_function as usize..)
-                            .unwrap_or_default(),
-                    ),
-                    plt_symbol: None,
-                }),
+                Ok(chosen) => {
+                    if let Some(cause) = chosen.single_stepped {
+                        *single_stepped.entry(cause).or_default() += 1;
+                    }
+                    functions.push(FunctionSymbol {
+                        name: demangle(function.name),
+                        address: function.address,
+                        offset: offset + chosen.site.offset_in_function,
+                        size: function.size,
+                        kind: FunctionKind::Function,
+                        site: chosen.site,
+                        execution: chosen.execution(),
+                        plt_symbol: None,
+                    })
+                }
                 Err(reason) => unprobeable.push(Unprobeable {
                     name: demangle(function.name),
                     address: function.address,
@@ -269,6 +275,7 @@ impl ElfFile {
         Ok(ElfFunctions {
             functions,
             unprobeable,
+            single_stepped,
         })
     }
 

@@ -32,6 +32,11 @@ use iced_x86::{
 /// How many leading instructions the walk skips at most before it gives up.
 pub const MAX_SKIPPED: usize = 8;
 
+/// How many leading instructions the walk to an emulated site skips at most: more than
+/// [`MAX_SKIPPED`], as straight-line code is often longer than a few prefixes (libpython's
+/// PyObject_GC_Del computes with 11 instructions before its `je`), and the walk is cheap.
+pub const MAX_STRAIGHT_LINE: usize = 16;
+
 /// Why a probe site is where it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SiteKind {
@@ -43,16 +48,64 @@ pub enum SiteKind {
     /// Past a leading `endbr64`, which the kernel single-steps (tens of µs in a VM), onto the
     /// next instruction, which it often emulates (a `push`: under a µs).
     AfterEndbr64,
-    /// Past leading register-only instructions (`test %rsi,%rsi`, `mov %rdi,%rsi`, and an
-    /// `endbr64` before them) onto the first instruction the kernel emulates (a `je`): the
-    /// skipped ones touch no memory (so they cannot fault), nor the stack pointer, and do not
-    /// branch. Bit `n - 1` of `changed_arguments` is set when one writes the register of
-    /// argument `n` (1 to 6), which the site then does not see as the entry did.
+    /// Past leading straight-line instructions (`test %rsi,%rsi`, `mov %rdi,%rsi`, loads such
+    /// as `mov 0x8(%rdi),%rdx` and `cmpl $0,0x10(%rip)`, and an `endbr64` before them) onto the
+    /// first instruction the kernel emulates (a `je`): the skipped ones do not branch, write no
+    /// memory, neither read nor change the stack or its pointer, and fault, if at all, only on
+    /// the address they read, before the call is counted (see `straight_line_step`). Bit
+    /// `n - 1` of `changed_arguments` is set when one writes the register of argument `n` (1 to
+    /// 6), which the site then does not see as the entry did.
     AfterStraightLine { changed_arguments: u8 },
     /// Past the stack-bound check that opens a Go function (`cmp rsp, g.stackguard0; jbe
     /// morestack`): when the stack must grow, `morestack` jumps back to the entry, which a probe
     /// there would count twice (see `src/elf/go.rs`).
     AfterGoStackCheck,
+}
+
+/// Why a function's probe site is an instruction the kernel single-steps (≈5 µs a hit) rather
+/// than one it emulates (≈1 µs): what stopped the walk from the entry to an emulated instruction
+/// (see `straight_line_step`). Sorted as `record -d` lists them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SingleStepCause {
+    /// An instruction moves or writes the stack pointer (`sub $0x18,%rsp`, `push $0`, `pop`).
+    ChangesStackPointer,
+    /// An instruction writes memory (a store, `lock add`, `xchg` with memory).
+    WritesMemory,
+    /// An indirect jump or call (`jmp *0x30(%rax)`, a tail call through a table).
+    IndirectBranch,
+    /// A `ret`: the function returns before any emulated instruction.
+    Returns,
+    /// Another instruction that may not be skipped: a read of the stack, a string instruction,
+    /// a division, a CS/DS/ES/SS segment override, a trap, undecodable bytes.
+    OtherInstruction,
+    /// No emulated instruction within [`MAX_STRAIGHT_LINE`] instructions, or before the function
+    /// ends.
+    NoEmulatedInstruction,
+    /// A branch of the function, or of its `.cold` fragments, lands among the instructions
+    /// before the emulated one or on it: control could reach it without passing the entry.
+    BranchIntoSkipped,
+    /// `--probe-at-entry` keeps the probe on the first instruction.
+    KeptAtEntry,
+}
+
+impl std::fmt::Display for SingleStepCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SingleStepCause::ChangesStackPointer => "start by changing rsp",
+            SingleStepCause::WritesMemory => "start by writing memory",
+            SingleStepCause::IndirectBranch => "start with an indirect jump or call",
+            SingleStepCause::Returns => "return before an emulated instruction",
+            SingleStepCause::OtherInstruction => {
+                "start with another instruction no probe may skip (a stack read, division, \
+                 string instruction, trap, segment override)"
+            }
+            SingleStepCause::NoEmulatedInstruction => {
+                "have no emulated instruction within reach of the walk"
+            }
+            SingleStepCause::BranchIntoSkipped => "are branched into before their emulated one",
+            SingleStepCause::KeptAtEntry => "are kept at the entry by --probe-at-entry",
+        })
+    }
 }
 
 /// Which sites [`choose`] may pick.
@@ -107,41 +160,91 @@ pub enum NoSite {
     TooManyUnprobeable,
 }
 
+/// A function's probe site, and what it costs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChosenSite {
+    pub site: ProbeSite,
+    /// Why the kernel single-steps the instruction at the site; `None` when it emulates it.
+    pub single_stepped: Option<SingleStepCause>,
+}
+
+impl ChosenSite {
+    /// How the kernel runs the instruction under the probe.
+    pub fn execution(&self) -> Execution {
+        match self.single_stepped {
+            None => Execution::Emulated,
+            Some(_) => Execution::SingleStepped,
+        }
+    }
+}
+
 /// The probe site of the function whose machine code is `code` (its bytes from its first
 /// instruction to its end, as long as the file has them).
 ///
 /// Decoding starts at the first instruction; the whole function is decoded only when the site
 /// moves, to find the branches that would forbid a later site.
 pub fn choose(code: &[u8], policy: SitePolicy) -> Result<ProbeSite, NoSite> {
-    choose_beside(code, policy, &[])
+    choose_beside(code, policy, &[]).map(|chosen| chosen.site)
 }
 
 /// [`choose`], for a function whose code elsewhere (its `.cold` fragments) branches to
-/// `outside_targets` (offsets in the function), which no moved site may skip.
+/// `outside_targets` (offsets in the function), which no moved site may skip; and why the site
+/// is single-stepped, if it is.
 pub fn choose_beside(
     code: &[u8],
     policy: SitePolicy,
     outside_targets: &[u64],
-) -> Result<ProbeSite, NoSite> {
+) -> Result<ChosenSite, NoSite> {
+    if kernel_emulates(code) {
+        return Ok(ChosenSite {
+            site: ProbeSite::ENTRY,
+            single_stepped: None,
+        });
+    }
     // A site the kernel emulates, past straight-line instructions, is worth more than any
     // other: an emulated trap instead of a single-step.
-    if policy == SitePolicy::Best && !kernel_emulates(code) {
-        if let Some((offset_in_function, changed_arguments)) = straight_line_site(code) {
-            let skipped = 1..=offset_in_function;
-            if !outside_targets
-                .iter()
-                .any(|target| skipped.contains(target))
+    let cause = match policy {
+        SitePolicy::Entry => SingleStepCause::KeptAtEntry,
+        SitePolicy::Best => match straight_line_site(code) {
+            Ok((offset_in_function, _))
+                if outside_targets
+                    .iter()
+                    .any(|target| (1..=offset_in_function).contains(target)) =>
             {
-                return Ok(ProbeSite {
+                SingleStepCause::BranchIntoSkipped
+            }
+            Ok((offset_in_function, changed_arguments)) => {
+                let kind = match offset_in_function == 4 && code.starts_with(&ENDBR64) {
+                    true => SiteKind::AfterEndbr64,
+                    false => SiteKind::AfterStraightLine { changed_arguments },
+                };
+                let site = ProbeSite {
                     offset_in_function,
-                    kind: match offset_in_function == 4 && code.starts_with(&ENDBR64) {
-                        true => SiteKind::AfterEndbr64,
-                        false => SiteKind::AfterStraightLine { changed_arguments },
-                    },
+                    kind,
+                };
+                return Ok(ChosenSite {
+                    site,
+                    single_stepped: None,
                 });
             }
-        }
-    }
+            Err(cause) => cause,
+        },
+    };
+    let site = first_probeable_site(code, policy)?;
+    let at_site = usize::try_from(site.offset_in_function)
+        .ok()
+        .and_then(|offset| code.get(offset..))
+        .unwrap_or_default();
+    Ok(ChosenSite {
+        site,
+        // Past an unprobeable first instruction or endbr64 the site may still be emulated.
+        single_stepped: (!kernel_emulates(at_site)).then_some(cause),
+    })
+}
+
+/// The site of a function with no emulated site past straight-line instructions: the entry, or
+/// past an `endbr64` or instructions the kernel cannot probe.
+fn first_probeable_site(code: &[u8], policy: SitePolicy) -> Result<ProbeSite, NoSite> {
     // endbr64 changes neither the stack nor control flow, and indirect calls land on the entry
     // (that is what it is for), so they pass a later site too: the walk below may skip it under
     // the same rules as an unprobeable instruction. Where it cannot, the entry is still fine.
@@ -249,8 +352,9 @@ pub fn execution_at(code: &[u8]) -> Execution {
 
 /// The first instruction of the function whose machine code is `code` that the kernel emulates
 /// (see [`kernel_emulates`]), when control reaches it from the entry only through instructions a
-/// probe may skip (under the rules of [`choose`]); its offset in the function. `None` when there
-/// is none within [`MAX_SKIPPED`] instructions.
+/// probe may skip under the rules of the walk past unprobeable instructions (`unskippable`,
+/// which lets stores off the stack through, where `straight_line_step` does not); its offset in
+/// the function. `None` when there is none within [`MAX_SKIPPED`] instructions.
 pub fn emulated_site(code: &[u8]) -> Option<u64> {
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
     let mut factory = InstructionInfoFactory::new();
@@ -273,31 +377,39 @@ pub fn emulated_site(code: &[u8]) -> Option<u64> {
 }
 
 /// The first instruction of the function whose machine code is `code` that the kernel
-/// emulates, past leading instructions that are straight-line and register-only (see
-/// [`SiteKind::AfterStraightLine`]) with no branch of the function into them: its offset, and
-/// which argument registers the skipped instructions write. `None` when the entry is emulated
-/// already, or there is no such site within [`MAX_SKIPPED`] instructions.
-fn straight_line_site(code: &[u8]) -> Option<(u64, u8)> {
+/// emulates, past leading straight-line instructions that read no more than memory (see
+/// [`SiteKind::AfterStraightLine`] and [`straight_line_step`]) with no branch of the function
+/// into them: its offset, and which argument registers the skipped instructions write. When
+/// there is none within [`MAX_STRAIGHT_LINE`] instructions, why: what makes the entry
+/// single-stepped.
+/// Only called when the entry itself is not emulated.
+fn straight_line_site(code: &[u8]) -> Result<(u64, u8), SingleStepCause> {
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
     let mut factory = InstructionInfoFactory::new();
     let mut instruction = Instruction::default();
     let mut changed_arguments = 0;
-    for _ in 0..MAX_SKIPPED {
+    for _ in 0..MAX_STRAIGHT_LINE {
         if !decoder.can_decode() {
-            return None;
+            return Err(SingleStepCause::NoEmulatedInstruction);
         }
         decoder.decode_out(&mut instruction);
         if instruction.is_invalid() {
-            return None;
+            return Err(SingleStepCause::OtherInstruction);
         }
-        changed_arguments |= register_only(&instruction, &mut factory)?;
+        changed_arguments |= straight_line_step(&instruction, &mut factory)?;
         let site = decoder.ip();
-        let rest = code.get(usize::try_from(site).ok()?..)?;
+        let rest = usize::try_from(site)
+            .ok()
+            .and_then(|site| code.get(site..))
+            .unwrap_or_default();
         if kernel_emulates(rest) {
-            return (branch_into(code, 1..=site).is_none()).then_some((site, changed_arguments));
+            return match branch_into(code, 1..=site) {
+                None => Ok((site, changed_arguments)),
+                Some(_) => Err(SingleStepCause::BranchIntoSkipped),
+            };
         }
     }
-    None
+    Err(SingleStepCause::NoEmulatedInstruction)
 }
 
 /// The registers that pass arguments 1 to 6 (System V).
@@ -310,52 +422,77 @@ const ARGUMENT_REGISTERS: [Register; 6] = [
     Register::R9,
 ];
 
-/// Whether skipping `instruction` leaves the count and the stack as at the entry, and cannot
-/// fail: it falls through, has no memory operand (so it cannot fault, and leaves the stack
-/// alone), and does not write the stack pointer. If so, the argument registers it writes (bit
-/// `n - 1` for argument `n`).
-fn register_only(instruction: &Instruction, factory: &mut InstructionInfoFactory) -> Option<u8> {
+/// Whether a probe after `instruction` counts what a probe before it would, and leaves the
+/// program as it was: if so, the argument registers it writes (bit `n - 1` for argument `n`),
+/// else why not. It must
+///
+/// - fall through to the next instruction (no branch, call, return, trap),
+/// - write no memory: a store may hit the return address the return probe is to find at
+///   `[rsp]`, or anything else the program then reads differently than it would have (`lock`
+///   and `xchg` with memory write it too),
+/// - neither move nor write the stack pointer, nor read the stack: an entry probe's return probe
+///   swaps the return address at `[rsp]` for its trampoline, and a skipped read of it (setjmp's
+///   saved PC, a hand-written return through a register) would then see the real one and return
+///   past the return probe,
+/// - not be a string instruction (`rep movs`, `lods`, `cmps`: they loop and may write),
+/// - use no CS/DS/ES/SS segment override. FS and GS overrides are fine: they read the thread's
+///   own TLS (`mov %fs:0x28,%rax`, the stack protector's canary), which the probes neither
+///   use nor change, and the kernel checks the prefixes of the probed instruction only, which
+///   is the emulated one after,
+/// - not fault but by the address it reads: no division (a zero divisor), privileged
+///   instruction, cpuid or rdtsc (which the process may ask to trap: ARCH_SET_CPUID,
+///   PR_SET_TSC).
+///
+/// A load may fault on its address, a bad pointer. Before the site it faults exactly as it would
+/// untraced, and the call has not been counted yet: no entry event, no return probe set up, so
+/// nothing is left unpaired whether the program dies, or a SIGSEGV handler `siglongjmp`s out of
+/// the call (the call is then not counted at all, where an entry probe would have counted a call
+/// that never returned) or retries the load (which then reaches the site once).
+fn straight_line_step(
+    instruction: &Instruction,
+    factory: &mut InstructionInfoFactory,
+) -> Result<u8, SingleStepCause> {
+    match instruction.flow_control() {
+        FlowControl::Next => {}
+        FlowControl::Return => return Err(SingleStepCause::Returns),
+        FlowControl::IndirectBranch | FlowControl::IndirectCall => {
+            return Err(SingleStepCause::IndirectBranch)
+        }
+        _ => return Err(SingleStepCause::OtherInstruction),
+    }
+    let info = factory.info(instruction);
+    let is_rsp = |register: Register| register.full_register() == Register::RSP;
+    let writes_rsp =
+        (info.used_registers().iter()).any(|used| is_rsp(used.register()) && writes(used.access()));
+    if instruction.stack_pointer_increment() != 0 || writes_rsp {
+        return Err(SingleStepCause::ChangesStackPointer);
+    }
+    let memory = info.used_memory();
+    if instruction.has_lock_prefix() || memory.iter().any(|used| writes(used.access())) {
+        return Err(SingleStepCause::WritesMemory);
+    }
+    let reads_stack = (memory.iter()).any(|used| is_rsp(used.base()) || is_rsp(used.index()));
     // A division faults on a zero divisor, a privileged instruction always in user mode, cpuid
     // and rdtsc where the process asked them to (ARCH_SET_CPUID, PR_SET_TSC).
     let may_fault = matches!(
         instruction.mnemonic(),
         Mnemonic::Div | Mnemonic::Idiv | Mnemonic::Cpuid | Mnemonic::Rdtsc | Mnemonic::Rdtscp
     ) || instruction.is_privileged();
-    if instruction.flow_control() != FlowControl::Next || instruction.has_lock_prefix() || may_fault
-    {
-        return None;
+    let odd_segment = !matches!(
+        instruction.segment_prefix(),
+        Register::None | Register::FS | Register::GS
+    );
+    if reads_stack || may_fault || odd_segment || instruction.is_string_instruction() {
+        return Err(SingleStepCause::OtherInstruction);
     }
-    let has_memory = (0..instruction.op_count()).any(|operand| {
-        !matches!(
-            instruction.op_kind(operand),
-            OpKind::Register
-                | OpKind::Immediate8
-                | OpKind::Immediate8to32
-                | OpKind::Immediate8to64
-                | OpKind::Immediate16
-                | OpKind::Immediate32
-                | OpKind::Immediate32to64
-                | OpKind::Immediate64
-        )
-    });
-    let info = factory.info(instruction);
-    if has_memory || !info.used_memory().is_empty() || instruction.stack_pointer_increment() != 0 {
-        return None;
-    }
-    let written = info
-        .used_registers()
-        .iter()
-        .filter(|used| writes(used.access()));
+    let written = (info.used_registers().iter()).filter(|used| writes(used.access()));
     let mut changed_arguments = 0;
     for register in written.map(|used| used.register().full_register()) {
-        if register == Register::RSP {
-            return None;
-        }
         if let Some(index) = ARGUMENT_REGISTERS.iter().position(|&r| r == register) {
             changed_arguments |= 1 << index;
         }
     }
-    Some(changed_arguments)
+    Ok(changed_arguments)
 }
 
 /// Whether the kernel runs the instruction that starts `code` without single-stepping it (its
@@ -567,11 +704,11 @@ mod tests {
         );
         // Code elsewhere (a .cold fragment) branching into the skipped instructions.
         assert_eq!(
-            super::choose_beside(&mov_test_js, SitePolicy::Best, &[2]),
+            super::choose_beside(&mov_test_js, SitePolicy::Best, &[2]).map(|c| c.site),
             Ok(ProbeSite::ENTRY)
         );
         assert_eq!(
-            super::choose_beside(&mov_test_js, SitePolicy::Best, &[5]),
+            super::choose_beside(&mov_test_js, SitePolicy::Best, &[5]).map(|c| c.site),
             straight(4)
         );
         // PyMem_Malloc's `mov %rdi,%rsi; test %rdi,%rdi; js`: argument 2's register changes.
@@ -581,13 +718,11 @@ mod tests {
             choose(&code(&[&mov_rsi_rdi, &test_rdi, &js, &RET, &RET])),
             straight_changing(6, 0b10)
         );
-        // Not skipped: a memory read (it could fault), a write of the stack pointer, a division
-        // (it faults on zero), an address computation, a branch into the range.
-        let not_skipped: [(&[u8], &str); 4] = [
-            (&[0x48, 0x8b, 0x07], "mov (%rdi),%rax"),
+        // Not skipped: a write of the stack pointer, a division (it faults on zero), a branch
+        // into the range.
+        let not_skipped: [(&[u8], &str); 2] = [
             (&[0x48, 0x89, 0xc4], "mov %rax,%rsp"),
             (&[0xf6, 0xf1], "div %cl"),
-            (&[0x48, 0x8d, 0x47, 0x08], "lea 0x8(%rdi),%rax"),
         ];
         for (first, what) in not_skipped {
             assert_eq!(
@@ -605,6 +740,242 @@ mod tests {
         assert_eq!(
             choose(&code(&[&mov_eax_edi, &TEST_EAX, &RET])),
             Ok(ProbeSite::ENTRY)
+        );
+    }
+
+    /// The site of `first` then `test %rax,%rax; je`, and why it is single-stepped if it is.
+    fn chosen_before_test_je(first: &[u8]) -> Result<ChosenSite, NoSite> {
+        let test_rax = [0x48, 0x85, 0xc0];
+        let je = [0x74, 0x01];
+        super::choose_beside(
+            &code(&[first, &test_rax, &je, &RET, &RET]),
+            SitePolicy::Best,
+            &[],
+        )
+    }
+
+    fn after_straight_line(offset_in_function: u64, changed_arguments: u8) -> ChosenSite {
+        ChosenSite {
+            site: ProbeSite {
+                offset_in_function,
+                kind: SiteKind::AfterStraightLine { changed_arguments },
+            },
+            single_stepped: None,
+        }
+    }
+
+    fn at_entry_because(cause: SingleStepCause) -> Result<ChosenSite, NoSite> {
+        Ok(ChosenSite {
+            site: ProbeSite::ENTRY,
+            single_stepped: Some(cause),
+        })
+    }
+
+    #[test]
+    fn loads_are_skipped_to_an_emulated_branch() {
+        // libpython's hottest single-stepped entries, as 6.18's Debian build has them.
+        let je = [0x74, 0x01];
+        let test_rax = [0x48, 0x85, 0xc0];
+        let test_rdx = [0x48, 0x85, 0xd2];
+        // Their instructions before the emulated one, the site's offset, the arguments changed.
+        let shapes: [(&[&[u8]], u64, u8, &str); 4] = [
+            (
+                &[
+                    &[0x48, 0x8b, 0x57, 0x08],
+                    &[0x31, 0xc0],
+                    &[0xf6, 0x82, 0xa9, 0, 0, 0, 0x40],
+                ],
+                13,
+                0b100,
+                "PyObject_IS_GC: mov 0x8(%rdi),%rdx; xor %eax,%eax; testb $0x40,0xa9(%rdx)",
+            ),
+            (
+                &[&[0x48, 0x8b, 0x97, 0x58, 1, 0, 0], &test_rdx],
+                10,
+                0b100,
+                "PyType_IsSubtype: mov 0x158(%rdi),%rdx; test %rdx,%rdx",
+            ),
+            (
+                &[&[0x8b, 0x87, 0xa8, 0, 0, 0], &[0x83, 0xf8, 0x31]],
+                9,
+                0,
+                "_PyTrash_begin: mov 0xa8(%rdi),%eax; cmp $0x31,%eax",
+            ),
+            (
+                &[
+                    &[0x48, 0x8b, 0x05, 0, 0, 0, 0],
+                    &[0x48, 0x8b, 0x80, 0x40, 0x02, 0, 0],
+                    &test_rax,
+                ],
+                17,
+                0,
+                "PyErr_Occurred's loads: mov 0x0(%rip),%rax; mov 0x240(%rax),%rax; test",
+            ),
+        ];
+        for (before, offset, changed_arguments, what) in shapes {
+            let function = code(&[&before.concat(), &je, &RET, &RET]);
+            assert_eq!(
+                super::choose_beside(&function, SitePolicy::Best, &[]),
+                Ok(after_straight_line(offset, changed_arguments)),
+                "{what}"
+            );
+        }
+        let skipped: [(&[u8], u8, &str); 6] = [
+            (&[0x48, 0x8b, 0x47, 0xf0], 0, "mov -0x10(%rdi),%rax"),
+            (
+                &[0x48, 0x8b, 0x3f],
+                0b1,
+                "mov (%rdi),%rdi: argument 1 changes",
+            ),
+            (&[0x48, 0x3b, 0x37], 0, "cmp (%rdi),%rsi"),
+            (&[0x83, 0x3d, 0, 0, 0, 0, 0], 0, "cmpl $0,0x0(%rip)"),
+            (
+                &[0x48, 0x8d, 0x77, 0x08],
+                0b10,
+                "lea 0x8(%rdi),%rsi: no memory at all",
+            ),
+            // The thread's own TLS: the stack protector's canary.
+            (
+                &[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0],
+                0,
+                "mov %fs:0x28,%rax",
+            ),
+        ];
+        for (first, changed_arguments, what) in skipped {
+            let offset = (first.len() + test_rax.len()) as u64;
+            assert_eq!(
+                chosen_before_test_je(first),
+                Ok(after_straight_line(offset, changed_arguments)),
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn stores_stack_changes_and_branches_are_not_skipped() {
+        let refused: [(&[u8], SingleStepCause, &str); 11] = [
+            (
+                &[0x48, 0x89, 0x07],
+                SingleStepCause::WritesMemory,
+                "mov %rax,(%rdi)",
+            ),
+            (
+                &[0x48, 0x83, 0x07, 0x01],
+                SingleStepCause::WritesMemory,
+                "addq $1,(%rdi)",
+            ),
+            (
+                &[0x48, 0x87, 0x07],
+                SingleStepCause::WritesMemory,
+                "xchg %rax,(%rdi)",
+            ),
+            (&[0xf3, 0xa4], SingleStepCause::WritesMemory, "rep movsb"),
+            (
+                &[0x48, 0x83, 0xec, 0x18],
+                SingleStepCause::ChangesStackPointer,
+                "sub $0x18,%rsp",
+            ),
+            (&[0x5b], SingleStepCause::ChangesStackPointer, "pop %rbx"),
+            // The return address the return probe swaps for its trampoline.
+            (
+                &[0x48, 0x8b, 0x04, 0x24],
+                SingleStepCause::OtherInstruction,
+                "mov (%rsp),%rax",
+            ),
+            (
+                &[0xf3, 0xa6],
+                SingleStepCause::OtherInstruction,
+                "repe cmpsb: a string",
+            ),
+            (
+                &[0xac],
+                SingleStepCause::OtherInstruction,
+                "lodsb: a string",
+            ),
+            (
+                &[0x48, 0xf7, 0x37],
+                SingleStepCause::OtherInstruction,
+                "divq (%rdi)",
+            ),
+            // A clone before the site would count the call in both processes.
+            (&[0x0f, 0x05], SingleStepCause::OtherInstruction, "syscall"),
+        ];
+        for (first, cause, what) in refused {
+            assert_eq!(
+                chosen_before_test_je(first),
+                at_entry_because(cause),
+                "{what}"
+            );
+        }
+        // _Py_Dealloc: mov 0x8(%rdi),%rax; jmp *0x30(%rax).
+        let dealloc = [0x48, 0x8b, 0x47, 0x08, 0xff, 0x60, 0x30];
+        assert_eq!(
+            super::choose_beside(&dealloc, SitePolicy::Best, &[]),
+            at_entry_because(SingleStepCause::IndirectBranch)
+        );
+        // A getter: mov 0x10(%rdi),%rax; ret.
+        let getter = [0x48, 0x8b, 0x47, 0x10, 0xc3];
+        assert_eq!(
+            super::choose_beside(&getter, SitePolicy::Best, &[]),
+            at_entry_because(SingleStepCause::Returns)
+        );
+        // A `ds` load is skipped by no straight-line walk, and `lock addq $1,0(%rip)` writes
+        // memory; the kernel cannot probe either, so the probe moves past them onto the
+        // single-stepped `test`.
+        let unprobeable: [(&[u8], SingleStepCause); 2] = [
+            (&[0x3e, 0x48, 0x8b, 0x07], SingleStepCause::OtherInstruction),
+            (&LOCK_ADD, SingleStepCause::WritesMemory),
+        ];
+        for (first, cause) in unprobeable {
+            let site = ProbeSite {
+                offset_in_function: first.len() as u64,
+                kind: SiteKind::AfterUnprobeablePrefix,
+            };
+            assert_eq!(
+                chosen_before_test_je(first),
+                Ok(ChosenSite {
+                    site,
+                    single_stepped: Some(cause),
+                }),
+                "{first:x?}"
+            );
+        }
+        // Past `lock` straight onto a push: emulated.
+        assert_eq!(
+            super::choose_beside(&code(&[&LOCK_ADD, &PUSH_RBX, &RET]), SitePolicy::Best, &[])
+                .map(|chosen| chosen.single_stepped),
+            Ok(None)
+        );
+        // A branch back onto the `test` after the load, or onto the `je`.
+        let load = [0x48, 0x8b, 0x47, 0x08]; // mov 0x8(%rdi),%rax
+        let test_rax = [0x48, 0x85, 0xc0];
+        let je = [0x74, 0x01];
+        let jne_4 = [0x75, 0xf6]; // at 12: jne 4
+        let jne_7 = [0x75, 0xf9]; // at 12: jne 7, the site
+        for back in [jne_4, jne_7] {
+            let function = code(&[&load, &test_rax, &je, &RET, &PUSH_RBX, &back, &RET]);
+            assert_eq!(
+                super::choose_beside(&function, SitePolicy::Best, &[]),
+                at_entry_because(SingleStepCause::BranchIntoSkipped),
+                "{back:x?}"
+            );
+        }
+        // From a .cold fragment.
+        let function = code(&[&load, &test_rax, &je, &RET, &RET]);
+        assert_eq!(
+            super::choose_beside(&function, SitePolicy::Best, &[4]),
+            at_entry_because(SingleStepCause::BranchIntoSkipped)
+        );
+        assert_eq!(
+            super::choose_beside(&function, SitePolicy::Entry, &[]),
+            at_entry_because(SingleStepCause::KeptAtEntry)
+        );
+        // The emulated `je` one past the most the walk skips.
+        let mut far = [load; MAX_STRAIGHT_LINE + 1].concat();
+        far.extend_from_slice(&code(&[&je, &RET, &RET]));
+        assert_eq!(
+            super::choose_beside(&far, SitePolicy::Best, &[]),
+            at_entry_because(SingleStepCause::NoEmulatedInstruction)
         );
     }
 

@@ -7,8 +7,10 @@ use super::go;
 use super::values::{plan_values, Refused};
 use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, SourceLines, TracedFile};
 use crate::elf::binding::BindingScope;
-use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, SiteKind, Unprobeable};
-use crate::table::{ExitKind, FunctionKind, ProbeClass, SourceLine, TracedFunction};
+use crate::elf::{
+    ElfFile, ElfFunctions, ExitProbe, FunctionSymbol, SingleStepCause, SiteKind, Unprobeable,
+};
+use crate::table::{Execution, ExitKind, FunctionKind, ProbeClass, SourceLine, TracedFunction};
 use crate::value::{ValueSource, ValueSpec, VALUES_MAX};
 
 /// One traced file's functions, planned.
@@ -48,7 +50,7 @@ pub(super) fn plan(
     let symbol_origin = elf.symbol_origin().to_string();
     log::debug!("symbols of {}: {symbol_origin}", file.path);
     warn_unprobeable(&read.unprobeable);
-    say_sites(&file.path, &read.functions);
+    say_sites(&file.path, &read);
     let mut functions = options
         .plt_libraries
         .apply(&file.path, read.functions, scope);
@@ -171,24 +173,42 @@ fn source_lines(
     sources
 }
 
-/// Says how many functions of a file got which kind of probe site (`--debug`).
-fn say_sites(path: &str, functions: &[FunctionSymbol]) {
+/// Says how many functions of a file got which kind of probe site, and how many of them the
+/// kernel single-steps and why (`--debug`).
+fn say_sites(path: &str, read: &ElfFunctions) {
     if !log::log_enabled!(log::Level::Debug) {
         return;
     }
+    let functions = &read.functions;
     let count = |kind| functions.iter().filter(|f| f.site.kind == kind).count();
     let straight_line = (functions.iter())
         .filter(|f| matches!(f.site.kind, SiteKind::AfterStraightLine { .. }))
         .count();
     log::debug!(
         "probe sites in {path}: {} at the entry, {} after endbr64, {} after straight-line \
-         register instructions, {} after an unprobeable prefix, {} after a Go stack check",
+         instructions, {} after an unprobeable prefix, {} after a Go stack check",
         count(SiteKind::Entry),
         count(SiteKind::AfterEndbr64),
         straight_line,
         count(SiteKind::AfterUnprobeablePrefix),
         count(SiteKind::AfterGoStackCheck)
     );
+    let emulated = (functions.iter())
+        .filter(|f| f.kind == FunctionKind::Function && f.execution == Execution::Emulated)
+        .count();
+    let mut causes: Vec<(SingleStepCause, usize)> =
+        read.single_stepped.iter().map(|(&c, &n)| (c, n)).collect();
+    // The most common first; ties in the order of the causes.
+    causes.sort_by_key(|&(cause, n)| (std::cmp::Reverse(n), cause));
+    let causes: Vec<String> = (causes.iter())
+        .map(|(cause, n)| format!("{n} {cause}"))
+        .collect();
+    let single_stepped: usize = read.single_stepped.values().sum();
+    let why = match causes.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", causes.join(", ")),
+    };
+    log::debug!("entry sites in {path}: {emulated} emulated, {single_stepped} single-stepped{why}");
 }
 
 /// Says which functions will never show up in the trace, and why.
