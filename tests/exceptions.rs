@@ -34,6 +34,7 @@ fn exceptions_unwind_through_traced_frames_with_uretprobes() {
     if !bpf_available("exceptions_unwind_through_traced_frames_with_uretprobes") {
         return;
     }
+    let _one = one_attach_at_a_time();
     // A copy of its own: uretprobes act on every process that runs the file, whatever the
     // link's pid filter, and only the traced process has a shadow stack: the test below running
     // the same file at the same time would die.
@@ -51,13 +52,15 @@ fn exceptions_unwind_through_traced_frames_with_ret_probes() {
     if !bpf_available("exceptions_unwind_through_traced_frames_with_ret_probes") {
         return;
     }
+    let _one = one_attach_at_a_time();
     let program = compile("exceptions.cpp", "exceptions", &[]);
     assert_unchanged_with_exact_counts(&program, &["--exit-probes=ret"]);
 }
 
-/// Held by each -p test: their programs share libstdc++, where PLT calls are probed where they
-/// land, and another recorder's uretprobe there (a killed one's, left in a running frame) is in
-/// no shadow stack of this one.
+/// Held by each test: their programs share libstdc++, where PLT calls are probed where they land,
+/// and the kernel gives a process a return probe for another recorder's probe there too (its
+/// uprobe session runs no program for a process not its own, but keeps the return), which is in
+/// no shadow stack (README, Limits).
 static ATTACHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_attach_at_a_time() -> std::sync::MutexGuard<'static, ()> {
@@ -226,6 +229,7 @@ fn a_started_command_throws_on_after_the_recording_ends() {
     if !bpf_available("a_started_command_throws_on_after_the_recording_ends") {
         return;
     }
+    let _one = one_attach_at_a_time();
     let program = compile("exceptions.cpp", "exceptions-duration", &[]);
     let untraced = run_untraced(&program, &["1000"]);
     for _ in 0..3 {
@@ -306,6 +310,7 @@ fn threads_throwing_at_the_same_time_unwind_with_uretprobes() {
     if !bpf_available("threads_throwing_at_the_same_time_unwind_with_uretprobes") {
         return;
     }
+    let _one = one_attach_at_a_time();
     let program = compile("thread_exceptions.cpp", "thread-exceptions", &[]);
     // Before the threads' stops were their own, each run died more often than not.
     for _ in 0..3 {
@@ -322,6 +327,7 @@ fn panics_unwind_through_traced_frames_with_uretprobes() {
     if !bpf_available("panics_unwind_through_traced_frames_with_uretprobes") {
         return;
     }
+    let _one = one_attach_at_a_time();
     let program = compile_rust("panics.rs", "panics");
     assert_unchanged_with_exact_counts(&program, &[]);
 }

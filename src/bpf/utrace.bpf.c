@@ -93,6 +93,8 @@ extern void bpf_task_release(struct task_struct *p) __ksym;
 #define SIGSTOP 19
 #define SIGCONT 18
 #define SIGUSR1 10
+/* task->signal->flags: the whole process is exiting (include/linux/sched/signal.h). */
+#define SIGNAL_GROUP_EXIT 0x00000004
 
 /* The target, or a process it forked under --follow. */
 static __always_inline bool is_traced(__u32 tgid)
@@ -419,9 +421,10 @@ static long continue_followed(void *map, __u32 *tgid, __u8 *value, void *ctx)
 	return 0;
 }
 
-/* A process's last thread is exiting.
+/* A process's last thread is exiting (or, for the recorder, its first one in a group exit).
  *
- * The recorder, still recording: it was killed (SIGKILL, the OOM killer) or crashed. Recording
+ * The recorder, still recording: it was killed (SIGKILL, the OOM killer) or crashed (seen at its
+ * first thread's exit, see below). Recording
  * stops here, before the kernel closes the recorder's files and so releases its links: from now
  * on no call makes a return instance (function_call, plt_call), and the releases finish at once
  * rather than while the program keeps calling. The processes that may wait stopped for the
@@ -440,9 +443,12 @@ int BPF_PROG(process_exit, struct task_struct *task, bool group_dead)
 {
 	__u32 tgid = task->tgid;
 
-	if (!group_dead)
-		return 0;
 	if (tgid == settings.recorder_tgid) {
+		/* Killed, the recorder's threads exit in any order, and the exit of its ptrace
+		 * tracer thread (-p) lets the held threads go: act at the first one. A thread that
+		 * simply ends is not a group exit. */
+		if (!group_dead && !(task->signal->flags & SIGNAL_GROUP_EXIT))
+			return 0;
 		if (!recording)
 			return 0;
 		recording = false;
@@ -463,6 +469,8 @@ int BPF_PROG(process_exit, struct task_struct *task, bool group_dead)
 		}
 		if (settings.follow)
 			bpf_for_each_map_elem(&followed_processes, continue_followed, NULL, 0);
+	} else if (!group_dead) {
+		return 0;
 	} else if (guardian_tgid && tgid == guardian_tgid) {
 		/* Gone before the recorder (killed too), or done after it: a stop it was to end is
 		 * ended here (a continue after its own is harmless). */

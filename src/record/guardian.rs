@@ -71,8 +71,14 @@ impl Guardian {
 }
 
 impl Drop for Guardian {
-    /// The recording ended with the recorder alive: the guardian has nothing to do.
+    /// The recording ended with the recorder alive: the guardian has nothing to do. Unless the
+    /// recorder panics: then it dies without its end, and the guardian must stay for the BPF
+    /// program's SIGUSR1 when it exits, with its standard input open until then.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            std::mem::forget(self.liveness.take());
+            return;
+        }
         if let Some(mut liveness) = self.liveness.take() {
             let _ = liveness.write_all(b"d");
         }
@@ -154,12 +160,18 @@ impl RecorderGoneSignal {
 /// The recorder died while tracing `target`: its threads are stopped (or stopping); each frame
 /// still holding the trampoline gets its return address back, and the target goes on.
 fn rescue(target: u32, shadow_stacks: &MapHandle) {
+    let started = Instant::now();
     if !wait_until_every_thread_stops(target, STOP_WAIT) {
-        // Not stopped for us (the recorder ended after its own detach) or gone: writing into
-        // running threads' stacks could hit a slot reused since.
+        // Gone, or a thread still runs (an uninterruptible sleep): writing into a running
+        // thread's stack could hit a slot reused since. The stop is ended all the same.
+        // SAFETY: kill has no memory effects.
+        unsafe { libc::kill(target as libc::pid_t, libc::SIGCONT) };
+        log::warn!(
+            "the recorder is gone: pid {target} did not stop within {STOP_WAIT:?}; its return \
+             addresses are left to the kernel's trampoline"
+        );
         return;
     }
-    let started = Instant::now();
     let mut given_back = 0;
     if let Some(trampoline) = trampoline_address(target) {
         let request = restore_at_detach(
