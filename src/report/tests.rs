@@ -1028,6 +1028,21 @@ fn spread_events() -> Vec<Event> {
     events
 }
 
+/// The summary row of `function` in `text`.
+fn summary_row<'a>(text: &'a str, function: &str) -> &'a str {
+    text.lines()
+        .find(|line| line.ends_with(&format!(" {function}")))
+        .unwrap()
+}
+
+/// The columns of a summary row (split where two spaces part them).
+fn row_columns(row: &str) -> Vec<&str> {
+    row.split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
 #[test]
 fn report_percentiles_of_known_durations_are_exact() {
     let options = ReportOptions {
@@ -1035,12 +1050,8 @@ fn report_percentiles_of_known_durations_are_exact() {
         ..ReportOptions::default()
     };
     let text = report_of(&spread_events(), Format::Summary, &options);
-    let cmp = text.lines().find(|line| line.ends_with(" cmp")).unwrap();
-    let columns: Vec<&str> = cmp
-        .split("  ")
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .collect();
+    let cmp = summary_row(&text, "cmp");
+    let columns = row_columns(cmp);
     // Calls, average, minimum, maximum, then p50, p90, p99.
     assert_eq!(
         &columns[3..10],
@@ -1088,12 +1099,8 @@ fn corrected_within(percentiles: bool) -> ReportOptions {
 #[test]
 fn report_shows_per_call_figures_below_the_resolution_as_a_bound() {
     let text = report_of(&spread_events(), Format::Summary, &corrected_within(true));
-    let cmp = text.lines().find(|line| line.ends_with(" cmp")).unwrap();
-    let columns: Vec<&str> = cmp
-        .split("  ")
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .collect();
+    let cmp = summary_row(&text, "cmp");
+    let columns = row_columns(cmp);
     // Calls, average (3240 / 100), minimum, maximum, then p50 (the 50th of 20 zeros and 1 to
     // 80), p90, p99; the totals are sums, not per-call figures, and stay as they are.
     assert_eq!(
