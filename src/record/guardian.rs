@@ -44,6 +44,7 @@ impl Guardian {
     pub fn start(target: u32, shadow_stacks_map: u32) -> io::Result<Guardian> {
         use std::os::unix::process::CommandExt;
         let mut child = Command::new("/proc/self/exe")
+            .arg0("utrace")
             .arg("guardian")
             .arg(target.to_string())
             .arg(shadow_stacks_map.to_string())
@@ -88,6 +89,9 @@ impl Drop for Guardian {
 
 /// The guardian process (`utrace guardian PID MAP_ID`, started by [`Guardian::start`]).
 pub fn watch(target: u32, shadow_stacks_map: u32) -> Result<()> {
+    // Named for ps and top (exec'ed as /proc/self/exe, it would show as `exe`).
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"utrace-guardian".as_ptr()) };
     ignore_session_signals();
     // Before the recorder knows our pid: the BPF program's SIGUSR1 must not end us.
     let told = RecorderGoneSignal::block()?;
