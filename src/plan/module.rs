@@ -2,14 +2,14 @@
 //! (named as `--libname` says), those the function-name filter shows, and where each one's exit
 //! is probed.
 
+use std::collections::BTreeMap;
+
 use super::exits::exit_probes;
 use super::go;
 use super::values::{plan_values, Refused};
 use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, SourceLines, TracedFile};
 use crate::elf::binding::BindingScope;
-use crate::elf::{
-    ElfFile, ElfFunctions, ExitProbe, FunctionSymbol, SingleStepCause, SiteKind, Unprobeable,
-};
+use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, SingleStepCause, SiteKind, Unprobeable};
 use crate::table::{Execution, ExitKind, FunctionKind, ProbeClass, SourceLine, TracedFunction};
 use crate::value::{ValueSource, ValueSpec, VALUES_MAX};
 
@@ -50,7 +50,6 @@ pub(super) fn plan(
     let symbol_origin = elf.symbol_origin().to_string();
     log::debug!("symbols of {}: {symbol_origin}", file.path);
     warn_unprobeable(&read.unprobeable);
-    say_sites(&file.path, &read);
     let mut functions = options
         .plt_libraries
         .apply(&file.path, read.functions, scope);
@@ -60,6 +59,7 @@ pub(super) fn plan(
     if is_go {
         elf.move_sites_past_go_stack_checks(&mut functions);
     }
+    say_sites(&file.path, &functions, &read.single_stepped);
     let exits = match is_go {
         true => go::go_exit_probes(elf, &functions),
         false => exit_probes(elf, &functions, exit_policy),
@@ -173,13 +173,14 @@ fn source_lines(
     sources
 }
 
-/// Says how many functions of a file got which kind of probe site, and how many of them the
-/// kernel single-steps and why (`--debug`).
-fn say_sites(path: &str, read: &ElfFunctions) {
+/// Says how many of the functions planned in a file got which kind of probe site, and how many
+/// of them the kernel single-steps; why, from the walk's `causes` over all the file's functions,
+/// when they are those (`--debug`). After a Go file's sites moved past their stack checks, and
+/// after `-f` and `--no-function`.
+fn say_sites(path: &str, functions: &[FunctionSymbol], causes: &BTreeMap<SingleStepCause, usize>) {
     if !log::log_enabled!(log::Level::Debug) {
         return;
     }
-    let functions = &read.functions;
     let count = |kind| functions.iter().filter(|f| f.site.kind == kind).count();
     let straight_line = (functions.iter())
         .filter(|f| matches!(f.site.kind, SiteKind::AfterStraightLine { .. }))
@@ -193,20 +194,31 @@ fn say_sites(path: &str, read: &ElfFunctions) {
         count(SiteKind::AfterUnprobeablePrefix),
         count(SiteKind::AfterGoStackCheck)
     );
-    let emulated = (functions.iter())
-        .filter(|f| f.kind == FunctionKind::Function && f.execution == Execution::Emulated)
-        .count();
-    let mut causes: Vec<(SingleStepCause, usize)> =
-        read.single_stepped.iter().map(|(&c, &n)| (c, n)).collect();
-    // The most common first; ties in the order of the causes.
-    causes.sort_by_key(|&(cause, n)| (std::cmp::Reverse(n), cause));
-    let causes: Vec<String> = (causes.iter())
-        .map(|(cause, n)| format!("{n} {cause}"))
-        .collect();
-    let single_stepped: usize = read.single_stepped.values().sum();
-    let why = match causes.is_empty() {
-        true => String::new(),
-        false => format!(" ({})", causes.join(", ")),
+    let executed = |execution| {
+        (functions.iter())
+            .filter(|f| f.kind == FunctionKind::Function && f.execution == execution)
+            .count()
+    };
+    let (emulated, single_stepped) = (
+        executed(Execution::Emulated),
+        executed(Execution::SingleStepped),
+    );
+    let mut causes: Vec<(SingleStepCause, usize)> = causes.iter().map(|(&c, &n)| (c, n)).collect();
+    let why = match causes.iter().map(|(_, n)| n).sum::<usize>() == single_stepped {
+        true => {
+            // The most common first; ties in the order of the causes.
+            causes.sort_by_key(|&(cause, n)| (std::cmp::Reverse(n), cause));
+            let causes: Vec<String> = (causes.iter())
+                .filter(|(_, n)| *n > 0)
+                .map(|(cause, n)| format!("{n} {cause}"))
+                .collect();
+            match causes.is_empty() {
+                true => String::new(),
+                false => format!(" ({})", causes.join(", ")),
+            }
+        }
+        // Some functions filtered out, or sites moved since the walk (Go).
+        false => String::new(),
     };
     log::debug!("entry sites in {path}: {emulated} emulated, {single_stepped} single-stepped{why}");
 }
