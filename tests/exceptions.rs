@@ -69,6 +69,54 @@ fn one_attach_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The exceptions program, started waiting for SIGUSR1 (`EXCEPTIONS_WAIT=1`) so that a
+/// recorder can attach to it first, its output read line by line.
+struct WaitingThrower {
+    process: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    dir: tempfile::TempDir,
+}
+
+impl WaitingThrower {
+    fn start(program: &Path, rounds: &str) -> WaitingThrower {
+        let (process, lines) = start_waiting(
+            Command::new(program)
+                .arg(rounds)
+                .env("EXCEPTIONS_WAIT", "1"),
+        );
+        WaitingThrower {
+            process,
+            lines,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.process.id()
+    }
+
+    /// Where the recorder writes.
+    fn data(&self) -> std::path::PathBuf {
+        self.dir.path().join("utrace.data")
+    }
+
+    /// `utrace record -d -p` with `extra` flags, once it has attached.
+    fn attach(&self, extra: &[&str]) -> AttachedRecorder {
+        AttachedRecorder::start(self.pid(), &self.data(), extra)
+    }
+
+    /// Lets the program throw.
+    fn go(&self) {
+        send_signal(self.pid(), libc::SIGUSR1);
+    }
+
+    /// Reads the program's output to its end: its exit status and lines.
+    fn end(mut self) -> (std::process::ExitStatus, Vec<String>, tempfile::TempDir) {
+        let stdout: Vec<String> = self.lines.map(|line| line.unwrap()).collect();
+        (self.process.wait().unwrap(), stdout, self.dir)
+    }
+}
+
 /// The pid of the program whose stops [`count_stops`] counts, and how many its parent (this
 /// test process) was told of.
 static WATCHED: AtomicI32 = AtomicI32::new(0);
@@ -113,19 +161,13 @@ fn an_attached_process_with_an_unwinder_is_held_with_ptrace_and_keeps_uretprobes
     // Its own copy: another test's uretprobes on the same file would act here too.
     let program = compile("exceptions.cpp", "exceptions-attached", &[]);
     let untraced = run_untraced(&program, &["200"]);
-    let (mut process, lines) = start_waiting(
-        Command::new(&program)
-            .arg("200")
-            .env("EXCEPTIONS_WAIT", "1"),
-    );
-    count_stops(process.id());
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("utrace.data");
-    let recorder = AttachedRecorder::start(process.id(), &data, &[]);
+    let thrower = WaitingThrower::start(&program, "200");
+    count_stops(thrower.pid());
+    let data = thrower.data();
+    let recorder = thrower.attach(&[]);
     let before_attach = recorder.said.clone();
-    send_signal(process.id(), libc::SIGUSR1);
-    let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
-    let status = process.wait().unwrap();
+    thrower.go();
+    let (status, stdout, _dir) = thrower.end();
     recorder.finish();
 
     let said = |text: &str| before_attach.iter().any(|line| line.contains(text));
@@ -155,11 +197,10 @@ fn a_process_another_tracer_holds_gets_exit_probes_on_instructions() {
     let _one = one_attach_at_a_time();
     let program = compile("exceptions.cpp", "exceptions-traced-already", &[]);
     let untraced = run_untraced(&program, &["20"]);
-    let (mut process, lines) =
-        start_waiting(Command::new(&program).arg("20").env("EXCEPTIONS_WAIT", "1"));
+    let thrower = WaitingThrower::start(&program, "20");
     // The other tracer: a thread of this test that seizes the program and holds it until the
     // end (its exit would detach it). Nothing in the program makes a ptrace stop.
-    let pid = process.id() as libc::pid_t;
+    let pid = thrower.pid() as libc::pid_t;
     let (seized_tx, seized) = std::sync::mpsc::channel();
     let (end_tx, end) = std::sync::mpsc::channel::<()>();
     let holder = std::thread::spawn(move || {
@@ -169,13 +210,11 @@ fn a_process_another_tracer_holds_gets_exit_probes_on_instructions() {
         let _ = end.recv();
     });
     assert_eq!(seized.recv().unwrap(), 0);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("utrace.data");
-    let recorder = AttachedRecorder::start(process.id(), &data, &[]);
+    let data = thrower.data();
+    let recorder = thrower.attach(&[]);
     let before_attach = recorder.said.clone();
-    send_signal(process.id(), libc::SIGUSR1);
-    let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
-    let status = process.wait().unwrap();
+    thrower.go();
+    let (status, stdout, _dir) = thrower.end();
     recorder.finish();
     drop(end_tx);
     holder.join().unwrap();
@@ -205,18 +244,11 @@ fn an_attached_process_throws_on_after_utrace_leaves() {
     let program = compile("exceptions.cpp", "exceptions-left-running", &[]);
     let untraced = run_untraced(&program, &["1000"]);
     for _ in 0..3 {
-        let (mut process, lines) = start_waiting(
-            Command::new(&program)
-                .arg("1000")
-                .env("EXCEPTIONS_WAIT", "1"),
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("utrace.data");
-        let recorder = AttachedRecorder::start(process.id(), &data, &["--duration", "0.3s"]);
-        send_signal(process.id(), libc::SIGUSR1);
+        let thrower = WaitingThrower::start(&program, "1000");
+        let recorder = thrower.attach(&["--duration", "0.3s"]);
+        thrower.go();
         recorder.finish();
-        let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
-        let status = process.wait().unwrap();
+        let (status, stdout, _) = thrower.end();
         assert_output_as_untraced(status, &stdout, &untraced);
     }
 }
@@ -257,25 +289,16 @@ fn a_killed_recorder_leaves_the_attached_process_running() {
     let program = compile("exceptions.cpp", "exceptions-killed-recorder", &[]);
     let rounds = "1000";
     let untraced = run_untraced(&program, &[rounds]);
-    let (mut process, lines) = start_waiting(
-        Command::new(&program)
-            .arg(rounds)
-            .env("EXCEPTIONS_WAIT", "1"),
-    );
-    let pid = process.id();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("utrace.data");
-    let recorder = AttachedRecorder::start(pid, &data, &[]);
-    send_signal(pid, libc::SIGUSR1);
+    let thrower = WaitingThrower::start(&program, rounds);
+    let recorder = thrower.attach(&[]);
+    thrower.go();
     std::thread::sleep(std::time::Duration::from_millis(100));
     let killed_at = std::time::Instant::now();
-    let recorder_pid = recorder.pid();
-    send_signal(recorder_pid, libc::SIGKILL);
+    send_signal(recorder.pid(), libc::SIGKILL);
     recorder.wait_killed();
     assert!(killed_at.elapsed() < std::time::Duration::from_secs(2));
-    assert_never_left_stopped(pid);
-    let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
-    let status = process.wait().unwrap();
+    assert_never_left_stopped(thrower.pid());
+    let (status, stdout, _) = thrower.end();
     assert_output_as_untraced(status, &stdout, &untraced);
 }
 
