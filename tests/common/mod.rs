@@ -708,14 +708,10 @@ impl RecordingToKill {
 
     /// kill -9 of the recorder, whose process must be gone within 2 s.
     pub fn kill(&mut self) {
-        let killed_at = std::time::Instant::now();
-        send_signal(self.recorder.id(), libc::SIGKILL);
-        self.recorder.wait().unwrap();
-        assert!(
-            killed_at.elapsed() < std::time::Duration::from_secs(2),
-            "the recorder took {:?} to go after kill -9",
-            killed_at.elapsed()
-        );
+        let recorder = &mut self.recorder;
+        kill_recorder(recorder.id(), || {
+            recorder.wait().unwrap();
+        });
     }
 
     /// After [`kill`](Self::kill): the output of the command (process `pid`) to its end, and
@@ -726,4 +722,17 @@ impl RecordingToKill {
             .unwrap();
         (stdout, exit_code_of_orphan(pid))
     }
+}
+
+/// kill -9 of the recorder `pid`; `wait` returns once its process is gone, which must be
+/// within 2 s.
+pub fn kill_recorder(pid: u32, wait: impl FnOnce()) {
+    let killed_at = std::time::Instant::now();
+    send_signal(pid, libc::SIGKILL);
+    wait();
+    assert!(
+        killed_at.elapsed() < std::time::Duration::from_secs(2),
+        "the recorder took {:?} to go after kill -9",
+        killed_at.elapsed()
+    );
 }
