@@ -108,7 +108,8 @@ enum cookie_bits {
 	/* function_exit_site: the site is a tail jump of a function that captures its return
 	 * value, which the callee has yet to compute: nothing is captured there. */
 	COOKIE_NO_RETURN_VALUE_BIT = 34,
-	/* plt_call: the stub's virtual address in the executable fills the high 32 bits. */
+	/* plt_call: the stub's virtual address in the executable fills the high 32 bits;
+	 * library_plt_call: the stub's file offset in its library. */
 	COOKIE_STUB_SHIFT = 32,
 };
 
@@ -172,6 +173,19 @@ enum kernel_event_bits {
 	USDT_ARGUMENTS_MAX = 12,
 };
 
+/* A traced library whose PLT calls are probed where they land (library_plt_call): its file's
+ * inode, as the recorder found it, and the runtime address of its file offset 0 in its code
+ * mapping, learned at the first call through one of its stubs (0 until then). */
+struct library_code {
+	__u64 inode;
+	__u64 base;
+};
+
+enum library_code_bits {
+	/* Libraries whose PLT calls land, at most. */
+	LIBRARY_SLOTS = 64,
+};
+
 /* Not used by the programs: one object of each type above that no global holds, so that the
  * types reach the BTF and the skeleton's generated Rust types. */
 struct interface_types {
@@ -182,6 +196,8 @@ struct interface_types {
 	enum value_bits value_bits;
 	struct value_spec value_spec;
 	enum kernel_event_bits kernel_event_bits;
+	struct library_code library_code;
+	enum library_code_bits library_code_bits;
 };
 
 #endif

@@ -207,40 +207,122 @@ int function_entry(struct pt_regs *ctx)
 
 extern bool bpf_session_is_return(void) __ksym __weak;
 
-/* Whether the return address `ret` follows a direct `call` (e8 rel32) in the executable's code
- * of the PLT stub at `stub` (its virtual address in the file). */
-static __always_inline bool called_from_stub(__u64 ret, __u64 stub)
+/* The target of the direct `call` (e8 rel32) that the return address `ret` follows, or 0 when
+ * the instruction before `ret` is not one. */
+static __always_inline __u64 direct_call_target(__u64 ret)
+{
+	__u8 call[5];
+	__s32 rel;
+
+	if (bpf_probe_read_user(call, sizeof(call), (void *)(ret - sizeof(call))))
+		return 0;
+	if (call[0] != 0xe8)
+		return 0;
+	__builtin_memcpy(&rel, &call[1], sizeof(rel));
+	return ret + rel;
+}
+
+/* Whether the return address `ret` follows a direct `call` in the executable's code of the PLT
+ * stub at `stub` (its virtual address in the file). */
+static __always_inline bool called_from_executable_stub(__u64 ret, __u64 stub)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	__u64 start = BPF_CORE_READ(task, mm, start_code);
 	__u64 end = BPF_CORE_READ(task, mm, end_code);
-	__u8 call[5];
-	__s32 rel;
 
-	if (ret < start + sizeof(call) || ret > end)
+	if (ret < start + 5 || ret > end)
 		return false;
-	if (bpf_probe_read_user(call, sizeof(call), (void *)(ret - sizeof(call))))
+	return direct_call_target(ret) == start - settings.executable_code_vaddr + stub;
+}
+
+/* The PLT stubs of traced libraries whose calls are probed where they land: per stub's
+ * function id, the library's slot in library_code. Filled by the recorder. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u32);
+} library_stubs SEC(".maps");
+
+/* Per library slot: its inode (from the recorder) and where its code is (learned). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LIBRARY_SLOTS);
+	__type(key, __u32);
+	__type(value, struct library_code);
+} library_code SEC(".maps");
+
+/* Calls through a library's stub not counted because the kernel could not say, at the
+ * library's first such call, where its code is (its memory map was being changed). */
+__u64 unverified_library_calls = 0;
+
+#define PAGE_SHIFT 12
+#define EBUSY 16
+
+/* bpf_find_vma's question: the runtime address of file offset 0 of the mapping of `inode` that
+ * holds `address` (0: another file holds it). */
+struct code_base_lookup {
+	__u64 inode;
+	__u64 base;
+};
+
+static long code_base_of(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	struct code_base_lookup *lookup = data;
+	struct file *file = BPF_CORE_READ(vma, vm_file);
+
+	if (file && BPF_CORE_READ(file, f_inode, i_ino) == lookup->inode)
+		lookup->base = BPF_CORE_READ(vma, vm_start) -
+			       (BPF_CORE_READ(vma, vm_pgoff) << PAGE_SHIFT);
+	return 0;
+}
+
+/* Whether the return address `ret` follows a direct `call` of the PLT stub at file offset
+ * `stub` of the traced library whose stub has function id `function`. Its code's load address
+ * is learned from the first call that lands in the library's file (bpf_find_vma): a library
+ * with landed stubs is one the program loaded with itself, which stays where it is. */
+static __always_inline bool called_from_library_stub(__u64 ret, __u32 function, __u64 stub)
+{
+	struct code_base_lookup lookup = {};
+	struct library_code *code;
+	__u32 *slot;
+	__u64 target;
+	long error;
+
+	slot = bpf_map_lookup_elem(&library_stubs, &function);
+	if (!slot)
 		return false;
-	if (call[0] != 0xe8)
+	code = bpf_map_lookup_elem(&library_code, slot);
+	target = direct_call_target(ret);
+	if (!code || !target)
 		return false;
-	__builtin_memcpy(&rel, &call[1], sizeof(rel));
-	return ret + rel == start - settings.executable_code_vaddr + stub;
+	if (code->base)
+		return target - code->base == stub;
+	lookup.inode = code->inode;
+	error = bpf_find_vma(bpf_get_current_task_btf(), target, code_base_of, &lookup, 0);
+	if (error == -EBUSY)
+		__sync_fetch_and_add(&unverified_library_calls, 1);
+	if (error || !lookup.base)
+		return false;
+	code->base = lookup.base;
+	return target - lookup.base == stub;
 }
 
 /* A PLT call probed in the library function it lands in rather than at its stub, whose
  * indirect jump the kernel would single-step. The function's other callers hit this probe too:
- * only a call made by the executable through the stub counts, and only that one gets a return
- * probe (a session: returning 1 at the entry skips the return; the kernel, though, keeps the
- * return probe without asking for a process other than the link's that hits the breakpoint,
- * which happens when another tracer probes the same function in its own process). The cookie
- * holds the stub's
- * function id and, in its high 32 bits, the stub's virtual address in the executable. */
-SEC("uprobe.session")
-int plt_call(struct pt_regs *ctx)
+ * only a call made through the stub counts, and only that one gets a return probe (a session:
+ * returning 1 at the entry skips the return; the kernel, though, keeps the return probe without
+ * asking for a process other than the link's that hits the breakpoint, which happens when
+ * another tracer probes the same function in its own process). The cookie holds the stub's
+ * function id and, in its high 32 bits, where the stub is: its virtual address in the
+ * executable (plt_call), its file offset in a traced library (library_plt_call). */
+static __always_inline int plt_call_session(struct pt_regs *ctx, bool from_library)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 stub = cookie >> COOKIE_STUB_SHIFT;
 	__u64 sp = PT_REGS_SP(ctx);
 	__u64 ret;
+	bool through_stub;
 
 	if (bpf_session_is_return()) {
 		/* The `ret` has popped the return address: its slot is just below sp. */
@@ -248,17 +330,35 @@ int plt_call(struct pt_regs *ctx)
 		return record_values(ctx, (__u32)cookie | EVENT_EXIT, sp - 8, true);
 	}
 	/* Once recording stops, no call gets a return probe: return probes that keep coming hold up
-	 * the release of the links (see AttachedProbes::detach). */
-	if ((bpf_get_current_pid_tgid() >> 32) != settings.tgid || !recording)
+	 * the release of the links (see AttachedProbes::detach). Before the target's exec, the
+	 * process runs utrace's own code, whose libraries may sit elsewhere. */
+	if ((bpf_get_current_pid_tgid() >> 32) != settings.tgid || !recording ||
+	    (settings.wait_for_exec && !exec_seen))
 		return 1;
 	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)sp))
 		return 1;
-	if (!called_from_stub(ret, cookie >> COOKIE_STUB_SHIFT))
+	if (from_library)
+		through_stub = called_from_library_stub(ret, (__u32)cookie, stub);
+	else
+		through_stub = called_from_executable_stub(ret, stub);
+	if (!through_stub)
 		return 1;
 	/* This call gets a return probe: an exception through it needs its address restored. */
 	shadow_entered(sp);
 	record_values(ctx, (__u32)cookie, sp, false);
 	return 0;
+}
+
+SEC("uprobe.session")
+int plt_call(struct pt_regs *ctx)
+{
+	return plt_call_session(ctx, false);
+}
+
+SEC("uprobe.session")
+int library_plt_call(struct pt_regs *ctx)
+{
+	return plt_call_session(ctx, true);
 }
 
 /* On a `ret` or a tail jump of the function (sp points at the return address), or after a call

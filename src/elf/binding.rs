@@ -302,7 +302,10 @@ mod tests {
             .map(|path| (path.to_string_lossy().into_owned(), path.clone()))
             .collect();
         mapped.rotate_left(1);
-        let order: Vec<PathBuf> = mapped_load_order(&program, &mapped)
+        let found = mapped_load_order(&program, &mapped);
+        assert_eq!(found.needed, expected.len());
+        let order: Vec<PathBuf> = found
+            .indices
             .into_iter()
             .map(|index| mapped[index].1.clone())
             .collect();

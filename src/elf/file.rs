@@ -60,6 +60,9 @@ pub struct ElfFile {
     pub(super) stubs: Vec<PltStub>,
     /// The stubs whose addresses a data relocation stores (function pointers to stubs).
     pub(super) stubs_in_data: BTreeSet<u64>,
+    /// The code sections outside the PLT (`.text`, `.init`...), as (address, size): all the
+    /// code, where function symbols may leave some out (a stripped library's local functions).
+    pub(super) code_sections: Vec<(u64, u64)>,
     /// The file has a `.go.buildinfo` section: the Go toolchain built it.
     pub(super) go_buildinfo: bool,
     /// The USDT probe sites of `.note.stapsdt`.
@@ -95,6 +98,7 @@ impl ElfFile {
         let symbols = symbols::function_symbols(&elf);
         let stubs = plt::stubs(&elf, &bytes, &symbols);
         let stubs_in_data = plt_calls::stubs_in_data(&elf, &stubs);
+        let code_sections = plt_calls::code_sections(&elf);
         let entry = elf.entry;
         let position_independent = elf.header.e_type == ET_DYN;
         let segments = ExecutableSegments::new(&elf.program_headers);
@@ -115,6 +119,7 @@ impl ElfFile {
             symbols,
             stubs,
             stubs_in_data,
+            code_sections,
             go_buildinfo,
             usdt_notes,
             debug_links,

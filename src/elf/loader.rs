@@ -131,8 +131,8 @@ pub fn load_order(executable: &Path, cache: &LdCache) -> LoadOrder {
 /// lists them by address, which is not load order). DT_NEEDED is followed breadth first from
 /// `executable`, each name matched to a mapped library by its DT_SONAME or file name (as the
 /// loader recognises a library it has already loaded); libraries no DT_NEEDED reaches (opened
-/// with dlopen) follow in the order given. Returns indices into `libraries`.
-pub fn mapped_load_order(executable: &Path, libraries: &[(String, PathBuf)]) -> Vec<usize> {
+/// with dlopen) follow in the order given.
+pub fn mapped_load_order(executable: &Path, libraries: &[(String, PathBuf)]) -> MappedLoadOrder {
     let infos: Vec<Option<DynamicInfo>> = libraries
         .iter()
         .map(|(_, open)| dynamic_info(open))
@@ -167,7 +167,20 @@ pub fn mapped_load_order(executable: &Path, libraries: &[(String, PathBuf)]) -> 
     }
     let reached = order.clone();
     order.extend((0..libraries.len()).filter(|i| !reached.contains(i)));
-    order
+    MappedLoadOrder {
+        indices: order,
+        needed: reached.len(),
+    }
+}
+
+/// The libraries of a running process in load order ([`mapped_load_order`]).
+#[derive(Debug)]
+pub struct MappedLoadOrder {
+    /// Indices into the libraries given.
+    pub indices: Vec<usize>,
+    /// How many of the first `indices` DT_NEEDED reaches: loaded with the program, they stay
+    /// mapped where they are until it exits.
+    pub needed: usize,
 }
 
 fn find_library(name: &str, needer: &Needer, search: &SearchPath) -> Option<PathBuf> {

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use goblin::elf::reloc::R_X86_64_RELATIVE;
+use goblin::elf::section_header::SHF_EXECINSTR;
 use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
 use goblin::elf::Elf;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
@@ -31,7 +32,7 @@ use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 use super::plt::PltStub;
 use super::{site, symbols, DebugLookup, ElfFile};
 
-/// What the executable does with its PLT stubs.
+/// What a file does with its PLT stubs.
 #[derive(Debug, Default)]
 pub struct StubUses {
     /// Position-independent (`ET_DYN`).
@@ -39,6 +40,8 @@ pub struct StubUses {
     /// The lowest virtual address of the executable `PT_LOAD` segments: where the kernel's
     /// `mm->start_code` points once the program is loaded, which gives its load bias.
     pub code_vaddr: u64,
+    /// How many executable `PT_LOAD` segments the file has.
+    pub code_segments: usize,
     /// Stubs some instruction or relocation names other than as a direct call's target.
     pub not_only_called: BTreeSet<u64>,
 }
@@ -51,20 +54,26 @@ impl StubUses {
 }
 
 impl ElfFile {
-    /// How the executable uses its PLT stubs.
+    /// How the file uses its PLT stubs: every instruction of its code sections is read (of its
+    /// functions and their `.cold` fragments where it has no section headers).
     pub fn stub_uses(&self) -> StubUses {
         let stubs: BTreeSet<u64> = self.stubs.iter().map(|stub| stub.address).collect();
         let mut not_only_called = self.stubs_in_data.clone();
-        let code = symbols::defined_functions(&self.symbols)
-            .into_iter()
-            .chain(symbols::cold_fragments(&self.symbols));
+        let code: Vec<(u64, u64)> = match self.code_sections.is_empty() {
+            false => self.code_sections.clone(),
+            true => symbols::defined_functions(&self.symbols)
+                .into_iter()
+                .chain(symbols::cold_fragments(&self.symbols))
+                .map(|function| (function.address, function.size))
+                .collect(),
+        };
         let mut instruction = Instruction::default();
-        for function in code {
-            let Some(offset) = self.segments.file_offset(function.address) else {
+        for (address, size) in code {
+            let Some(offset) = self.segments.file_offset(address) else {
                 continue;
             };
-            let bytes = self.code_at(offset, function.size);
-            let mut decoder = Decoder::with_ip(64, bytes, function.address, DecoderOptions::NONE);
+            let bytes = self.code_at(offset, size);
+            let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
             while decoder.can_decode() {
                 decoder.decode_out(&mut instruction);
                 if let Some(stub) = named_stub(&instruction, &stubs) {
@@ -75,8 +84,14 @@ impl ElfFile {
         StubUses {
             pie: self.position_independent,
             code_vaddr: self.segments.lowest_vaddr().unwrap_or(0),
+            code_segments: self.segments.len(),
             not_only_called,
         }
+    }
+
+    /// The file offset of the code at virtual address `address`.
+    pub fn code_offset(&self, address: u64) -> Option<u64> {
+        self.segments.file_offset(address)
     }
 
     /// Where the exported functions of the library are probed.
@@ -234,6 +249,19 @@ pub(super) fn stubs_in_data(elf: &Elf, stubs: &[PltStub]) -> BTreeSet<u64> {
         .filter(|reloc| reloc.r_type == R_X86_64_RELATIVE)
         .filter_map(|reloc| reloc.r_addend.and_then(|a| u64::try_from(a).ok()))
         .filter(|addend| stubs.contains(addend))
+        .collect()
+}
+
+/// The file's code sections but the PLT's (`SHF_EXECINSTR`, not `.plt*`), as (address, size).
+pub(super) fn code_sections(elf: &Elf) -> Vec<(u64, u64)> {
+    elf.section_headers
+        .iter()
+        .filter(|section| section.sh_flags & u64::from(SHF_EXECINSTR) != 0)
+        .filter(|section| {
+            let name = elf.shdr_strtab.get_at(section.sh_name).unwrap_or("");
+            !name.starts_with(".plt")
+        })
+        .map(|section| (section.sh_addr, section.sh_size))
         .collect()
 }
 

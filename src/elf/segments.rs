@@ -30,6 +30,11 @@ impl ExecutableSegments {
         ExecutableSegments { segments }
     }
 
+    /// How many there are.
+    pub(super) fn len(&self) -> usize {
+        self.segments.len()
+    }
+
     /// The lowest virtual address of the segments: where the kernel's `mm->start_code` points
     /// once the file is loaded, which gives its load bias.
     pub(super) fn lowest_vaddr(&self) -> Option<u64> {

@@ -1,6 +1,6 @@
-//! The executable's PLT calls probed in the library function they land in rather than at their
-//! stub, which the kernel single-steps (see [`crate::elf::plt_calls`]), and why the others keep
-//! their stub.
+//! The PLT calls of the executable and of the traced libraries probed in the library function
+//! they land in rather than at their stub, which the kernel single-steps (see
+//! [`crate::elf::plt_calls`]), and why the others keep their stub.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -9,30 +9,45 @@ use super::ifuncs::{IfuncChoices, IfuncNotFollowed};
 use super::program::OpenedFile;
 use super::{ExitPolicy, PlanOptions};
 use crate::elf::binding::BindingScope;
+use crate::elf::plt_calls::StubUses;
 use crate::elf::plt_calls::{ImplementationLanding, Implementations, Landing, LibraryEntries};
 use crate::elf::returns::saves_its_return_address;
 use crate::elf::unwinder::UNWINDER_ENTRY_POINTS;
-use crate::elf::{FunctionSymbol, SitePolicy};
+use crate::elf::{ElfFile, FunctionSymbol, SitePolicy};
 use crate::table::{FunctionId, FunctionKind};
 
-/// The calls through one PLT stub of the executable, probed in the library function they land
-/// in: the BPF program keeps a hit when its return address follows a direct call of the stub in
-/// the executable, whose load bias it finds from the kernel's `mm->start_code` and
-/// [`ProbePlan::executable_code_vaddr`](super::ProbePlan::executable_code_vaddr).
+/// The calls through one PLT stub, probed in the library function they land in: the BPF program
+/// keeps a hit when its return address follows a direct call of the stub. In the executable,
+/// it finds the stub from the kernel's `mm->start_code` and
+/// [`ProbePlan::executable_code_vaddr`](super::ProbePlan::executable_code_vaddr); in a traced
+/// library, from where the kernel has mapped the library's file (its inode: see
+/// [`CallingLibrary`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LandedCall {
     /// The stub's function id.
     pub function: FunctionId,
-    /// The stub's virtual address in the executable.
+    /// Where the stub is: its virtual address in the executable, its file offset in a library.
     pub stub: u32,
-    /// The file offset of the probe site in the library.
+    /// The file offset of the probe site in the library called.
     pub offset: u64,
+    /// The traced library whose stub it is, by its slot in [`Landings::calling_libraries`];
+    /// `None` for the executable's.
+    pub caller: Option<u32>,
 }
 
-/// The executable's PLT stubs whose calls are probed where they land.
+/// A traced library whose PLT calls land.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallingLibrary {
+    /// Its path, as reports name it.
+    pub path: String,
+    /// Its file's inode number, by which the BPF program recognises its code in the process.
+    pub inode: u64,
+}
+
+/// The PLT stubs whose calls are probed where they land.
 #[derive(Debug, Default)]
 pub struct Landings {
-    /// Per library (as opened), its landed calls.
+    /// Per library called (as opened), its landed calls.
     libraries: Vec<(PathBuf, Vec<LandedCall>)>,
     /// The ids of the stubs probed this way, which get no probe of their own.
     functions: HashSet<FunctionId>,
@@ -40,6 +55,8 @@ pub struct Landings {
     kept: BTreeMap<StubKept, usize>,
     /// The stubs into ifuncs probed where they land, with the implementation's name.
     implementations: BTreeMap<FunctionId, String>,
+    /// The traced libraries whose stubs' calls land, by slot.
+    calling_libraries: Vec<CallingLibrary>,
 }
 
 impl Landings {
@@ -60,9 +77,14 @@ impl Landings {
         self.functions.is_empty()
     }
 
-    /// The landed calls, per library (as opened).
+    /// The landed calls, per library called (as opened).
     pub fn libraries(&self) -> &[(PathBuf, Vec<LandedCall>)] {
         &self.libraries
+    }
+
+    /// The traced libraries whose stubs' calls land, by slot ([`LandedCall::caller`]).
+    pub fn calling_libraries(&self) -> &[CallingLibrary] {
+        &self.calling_libraries
     }
 
     /// Whether the calls through stub `id` are probed where they land.
@@ -87,7 +109,10 @@ impl Landings {
     }
 }
 
-/// Why a PLT stub of the executable keeps its own probe.
+/// Libraries whose stubs' calls land, at most: the BPF program's slots (interface.h).
+const LIBRARY_SLOTS: usize = 64;
+
+/// Why a PLT stub keeps its own probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum StubKept {
     Follow,
@@ -97,6 +122,9 @@ pub enum StubKept {
     Preloaded,
     Unreadable,
     NotPositionIndependent,
+    OpenedWithDlopen,
+    SeveralCodeSegments,
+    TooManyLibraries,
     OwnIfunc,
     NotOnlyCalled,
     SavesReturnAddress,
@@ -122,8 +150,13 @@ impl StubKept {
             StubKept::ExitsAtCallers => "as --exit-probes=ret probes their exits at the callers",
             StubKept::ProbeAtEntry => "as --probe-at-entry asks",
             StubKept::Preloaded => "as libraries are preloaded, which utrace does not bind",
-            StubKept::Unreadable => "as the executable cannot be read",
+            StubKept::Unreadable => "as the file cannot be read",
             StubKept::NotPositionIndependent => "as the executable is not position-independent",
+            StubKept::OpenedWithDlopen => {
+                "as the library was opened with dlopen (it may be closed and come back elsewhere)"
+            }
+            StubKept::SeveralCodeSegments => "as the library has several code segments",
+            StubKept::TooManyLibraries => "as 64 other libraries' calls land already",
             StubKept::OwnIfunc => "into the program's own ifuncs",
             StubKept::NotOnlyCalled => "jumped to or taken as an address",
             StubKept::SavesReturnAddress => "saving their return address (setjmp)",
@@ -148,67 +181,191 @@ impl StubKept {
     }
 }
 
-/// The executable's PLT calls, and what they bind to.
-pub(super) struct PltCalls<'a> {
-    pub executable: &'a OpenedFile,
-    /// The executable's planned functions, whose ids start at 0.
+/// A traced file whose PLT stubs may be probed where their calls land.
+pub(super) struct Caller<'a> {
+    pub file: &'a OpenedFile,
+    /// Its planned functions, the first of which has id `first_id`.
     pub functions: &'a [FunctionSymbol],
+    pub first_id: FunctionId,
+    /// A library loaded with the program (see [`super::Program::loaded_with_program`]): the
+    /// BPF program learns where a library is once.
+    pub loaded_with_program: bool,
+}
+
+/// The PLT calls of the traced files, and what they bind to.
+pub(super) struct PltCalls<'a> {
+    /// The executable, then the traced libraries.
+    pub callers: Vec<Caller<'a>>,
     /// Every library, in load order.
     pub libraries: &'a [OpenedFile],
     pub scope: &'a BindingScope,
 }
 
-/// Which of the executable's PLT stubs are probed in the library function their calls land in,
-/// and the lowest virtual address of its code (0 when none may be). Under `--debug`, says how
-/// many got which kind of site and why the others keep their stub.
+/// Which PLT stubs of the traced files are probed in the library function their calls land in,
+/// and the lowest virtual address of the executable's code (0 when none of its stubs may be).
+/// Under `--debug`, says per file how many got which kind of site and why the others keep their
+/// stub.
 pub(super) fn plan(
     program: &PltCalls,
     options: &PlanOptions,
     exit_policy: ExitPolicy,
 ) -> (Landings, u64) {
-    let path = &program.executable.file.path;
-    let stubs: Vec<(FunctionId, &FunctionSymbol)> = (0..)
-        .zip(program.functions)
-        .filter(|(_, f)| f.kind == FunctionKind::Plt)
-        .collect();
-    if stubs.is_empty() {
-        return (Landings::default(), 0);
-    }
-    let everything_kept = |why| {
-        let landings = Landings {
-            kept: BTreeMap::from([(why, stubs.len())]),
-            ..Landings::default()
-        };
-        say(path, &landings, stubs.len());
-        (landings, 0)
-    };
-    if options.kernel_lacks_sessions {
-        return everything_kept(StubKept::NoSessions);
-    }
-    if options.follow {
-        return everything_kept(StubKept::Follow);
-    }
-    if exit_policy == ExitPolicy::Ret {
-        return everything_kept(StubKept::ExitsAtCallers);
-    }
-    if options.sites == SitePolicy::Entry {
-        return everything_kept(StubKept::ProbeAtEntry);
-    }
-    if options.preloaded_libraries {
-        return everything_kept(StubKept::Preloaded);
-    }
-    let Ok(executable) = &program.executable.elf else {
-        return everything_kept(StubKept::Unreadable);
-    };
-    let uses = executable.stub_uses();
-    if !uses.pie {
-        return everything_kept(StubKept::NotPositionIndependent);
-    }
     let mut landings = Landings::default();
+    let mut executable_code_vaddr = 0;
+    let all_kept = every_stub_kept(options, exit_policy);
+    for (position, caller) in program.callers.iter().enumerate() {
+        let stubs: Vec<(FunctionId, &FunctionSymbol)> = (caller.first_id..)
+            .zip(caller.functions)
+            .filter(|(_, f)| f.kind == FunctionKind::Plt)
+            .collect();
+        if stubs.is_empty() {
+            continue;
+        }
+        let landed_before = landings.len();
+        let kept = match all_kept.map_or_else(|| located_stubs(caller, position, &landings), Err) {
+            Err(why) => BTreeMap::from([(why, stubs.len())]),
+            Ok((elf, uses, location)) => {
+                if location == StubLocation::ExecutableAddress {
+                    executable_code_vaddr = uses.code_vaddr;
+                }
+                let planned = land(program, options, caller, elf, &uses, location, &stubs);
+                landings.merge(planned)
+            }
+        };
+        say(
+            &caller.file.file.path,
+            &kept,
+            landings.len() - landed_before,
+            stubs.len(),
+        );
+        for (why, count) in kept {
+            *landings.kept.entry(why).or_default() += count;
+        }
+    }
+    if let (IfuncChoices::Unknown(why), 1..) = (&options.ifuncs, landings.kept(StubKept::Ifunc)) {
+        log::debug!("PLT calls into ifuncs keep their stub: {why}");
+    }
+    (landings, executable_code_vaddr)
+}
+
+/// Why no stub's calls may land, whatever the file: the options or the kernel say so.
+fn every_stub_kept(options: &PlanOptions, exit_policy: ExitPolicy) -> Option<StubKept> {
+    if options.kernel_lacks_sessions {
+        Some(StubKept::NoSessions)
+    } else if options.follow {
+        Some(StubKept::Follow)
+    } else if exit_policy == ExitPolicy::Ret {
+        Some(StubKept::ExitsAtCallers)
+    } else if options.sites == SitePolicy::Entry {
+        Some(StubKept::ProbeAtEntry)
+    } else if options.preloaded_libraries {
+        Some(StubKept::Preloaded)
+    } else {
+        None
+    }
+}
+
+/// How the BPF program finds a file's stubs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StubLocation {
+    /// By their virtual address, from the executable's `mm->start_code`.
+    ExecutableAddress,
+    /// By their file offset, in the library of this slot.
+    LibraryOffset(u32),
+}
+
+/// The caller's file, how it uses its stubs and how the BPF program will find them; or why
+/// none of its stubs' calls may land. `position` is the caller's among the traced files (the
+/// executable's is 0).
+fn located_stubs<'a>(
+    caller: &Caller<'a>,
+    position: usize,
+    landings: &Landings,
+) -> Result<(&'a ElfFile, StubUses, StubLocation), StubKept> {
+    let elf = caller.file.elf.as_ref().map_err(|_| StubKept::Unreadable)?;
+    let uses = elf.stub_uses();
+    if position == 0 {
+        return match uses.pie {
+            true => Ok((elf, uses, StubLocation::ExecutableAddress)),
+            false => Err(StubKept::NotPositionIndependent),
+        };
+    }
+    if !caller.loaded_with_program {
+        return Err(StubKept::OpenedWithDlopen);
+    }
+    // The BPF program learns where one code mapping of the library starts.
+    if uses.code_segments != 1 {
+        return Err(StubKept::SeveralCodeSegments);
+    }
+    let slot = landings.calling_libraries.len();
+    if slot >= LIBRARY_SLOTS {
+        return Err(StubKept::TooManyLibraries);
+    }
+    Ok((elf, uses, StubLocation::LibraryOffset(slot as u32)))
+}
+
+impl Landings {
+    /// Adds the landed calls of one more file, and its library slot when it has one; returns
+    /// how many of its stubs keep their probe, by why.
+    fn merge(&mut self, planned: PlannedFile) -> BTreeMap<StubKept, usize> {
+        if let Some(library) = planned
+            .calling_library
+            .filter(|_| !planned.calls.is_empty())
+        {
+            self.calling_libraries.push(library);
+        }
+        for (library, call) in planned.calls {
+            self.add(&library, call);
+        }
+        self.implementations.extend(planned.implementations);
+        planned.kept
+    }
+}
+
+/// What [`land`] planned for one file's stubs.
+struct PlannedFile {
+    calls: Vec<(PathBuf, LandedCall)>,
+    kept: BTreeMap<StubKept, usize>,
+    implementations: BTreeMap<FunctionId, String>,
+    calling_library: Option<CallingLibrary>,
+}
+
+/// Where the calls through each of `stubs` of `caller` (its file read as `elf`) land, or why
+/// they do not.
+fn land(
+    program: &PltCalls,
+    options: &PlanOptions,
+    caller: &Caller,
+    elf: &ElfFile,
+    uses: &StubUses,
+    location: StubLocation,
+    stubs: &[(FunctionId, &FunctionSymbol)],
+) -> PlannedFile {
+    let mut planned = PlannedFile {
+        calls: Vec::new(),
+        kept: BTreeMap::new(),
+        implementations: BTreeMap::new(),
+        calling_library: None,
+    };
+    let slot = match location {
+        StubLocation::ExecutableAddress => None,
+        StubLocation::LibraryOffset(slot) => {
+            use std::os::unix::fs::MetadataExt;
+            let Ok(metadata) = std::fs::metadata(&caller.file.file.open_path) else {
+                planned.kept.insert(StubKept::Unreadable, stubs.len());
+                return planned;
+            };
+            planned.calling_library = Some(CallingLibrary {
+                path: caller.file.file.path.clone(),
+                inode: metadata.ino(),
+            });
+            Some(slot)
+        }
+    };
     let mut entries: BTreeMap<&str, Option<LibraryEntries>> = BTreeMap::new();
     let mut implementations: BTreeMap<&str, Implementations> = BTreeMap::new();
-    for &(function, symbol) in &stubs {
-        let why = (|| {
+    for &(function, symbol) in stubs {
+        let landed = (|| {
             let raw = symbol.plt_symbol.as_deref().ok_or(StubKept::OwnIfunc)?;
             if !uses.only_called(symbol.address) {
                 return Err(StubKept::NotOnlyCalled);
@@ -221,7 +378,13 @@ pub(super) fn plan(
             if UNWINDER_ENTRY_POINTS.contains(&raw) {
                 return Err(StubKept::Unwinder);
             }
-            let stub = u32::try_from(symbol.address).map_err(|_| StubKept::Beyond4GiB)?;
+            let stub = match location {
+                StubLocation::ExecutableAddress => Some(symbol.address),
+                StubLocation::LibraryOffset(_) => elf.code_offset(symbol.address),
+            };
+            let stub = stub
+                .and_then(|stub| u32::try_from(stub).ok())
+                .ok_or(StubKept::Beyond4GiB)?;
             let path = program
                 .scope
                 .library_of(raw)
@@ -235,25 +398,23 @@ pub(super) fn plan(
                 let elf = library.elf.as_ref().ok()?;
                 Some(elf.library_entries())
             });
-            let version = executable.requested_version(raw);
+            let version = elf.requested_version(raw);
+            let call = |offset| LandedCall {
+                function,
+                stub,
+                offset,
+                caller: slot,
+            };
             match read
                 .as_ref()
                 .map(|read| read.landing_of_version(raw, version))
             {
-                Some(Landing::At(offset)) => {
-                    let call = LandedCall {
-                        function,
-                        stub,
-                        offset,
-                    };
-                    landings.add(&library.file.open_path, call);
-                    Ok(())
-                }
+                Some(Landing::At(offset)) => Ok((library, call(offset), None)),
                 Some(Landing::Ifunc) => {
-                    let elf = library.elf.as_ref().map_err(|_| StubKept::Unresolved)?;
+                    let library_elf = library.elf.as_ref().map_err(|_| StubKept::Unresolved)?;
                     let known_as = Path::new(&library.file.path);
                     let address = (options.ifuncs)
-                        .implementation(known_as, elf.build_id(), raw)
+                        .implementation(known_as, library_elf.build_id(), raw)
                         .map_err(|why| match why {
                             IfuncNotFollowed::Unknown => StubKept::Ifunc,
                             IfuncNotFollowed::OtherBuild => StubKept::IfuncOfOtherBuild,
@@ -261,18 +422,11 @@ pub(super) fn plan(
                         })?;
                     let functions = implementations
                         .entry(path)
-                        .or_insert_with(|| elf.implementations(&options.debug, known_as));
-                    match elf.implementation_landing(functions, address, raw) {
+                        .or_insert_with(|| library_elf.implementations(&options.debug, known_as));
+                    match library_elf.implementation_landing(functions, address, raw) {
                         ImplementationLanding::At { offset, name } => {
                             say_ifunc_landing(&symbol.name, raw, &name, offset, known_as);
-                            let call = LandedCall {
-                                function,
-                                stub,
-                                offset,
-                            };
-                            landings.add(&library.file.open_path, call);
-                            landings.implementations.insert(function, name);
-                            Ok(())
+                            Ok((library, call(offset), Some(name)))
                         }
                         ImplementationLanding::SingleStepped { .. } => Err(StubKept::SingleStepped),
                         ImplementationLanding::UnknownSize => Err(StubKept::IfuncWithoutSymbols),
@@ -283,15 +437,17 @@ pub(super) fn plan(
                 Some(Landing::Undefined) | None => Err(StubKept::Unresolved),
             }
         })();
-        if let Err(why) = why {
-            *landings.kept.entry(why).or_default() += 1;
+        match landed {
+            Ok((library, call, implementation)) => {
+                planned.calls.push((library.file.open_path.clone(), call));
+                if let Some(name) = implementation {
+                    planned.implementations.insert(function, name);
+                }
+            }
+            Err(why) => *planned.kept.entry(why).or_default() += 1,
         }
     }
-    say(path, &landings, stubs.len());
-    if let (IfuncChoices::Unknown(why), 1..) = (&options.ifuncs, landings.kept(StubKept::Ifunc)) {
-        log::debug!("PLT calls into ifuncs keep their stub: {why}");
-    }
-    (landings, uses.code_vaddr)
+    planned
 }
 
 /// Says where the calls through the stub `stub` into the ifunc `ifunc` are probed: in its
@@ -304,18 +460,17 @@ fn say_ifunc_landing(stub: &str, ifunc: &str, implementation: &str, offset: u64,
     );
 }
 
-/// Says how many of the executable's `stubs` are probed where their calls land, and why the
-/// others keep their stub (`--debug`).
-fn say(executable: &str, landings: &Landings, stubs: usize) {
+/// Says how many of the `stubs` of `file` are probed where their calls land (`landed`), and
+/// why the others keep their stub (`--debug`).
+fn say(file: &str, kept: &BTreeMap<StubKept, usize>, landed: usize, stubs: usize) {
     if !log::log_enabled!(log::Level::Debug) {
         return;
     }
     log::debug!(
-        "PLT calls of {executable}: {} probed in the library function they call (an emulated \
+        "PLT calls of {file}: {landed} probed in the library function they call (an emulated \
          site), {} at their stub (single-stepped){}",
-        landings.len(),
-        stubs - landings.len(),
-        counted_reasons(&landings.kept, |why| why.why()),
+        stubs - landed,
+        counted_reasons(kept, |why| why.why()),
     );
 }
 

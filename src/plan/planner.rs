@@ -8,7 +8,7 @@ use super::{events, go, landings, module, stubs, watches};
 use super::{ExitPolicy, Pairing, PlanError, PlanOptions, ProbePlan, Program, TracedFile};
 use crate::elf::binding::BindingScope;
 use crate::elf::{ElfFile, ExitProbe};
-use crate::table::{Execution, FunctionTable};
+use crate::table::{Execution, FunctionId, FunctionTable};
 
 /// Plans what is traced: the program at first, then what its processes load.
 #[derive(Debug)]
@@ -89,8 +89,7 @@ impl Planner {
         }
         let (landings, executable_code_vaddr) = landings::plan(
             &landings::PltCalls {
-                executable: files.executable(),
-                functions: &modules[0].functions,
+                callers: landing_callers(&files, &modules),
                 libraries: files.libraries(),
                 scope: &files.scope,
             },
@@ -259,6 +258,27 @@ fn file_identity(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let metadata = std::fs::metadata(path).ok()?;
     Some((metadata.dev(), metadata.ino()))
+}
+
+/// The traced files of the program, with their planned functions numbered as the plan will.
+fn landing_callers<'a>(
+    files: &'a ProgramFiles,
+    modules: &'a [module::PlannedModule],
+) -> Vec<landings::Caller<'a>> {
+    let mut first_id = 0;
+    (files.traced.iter().zip(modules))
+        .map(|(&index, module)| {
+            let caller = landings::Caller {
+                file: &files.opened[index],
+                functions: &module.functions,
+                first_id,
+                // Libraries follow the executable in `opened`.
+                loaded_with_program: index <= files.loaded_with_program,
+            };
+            first_id += module.functions.len() as FunctionId;
+            caller
+        })
+        .collect()
 }
 
 /// Warns of each `-A`/`-R` whose functions match none planned.

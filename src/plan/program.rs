@@ -24,6 +24,9 @@ pub struct TracedFile {
 pub struct Program {
     pub executable: TracedFile,
     pub libraries: Vec<TracedFile>,
+    /// How many of the first `libraries` were loaded with the program (DT_NEEDED reaches
+    /// them): they stay where they are until it exits, unlike those opened with dlopen.
+    pub loaded_with_program: usize,
 }
 
 impl Program {
@@ -34,7 +37,7 @@ impl Program {
         for name in &order.missing {
             log::warn!("{name} (needed by the program) was not found; the loader will fail too");
         }
-        let libraries = order
+        let libraries: Vec<TracedFile> = order
             .libraries
             .iter()
             .map(|library| TracedFile {
@@ -47,6 +50,7 @@ impl Program {
                 path: path.to_string_lossy().into_owned(),
                 open_path: path.to_path_buf(),
             },
+            loaded_with_program: libraries.len(),
             libraries,
         }
     }
@@ -82,6 +86,9 @@ pub(super) struct ProgramFiles {
     pub traced: Vec<usize>,
     /// What the PLT calls bind to.
     pub scope: BindingScope,
+    /// How many of the libraries (after the executable in `opened`) were loaded with the
+    /// program and stay where they are until it exits (see [`Program::loaded_with_program`]).
+    pub loaded_with_program: usize,
 }
 
 impl ProgramFiles {
@@ -97,6 +104,7 @@ impl ProgramFiles {
             plt_libraries,
             ..
         } = options;
+        let loaded_with_program = program.loaded_with_program;
         let mut opened: Vec<OpenedFile> = std::iter::once(program.executable)
             .chain(program.libraries)
             .map(OpenedFile::open)
@@ -115,6 +123,7 @@ impl ProgramFiles {
             opened,
             traced,
             scope,
+            loaded_with_program,
         }
     }
 

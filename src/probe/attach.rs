@@ -13,7 +13,7 @@ use super::interface::{landing_cookie, COOKIE_AFTER_RETURN, COOKIE_ALSO_EXIT};
 use super::interface::{skel::types, COOKIE_NO_RETURN_VALUE};
 use super::{AttachMode, AttachedProbes, LoadedProbes};
 use crate::elf::ExitProbe;
-use crate::plan::Landings;
+use crate::plan::{LandedCall, Landings};
 use crate::table::{FunctionKind, FunctionTable};
 use crate::value;
 
@@ -154,6 +154,7 @@ impl LoadedProbes<'_> {
                 needs: "uprobe sessions on uprobe_multi",
             });
         }
+        self.set_calling_libraries(landings)?;
         for (library, calls) in landings.libraries() {
             let name = library.display().to_string();
             let target = Target {
@@ -161,30 +162,74 @@ impl LoadedProbes<'_> {
                 name: &name,
                 pid,
             };
-            // One link per set of distinct offsets: two stubs can land in one function
-            // (aliases such as `strdup` and `__strdup`).
-            let mut rest: Vec<(usize, u64)> = calls
-                .iter()
-                .map(|call| {
-                    (
-                        call.offset as usize,
-                        landing_cookie(call.function, u64::from(call.stub)),
-                    )
-                })
-                .collect();
-            while !rest.is_empty() {
-                let mut seen = HashSet::new();
-                let (batch, later): (Vec<_>, Vec<_>) = rest
-                    .into_iter()
-                    .partition(|(offset, _)| seen.insert(*offset));
-                rest = later;
-                let program = &self.skel.progs.plt_call;
-                let links = self.attach_sites(program, target, batch, Hook::Session, "PLT call")?;
-                attached.return_links.extend(links);
+            let progs = &self.skel.progs;
+            let (from_libraries, from_executable): (Vec<&LandedCall>, Vec<&LandedCall>) =
+                calls.iter().partition(|call| call.caller.is_some());
+            for (program, calls) in [
+                (&progs.plt_call, from_executable),
+                (&progs.library_plt_call, from_libraries),
+            ] {
+                // One link per set of distinct offsets: two stubs can land in one function
+                // (aliases such as `strdup` and `__strdup`, or the same call in two files).
+                let mut rest: Vec<(usize, u64)> = calls
+                    .iter()
+                    .map(|call| {
+                        (
+                            call.offset as usize,
+                            landing_cookie(call.function, u64::from(call.stub)),
+                        )
+                    })
+                    .collect();
+                while !rest.is_empty() {
+                    let mut seen = HashSet::new();
+                    let (batch, later): (Vec<_>, Vec<_>) = rest
+                        .into_iter()
+                        .partition(|(offset, _)| seen.insert(*offset));
+                    rest = later;
+                    let links =
+                        self.attach_sites(program, target, batch, Hook::Session, "PLT call")?;
+                    attached.return_links.extend(links);
+                }
             }
         }
         attached.attach_time = started.elapsed();
         Ok(attached)
+    }
+
+    /// Tells the BPF program the traced libraries whose stubs' calls land: each one's inode in
+    /// its slot, and each stub's slot.
+    fn set_calling_libraries(&self, landings: &Landings) -> Result<(), ProbeError> {
+        let maps = &self.skel.maps;
+        for (slot, library) in (0u32..).zip(landings.calling_libraries()) {
+            let code = types::library_code {
+                inode: library.inode,
+                base: 0,
+            };
+            // SAFETY: `library_code` is plain old data generated from interface.h.
+            let bytes = unsafe { plain_bytes(&code) };
+            (maps
+                .library_code
+                .update(&slot.to_ne_bytes(), bytes, MapFlags::ANY))
+            .map_err(|error| ProbeError::CallingLibrary {
+                path: library.path.clone(),
+                error,
+            })?;
+        }
+        let calls = landings.libraries().iter().flat_map(|(_, calls)| calls);
+        for call in calls {
+            let Some(slot) = call.caller else { continue };
+            let library = &landings.calling_libraries()[slot as usize];
+            (maps.library_stubs.update(
+                &call.function.to_ne_bytes(),
+                &slot.to_ne_bytes(),
+                MapFlags::ANY,
+            ))
+            .map_err(|error| ProbeError::CallingLibrary {
+                path: library.path.clone(),
+                error,
+            })?;
+        }
+        Ok(())
     }
 
     /// Puts the dlopen watch on `offsets` of `library` (the dlopen the process binds to).

@@ -25,6 +25,11 @@ pub enum ProbeError {
         function: String,
         error: libbpf_rs::Error,
     },
+    #[error("cannot tell the probes where the PLT stubs of {path} are: {error}")]
+    CallingLibrary {
+        path: String,
+        error: libbpf_rs::Error,
+    },
     #[error("-k '{asked}': {why}")]
     KernelFunctions { asked: String, why: String },
     #[error("cannot trace system call {number}: {error}")]

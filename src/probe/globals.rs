@@ -74,6 +74,13 @@ impl<'obj> LoadedProbes<'obj> {
         unsafe { std::ptr::write_volatile(&raw mut self.bss_mut().recording, on) };
     }
 
+    /// Calls through the PLT stubs of traced libraries that were not counted: see
+    /// `unverified_library_calls` in utrace.bpf.c.
+    pub fn unverified_library_calls(&self) -> u64 {
+        // SAFETY: as in `lost_events`.
+        unsafe { std::ptr::read_volatile(&raw const self.bss().unverified_library_calls) }
+    }
+
     /// Events dropped so far because the ring buffer was full.
     pub fn lost_events(&self) -> u64 {
         // SAFETY: the field is a plain u64 in memory mapped from the BPF map; BPF programs update

@@ -116,6 +116,7 @@ impl<'obj> LoadedProbes<'obj> {
         // Programs whose kfuncs or link type the kernel lacks stay out (the loader would refuse
         // them); what they serve is not asked for on such a kernel.
         open.progs.plt_call.set_autoload(strategy.sessions);
+        open.progs.library_plt_call.set_autoload(strategy.sessions);
         open.progs.function_call.set_autoload(strategy.sessions);
         // Only where sessions are missing do functions get a separate return probe; its
         // verification costs tens of milliseconds at start-up (the shadow stack's code).

@@ -397,6 +397,14 @@ impl Session {
         if let Some(traced) = &traced {
             log::debug!("traced {} processes", traced.count());
         }
+        let unverified = loaded.unverified_library_calls();
+        if unverified > 0 {
+            log::warn!(
+                "{unverified} calls through the PLT stubs of traced libraries were not counted: \
+                 the kernel could not say where the library was while its memory map changed \
+                 (--probe-at-entry probes the stubs themselves)"
+            );
+        }
         Ok(SessionEnd {
             stop,
             events,

@@ -215,8 +215,8 @@ fn process_files(process: &RunningProcess) -> Result<Program> {
         .filter(|file| file.path != main.path)
         .map(|file| (file.path.clone(), file.open_path.clone()))
         .collect();
-    let in_order = mapped_load_order(&main.open_path, &libraries)
-        .into_iter()
+    let order = mapped_load_order(&main.open_path, &libraries);
+    let in_order = (order.indices.into_iter())
         .map(|index| TracedFile {
             path: libraries[index].0.clone(),
             open_path: libraries[index].1.clone(),
@@ -225,5 +225,6 @@ fn process_files(process: &RunningProcess) -> Result<Program> {
     Ok(Program {
         executable: main,
         libraries: in_order,
+        loaded_with_program: order.needed,
     })
 }

@@ -1,0 +1,130 @@
+//! End to end: the PLT calls of a traced library (`--nest-lib`) into libc probed where they
+//! land, in libc's functions (and ifunc implementations), instead of on the library's stubs,
+//! which the kernel single-steps; counted exactly though the executable calls the same libc
+//! functions through its own PLT and libc calls them itself (`test/libstrings.c`,
+//! `test/usestrings.c`). Needs libc's debug file for the ifuncs (libc6-dbg, which
+//! tools/setup.sh installs).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use common::*;
+
+/// `usestrings`, linked with `libstrings.so` (found through an `$ORIGIN` runpath). The library
+/// keeps its tail calls (the tests' flags turn them off).
+fn usestrings() -> PathBuf {
+    compile(
+        "libstrings.c",
+        "libstrings.so",
+        &[
+            "-shared",
+            "-fPIC",
+            "-fno-builtin",
+            "-foptimize-sibling-calls",
+        ],
+    );
+    let dir = build_dir().to_str().unwrap().to_string();
+    compile(
+        "usestrings.c",
+        "usestrings",
+        &[
+            "-fno-builtin",
+            "-L",
+            &dir,
+            "-lstrings",
+            "-Wl,-rpath,$ORIGIN",
+        ],
+    )
+}
+
+/// The calls per `file:function` of a recording, the file by its name.
+fn counts_by_file(recording: &Recording) -> BTreeMap<String, u64> {
+    let json = recording.json();
+    let functions = json["functions"].as_array().expect("functions array");
+    let mut counts = BTreeMap::new();
+    for function in functions {
+        let module = function["module"].as_str().unwrap();
+        let file = module.rsplit('/').next().unwrap();
+        let name = function["name"].as_str().unwrap();
+        *counts.entry(format!("{file}:{name}")).or_insert(0) += function["calls"].as_u64().unwrap();
+    }
+    counts
+}
+
+/// What `record -d` says of the PLT calls of the file whose path ends with `file`.
+fn plt_calls_line<'a>(stderr: &'a str, file: &str) -> &'a str {
+    let prefix = "utrace: PLT calls of ";
+    (stderr.lines())
+        .find(|line| {
+            line.strip_prefix(prefix)
+                .is_some_and(|rest| rest.split(':').next().unwrap().ends_with(file))
+        })
+        .unwrap_or_else(|| panic!("no line on {file}'s PLT calls: {stderr}"))
+}
+
+#[test]
+fn a_traced_librarys_plt_calls_land_and_are_counted_exactly() {
+    if !bpf_available("a_traced_librarys_plt_calls_land_and_are_counted_exactly") {
+        return;
+    }
+    let program = usestrings();
+    let recording = record_unchanged(&program, &["300"], &["-d", "--nest-lib", "libstrings*"]);
+    let own = own_counts(&recording.output.stdout);
+    assert_eq!(own["libstrings.so:strlen@plt"], 450, "{own:?}");
+    assert_eq!(own["libstrings.so:memset@plt"], 450, "{own:?}");
+    assert_eq!(own["usestrings:strlen@plt"], 600, "{own:?}");
+    let traced = counts_by_file(&recording);
+    assert_counts_match(&own, &traced);
+    // The report's printf calls (one a tail jump: its stub keeps its probe), and the call the
+    // library's destructor makes at exit (landed).
+    assert_eq!(
+        traced.get("libstrings.so:printf@plt"),
+        Some(&5),
+        "{traced:?}"
+    );
+    assert_eq!(
+        traced.get("libstrings.so:__cxa_finalize@plt"),
+        Some(&1),
+        "{traced:?}"
+    );
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    // Five of the library's stubs land (strlen and memcmp in their implementation, the mutex
+    // calls and __cxa_finalize in libc's functions); memset's and printf's, reached by tail
+    // jumps too, keep their probe.
+    let line = plt_calls_line(&stderr, "libstrings.so");
+    assert!(
+        line.contains(": 5 probed in the library function they call"),
+        "{line}"
+    );
+    assert!(
+        line.contains("2 jumped to or taken as an address"),
+        "{line}"
+    );
+    // Both files' calls into the ifuncs land in the same implementations.
+    for ifunc in ["strlen", "memcmp"] {
+        let landing = format!("utrace: {ifunc}@plt: probed in __{ifunc}_");
+        let landings = stderr.lines().filter(|l| l.starts_with(&landing)).count();
+        assert_eq!(landings, 2, "{ifunc} (is libc6-dbg installed?): {stderr}");
+    }
+    assert!(!stderr.contains("were not counted"), "{stderr}");
+}
+
+#[test]
+fn a_traced_librarys_plt_calls_keep_their_stubs_under_probe_at_entry() {
+    if !bpf_available("a_traced_librarys_plt_calls_keep_their_stubs_under_probe_at_entry") {
+        return;
+    }
+    let program = usestrings();
+    let flags = ["-d", "--probe-at-entry", "--nest-lib", "libstrings*"];
+    let recording = record_unchanged(&program, &["30"], &flags);
+    let own = own_counts(&recording.output.stdout);
+    assert_counts_match(&own, &counts_by_file(&recording));
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    let line = plt_calls_line(&stderr, "libstrings.so");
+    assert!(
+        line.contains(": 0 probed in the library function they call"),
+        "{line}"
+    );
+}
