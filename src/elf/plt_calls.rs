@@ -4,13 +4,13 @@
 //! VM). The library function the slot leads to often starts with an instruction the kernel
 //! emulates (a `push`: under a µs). Probing there sees the same calls and more: every other
 //! caller of that function too. The BPF side keeps a hit only when the return address follows a
-//! direct `call` of the stub in the executable, which is exactly a call through the stub when
-//! nothing else reaches the stub:
+//! direct `call` of the stub in its file (the executable, or a traced library), which is exactly
+//! a call through the stub when nothing else reaches the stub:
 //!
 //! - the executable is position-independent: a non-PIE one uses PLT addresses as function
-//!   pointers, which any code may call;
-//! - no jump, address computation, immediate or data relocation in the executable names the stub,
-//!   only direct calls ([`StubUses`]);
+//!   pointers, which any code may call (a library always is);
+//! - no jump, address computation, immediate or data relocation in the file names the stub, only
+//!   direct calls ([`StubUses`]);
 //! - the slot's symbol is a plain function of the library it binds to, defined once (a name
 //!   defined in several versions binds by the version asked for) with an instruction the kernel
 //!   emulates near its start, where the probe goes ([`site::emulated_site`], [`LibraryEntries`]);
@@ -27,7 +27,7 @@ use goblin::elf::reloc::R_X86_64_RELATIVE;
 use goblin::elf::section_header::SHF_EXECINSTR;
 use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
 use goblin::elf::Elf;
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 
 use super::plt::PltStub;
 use super::{site, symbols, DebugLookup, ElfFile};
@@ -42,14 +42,24 @@ pub struct StubUses {
     pub code_vaddr: u64,
     /// How many executable `PT_LOAD` segments the file has.
     pub code_segments: usize,
-    /// Stubs some instruction or relocation names other than as a direct call's target.
-    pub not_only_called: BTreeSet<u64>,
+    /// Stubs some instruction or relocation names other than as the target of a direct call or
+    /// of an unconditional jump without prefixes.
+    pub named_otherwise: BTreeSet<u64>,
+    /// Per stub, the virtual addresses of the unconditional jumps to it (tail calls), each a
+    /// plain `jmp rel8`/`jmp rel32`, which the kernel emulates.
+    pub tail_jumps: BTreeMap<u64, Vec<u64>>,
 }
 
 impl StubUses {
-    /// Whether every use of the stub at `address` is a direct call.
-    pub fn only_called(&self, address: u64) -> bool {
-        self.pie && !self.not_only_called.contains(&address)
+    /// Whether every use of the stub at `address` is a direct call or one of its
+    /// [`tail_jumps_to`](Self::tail_jumps_to).
+    pub fn only_called_or_jumped(&self, address: u64) -> bool {
+        self.pie && !self.named_otherwise.contains(&address)
+    }
+
+    /// The addresses of the unconditional jumps to the stub at `address`.
+    pub fn tail_jumps_to(&self, address: u64) -> &[u64] {
+        self.tail_jumps.get(&address).map_or(&[], Vec::as_slice)
     }
 }
 
@@ -58,7 +68,8 @@ impl ElfFile {
     /// functions and their `.cold` fragments where it has no section headers).
     pub fn stub_uses(&self) -> StubUses {
         let stubs: BTreeSet<u64> = self.stubs.iter().map(|stub| stub.address).collect();
-        let mut not_only_called = self.stubs_in_data.clone();
+        let mut named_otherwise = self.stubs_in_data.clone();
+        let mut tail_jumps: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
         let code: Vec<(u64, u64)> = match self.code_sections.is_empty() {
             false => self.code_sections.clone(),
             true => symbols::defined_functions(&self.symbols)
@@ -76,8 +87,14 @@ impl ElfFile {
             let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
             while decoder.can_decode() {
                 decoder.decode_out(&mut instruction);
-                if let Some(stub) = named_stub(&instruction, &stubs) {
-                    not_only_called.insert(stub);
+                match stub_use(&instruction, &stubs) {
+                    Some(StubUse::TailJump(stub)) => {
+                        tail_jumps.entry(stub).or_default().push(instruction.ip());
+                    }
+                    Some(StubUse::Other(stub)) => {
+                        named_otherwise.insert(stub);
+                    }
+                    None => {}
                 }
             }
         }
@@ -85,7 +102,8 @@ impl ElfFile {
             pie: self.position_independent,
             code_vaddr: self.segments.lowest_vaddr().unwrap_or(0),
             code_segments: self.segments.len(),
-            not_only_called,
+            named_otherwise,
+            tail_jumps,
         }
     }
 
@@ -265,8 +283,17 @@ pub(super) fn code_sections(elf: &Elf) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// The stub `instruction` names other than as the target of a direct call.
-fn named_stub(instruction: &Instruction, stubs: &BTreeSet<u64>) -> Option<u64> {
+/// A use of a PLT stub other than a direct call's.
+enum StubUse {
+    /// A plain unconditional jump to the stub (`jmp rel8`/`jmp rel32`, no prefix).
+    TailJump(u64),
+    /// Anything else that names it: a conditional or prefixed jump, an address computation, an
+    /// immediate.
+    Other(u64),
+}
+
+/// How `instruction` uses a stub other than as the target of a direct call, if it does.
+fn stub_use(instruction: &Instruction, stubs: &BTreeSet<u64>) -> Option<StubUse> {
     let is_branch = (0..instruction.op_count()).any(|operand| {
         matches!(
             instruction.op_kind(operand),
@@ -274,17 +301,24 @@ fn named_stub(instruction: &Instruction, stubs: &BTreeSet<u64>) -> Option<u64> {
         )
     });
     if is_branch && stubs.contains(&instruction.near_branch_target()) {
-        return (instruction.flow_control() != FlowControl::Call)
-            .then(|| instruction.near_branch_target());
+        let stub = instruction.near_branch_target();
+        return match instruction.code() {
+            _ if instruction.flow_control() == FlowControl::Call => None,
+            // The lengths exclude any prefix, which the kernel would not emulate.
+            Code::Jmp_rel8_64 if instruction.len() == 2 => Some(StubUse::TailJump(stub)),
+            Code::Jmp_rel32_64 if instruction.len() == 5 => Some(StubUse::TailJump(stub)),
+            _ => Some(StubUse::Other(stub)),
+        };
     }
     if instruction.is_ip_rel_memory_operand()
         && stubs.contains(&instruction.ip_rel_memory_address())
     {
-        return Some(instruction.ip_rel_memory_address());
+        return Some(StubUse::Other(instruction.ip_rel_memory_address()));
     }
     (0..instruction.op_count())
         .filter_map(|operand| instruction.try_immediate(operand).ok())
         .find(|value| stubs.contains(value))
+        .map(StubUse::Other)
 }
 
 /// Where a PLT call's library function is probed, or why it is not.
@@ -356,7 +390,7 @@ mod tests {
     }
 
     #[test]
-    fn stubs_also_jumped_to_are_not_only_called() {
+    fn stubs_reached_by_tail_jumps_know_their_jumps() {
         let dir = TempDir::new().unwrap();
         let flags = [
             "-O2",
@@ -368,8 +402,15 @@ mod tests {
         let program = compile(&dir, "cc", PLTUSES_C, "pltuses", &flags);
         let uses = ElfFile::open(&program).unwrap().stub_uses();
         assert!(uses.pie);
-        assert!(uses.only_called(stub(&program, "getenv@plt")));
-        assert!(!uses.only_called(stub(&program, "labs@plt")));
+        let (getenv, labs) = (stub(&program, "getenv@plt"), stub(&program, "labs@plt"));
+        assert!(uses.only_called_or_jumped(getenv));
+        assert!(uses.tail_jumps_to(getenv).is_empty());
+        assert!(uses.only_called_or_jumped(labs));
+        let tail_labs = read_function_symbols(&program).unwrap();
+        let tail_labs = tail_labs.iter().find(|f| f.name == "tail_labs").unwrap();
+        let jumps = uses.tail_jumps_to(labs);
+        assert_eq!(jumps.len(), 1, "{jumps:x?}");
+        assert!((tail_labs.address..tail_labs.address + tail_labs.size).contains(&jumps[0]));
         let first_code = readelf_executable_loads(&program)
             .iter()
             .map(|&(_, vaddr, _)| vaddr)
@@ -380,7 +421,7 @@ mod tests {
         let fixed = compile(&dir, "cc", PLTUSES_C, "pltuses-fixed", &["-O2", "-no-pie"]);
         let uses = ElfFile::open(&fixed).unwrap().stub_uses();
         assert!(!uses.pie);
-        assert!(!uses.only_called(stub(&fixed, "getenv@plt")));
+        assert!(!uses.only_called_or_jumped(stub(&fixed, "getenv@plt")));
     }
 
     #[test]

@@ -35,6 +35,18 @@ pub struct LandedCall {
     pub caller: Option<u32>,
 }
 
+/// A tail call through a PLT stub whose direct calls land: the probe goes on the jump
+/// (`jmp memcpy@plt`), an instruction the kernel emulates, where the stack already holds the
+/// return address the called function will take, so the jump is the call's entry and the
+/// return probe it asks for sees its return, as the stub's probe would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TailJump {
+    /// The stub's function id.
+    pub function: FunctionId,
+    /// The file offset of the jump in the stub's file.
+    pub offset: u64,
+}
+
 /// A traced library whose PLT calls land.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallingLibrary {
@@ -57,6 +69,8 @@ pub struct Landings {
     implementations: BTreeMap<FunctionId, String>,
     /// The traced libraries whose stubs' calls land, by slot.
     calling_libraries: Vec<CallingLibrary>,
+    /// Per traced file (as opened), the tail jumps to its stubs whose calls land.
+    tail_jumps: Vec<(PathBuf, Vec<TailJump>)>,
 }
 
 impl Landings {
@@ -85,6 +99,11 @@ impl Landings {
     /// The traced libraries whose stubs' calls land, by slot ([`LandedCall::caller`]).
     pub fn calling_libraries(&self) -> &[CallingLibrary] {
         &self.calling_libraries
+    }
+
+    /// The tail jumps to stubs whose calls land, per file (as opened).
+    pub fn tail_jumps(&self) -> &[(PathBuf, Vec<TailJump>)] {
+        &self.tail_jumps
     }
 
     /// Whether the calls through stub `id` are probed where they land.
@@ -127,6 +146,7 @@ pub enum StubKept {
     TooManyLibraries,
     OwnIfunc,
     NotOnlyCalled,
+    TailJumpOnProbe,
     SavesReturnAddress,
     Unwinder,
     Beyond4GiB,
@@ -158,7 +178,8 @@ impl StubKept {
             StubKept::SeveralCodeSegments => "as the library has several code segments",
             StubKept::TooManyLibraries => "as 64 other libraries' calls land already",
             StubKept::OwnIfunc => "into the program's own ifuncs",
-            StubKept::NotOnlyCalled => "jumped to or taken as an address",
+            StubKept::NotOnlyCalled => "reached by a conditional jump or taken as an address",
+            StubKept::TailJumpOnProbe => "reached by a tail jump where another probe sits",
             StubKept::SavesReturnAddress => "saving their return address (setjmp)",
             StubKept::Unwinder => "into the unwinder",
             StubKept::Beyond4GiB => "beyond 4 GiB",
@@ -190,6 +211,9 @@ pub(super) struct Caller<'a> {
     /// A library loaded with the program (see [`super::Program::loaded_with_program`]): the
     /// BPF program learns where a library is once.
     pub loaded_with_program: bool,
+    /// The file offsets of the file's planned probes (entries, exit sites): a tail jump there
+    /// cannot take another, whose order with the first the kernel does not promise.
+    pub probe_sites: HashSet<u64>,
 }
 
 /// The PLT calls of the traced files, and what they bind to.
@@ -222,6 +246,7 @@ pub(super) fn plan(
             continue;
         }
         let landed_before = landings.len();
+        let mut tail_jumps = 0;
         let kept = match all_kept.map_or_else(|| located_stubs(caller, position, &landings), Err) {
             Err(why) => BTreeMap::from([(why, stubs.len())]),
             Ok((elf, uses, location)) => {
@@ -229,13 +254,16 @@ pub(super) fn plan(
                     executable_code_vaddr = uses.code_vaddr;
                 }
                 let planned = land(program, options, caller, elf, &uses, location, &stubs);
+                tail_jumps = planned.tail_jumps.len();
                 landings.merge(planned)
             }
         };
+        let landed = landings.len() - landed_before;
         say(
             &caller.file.file.path,
             &kept,
-            landings.len() - landed_before,
+            landed,
+            tail_jumps,
             stubs.len(),
         );
         for (why, count) in kept {
@@ -317,6 +345,10 @@ impl Landings {
         for (library, call) in planned.calls {
             self.add(&library, call);
         }
+        if !planned.tail_jumps.is_empty() {
+            let file = planned.file.clone();
+            self.tail_jumps.push((file, planned.tail_jumps));
+        }
         self.implementations.extend(planned.implementations);
         planned.kept
     }
@@ -324,7 +356,10 @@ impl Landings {
 
 /// What [`land`] planned for one file's stubs.
 struct PlannedFile {
+    /// The file whose stubs these are (as opened).
+    file: PathBuf,
     calls: Vec<(PathBuf, LandedCall)>,
+    tail_jumps: Vec<TailJump>,
     kept: BTreeMap<StubKept, usize>,
     implementations: BTreeMap<FunctionId, String>,
     calling_library: Option<CallingLibrary>,
@@ -342,7 +377,9 @@ fn land(
     stubs: &[(FunctionId, &FunctionSymbol)],
 ) -> PlannedFile {
     let mut planned = PlannedFile {
+        file: caller.file.file.open_path.clone(),
         calls: Vec::new(),
+        tail_jumps: Vec::new(),
         kept: BTreeMap::new(),
         implementations: BTreeMap::new(),
         calling_library: None,
@@ -367,9 +404,10 @@ fn land(
     for &(function, symbol) in stubs {
         let landed = (|| {
             let raw = symbol.plt_symbol.as_deref().ok_or(StubKept::OwnIfunc)?;
-            if !uses.only_called(symbol.address) {
+            if !uses.only_called_or_jumped(symbol.address) {
                 return Err(StubKept::NotOnlyCalled);
             }
+            let tail_jumps = tail_jumps_to(caller, elf, uses, symbol.address, function)?;
             // Its landing would get a return probe, which setjmp would save as its return address.
             if saves_its_return_address(raw) {
                 return Err(StubKept::SavesReturnAddress);
@@ -409,7 +447,7 @@ fn land(
                 .as_ref()
                 .map(|read| read.landing_of_version(raw, version))
             {
-                Some(Landing::At(offset)) => Ok((library, call(offset), None)),
+                Some(Landing::At(offset)) => Ok((library, call(offset), None, tail_jumps)),
                 Some(Landing::Ifunc) => {
                     let library_elf = library.elf.as_ref().map_err(|_| StubKept::Unresolved)?;
                     let known_as = Path::new(&library.file.path);
@@ -426,7 +464,7 @@ fn land(
                     match library_elf.implementation_landing(functions, address, raw) {
                         ImplementationLanding::At { offset, name } => {
                             say_ifunc_landing(&symbol.name, raw, &name, offset, known_as);
-                            Ok((library, call(offset), Some(name)))
+                            Ok((library, call(offset), Some(name), tail_jumps))
                         }
                         ImplementationLanding::SingleStepped { .. } => Err(StubKept::SingleStepped),
                         ImplementationLanding::UnknownSize => Err(StubKept::IfuncWithoutSymbols),
@@ -438,8 +476,9 @@ fn land(
             }
         })();
         match landed {
-            Ok((library, call, implementation)) => {
+            Ok((library, call, implementation, tail_jumps)) => {
                 planned.calls.push((library.file.open_path.clone(), call));
+                planned.tail_jumps.extend(tail_jumps);
                 if let Some(name) = implementation {
                     planned.implementations.insert(function, name);
                 }
@@ -448,6 +487,26 @@ fn land(
         }
     }
     planned
+}
+
+/// The probes of the tail jumps of `caller` to the stub at `stub` (function `function`), or why
+/// the stub keeps its own.
+fn tail_jumps_to(
+    caller: &Caller,
+    elf: &ElfFile,
+    uses: &StubUses,
+    stub: u64,
+    function: FunctionId,
+) -> Result<Vec<TailJump>, StubKept> {
+    (uses.tail_jumps_to(stub).iter())
+        .map(|&address| {
+            let offset = elf.code_offset(address).ok_or(StubKept::Unresolved)?;
+            match caller.probe_sites.contains(&offset) {
+                true => Err(StubKept::TailJumpOnProbe),
+                false => Ok(TailJump { function, offset }),
+            }
+        })
+        .collect()
 }
 
 /// Says where the calls through the stub `stub` into the ifunc `ifunc` are probed: in its
@@ -460,15 +519,22 @@ fn say_ifunc_landing(stub: &str, ifunc: &str, implementation: &str, offset: u64,
     );
 }
 
-/// Says how many of the `stubs` of `file` are probed where their calls land (`landed`), and
-/// why the others keep their stub (`--debug`).
-fn say(file: &str, kept: &BTreeMap<StubKept, usize>, landed: usize, stubs: usize) {
+/// Says how many of the `stubs` of `file` are probed where their calls land (`landed`, and
+/// `tail_jumps` jumps to them), and why the others keep their stub (`--debug`).
+fn say(
+    file: &str,
+    kept: &BTreeMap<StubKept, usize>,
+    landed: usize,
+    tail_jumps: usize,
+    stubs: usize,
+) {
     if !log::log_enabled!(log::Level::Debug) {
         return;
     }
     log::debug!(
         "PLT calls of {file}: {landed} probed in the library function they call (an emulated \
-         site), {} at their stub (single-stepped){}",
+         site; {tail_jumps} tail jumps to them on the jump), {} at their stub \
+         (single-stepped){}",
         stubs - landed,
         counted_reasons(kept, |why| why.why()),
     );

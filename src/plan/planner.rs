@@ -268,12 +268,19 @@ fn landing_callers<'a>(
     let mut first_id = 0;
     (files.traced.iter().zip(modules))
         .map(|(&index, module)| {
+            let exit_sites = module.exits.iter().flat_map(|exit| match exit {
+                ExitProbe::Sites(sites) => sites.as_slice(),
+                ExitProbe::Uretprobe(_) => &[],
+            });
             let caller = landings::Caller {
                 file: &files.opened[index],
                 functions: &module.functions,
                 first_id,
                 // Libraries follow the executable in `opened`.
                 loaded_with_program: index <= files.loaded_with_program,
+                probe_sites: (module.functions.iter().map(|f| f.offset))
+                    .chain(exit_sites.copied())
+                    .collect(),
             };
             first_id += module.functions.len() as FunctionId;
             caller

@@ -189,9 +189,18 @@ fn plt_calls_land_in_libc_unless_a_reason_keeps_them_at_their_stub() {
         .address;
     assert_eq!(u64::from(call.stub), address);
     assert!(plan.executable_code_vaddr > 0);
+    // tail_malloc's `jmp malloc@plt` is probed on the jump, as a call through the stub.
+    let (file, jumps) = &landings.tail_jumps()[0];
+    assert_eq!(file, &program);
+    assert_eq!(jumps.len(), 1, "{jumps:?}");
+    assert_eq!(jumps[0].function, malloc);
+    let tail_malloc = symbols.iter().find(|f| f.name == "tail_malloc").unwrap();
+    let jump = tail_malloc.offset..tail_malloc.offset + tail_malloc.size;
+    assert!(jump.contains(&jumps[0].offset), "{jumps:?} {tail_malloc:?}");
 
     for (name, why) in [
-        ("labs@plt", StubKept::NotOnlyCalled),
+        ("labs@plt", StubKept::SingleStepped),
+        ("calloc@plt", StubKept::TailJumpOnProbe),
         ("_setjmp@plt", StubKept::SavesReturnAddress),
         ("strlen@plt", StubKept::Ifunc),
         ("add_one@plt", StubKept::OwnIfunc),
@@ -204,21 +213,25 @@ fn plt_calls_land_in_libc_unless_a_reason_keeps_them_at_their_stub() {
     assert_eq!(landings.kept(StubKept::Versioned), 0);
     assert_eq!(landings.kept(StubKept::OwnIfunc), 1);
     assert_eq!(landings.kept(StubKept::SavesReturnAddress), 1);
-    assert_eq!(landings.kept(StubKept::NotOnlyCalled), 1);
+    assert_eq!(landings.kept(StubKept::NotOnlyCalled), 0);
     let stubs = stub_count(plan);
     let kept: usize = ALL_KEPT.iter().map(|&why| landings.kept(why)).sum();
     assert_eq!(landings.len() + kept, stubs);
 }
 
-const ALL_KEPT: [StubKept; 20] = [
+const ALL_KEPT: [StubKept; 24] = [
     StubKept::Follow,
     StubKept::ExitsAtCallers,
     StubKept::ProbeAtEntry,
     StubKept::Preloaded,
     StubKept::Unreadable,
     StubKept::NotPositionIndependent,
+    StubKept::OpenedWithDlopen,
+    StubKept::SeveralCodeSegments,
+    StubKept::TooManyLibraries,
     StubKept::OwnIfunc,
     StubKept::NotOnlyCalled,
+    StubKept::TailJumpOnProbe,
     StubKept::SavesReturnAddress,
     StubKept::Unwinder,
     StubKept::Beyond4GiB,

@@ -192,6 +192,22 @@ impl LoadedProbes<'_> {
                 }
             }
         }
+        // A tail jump to such a stub is that call's entry, in the file of the stub.
+        for (file, jumps) in landings.tail_jumps() {
+            let name = file.display().to_string();
+            let target = Target {
+                file,
+                name: &name,
+                pid,
+            };
+            let sites = (jumps.iter())
+                .map(|jump| (jump.offset as usize, u64::from(jump.function)))
+                .collect();
+            let program = &self.skel.progs.function_call;
+            let links =
+                self.attach_sites(program, target, sites, Hook::Session, "PLT tail jump")?;
+            attached.return_links.extend(links);
+        }
         attached.attach_time = started.elapsed();
         Ok(attached)
     }
