@@ -476,6 +476,7 @@ where
             if options.show_source_lines {
                 printer.show_source_lines();
             }
+            printer.show_bounds(resolutions());
             let outcome = replay_filtered(source, table, filter, costs, &mut printer)?;
             printer.finish(&outcome.replay)?;
             Ok(outcome)

@@ -1205,6 +1205,21 @@ fn report_shows_sums_below_their_calls_resolution_as_a_bound() {
 }
 
 #[test]
+fn report_replay_shows_durations_below_the_resolution_as_a_bound() {
+    let events = cmp_calls(&[50, 60, 54]);
+    let text = report_of(&events, Format::Replay, &corrected_within(false));
+    // cmp's calls come out at 30, 40 and 34 ns; 35 are resolved; main's 3.860 us are.
+    let durations: Vec<&str> = text.lines().map(|line| line[..10].trim()).collect();
+    assert_eq!(
+        durations,
+        ["# DURATION", "", "<35 ns", "40 ns", "<35 ns", "3.860 us"],
+        "{text}"
+    );
+    let raw = report_of(&events, Format::Replay, &ReportOptions::default());
+    assert!(!raw.contains('<'), "{raw}");
+}
+
+#[test]
 fn sums_resolve_what_their_timed_calls_do() {
     let stats = FunctionStats {
         calls: 3,
