@@ -1220,6 +1220,65 @@ fn report_replay_shows_durations_below_the_resolution_as_a_bound() {
 }
 
 #[test]
+fn report_diff_shows_sums_below_their_calls_resolution_as_a_bound() {
+    use crate::probe_cost::{ProbeCost, ProbeCosts, Resolutions};
+    let table = sort_table();
+    // Each call resolved to 35 ns: cmp's two calls of 30 ns are below their 70, fib's are not.
+    let costs = ProbeCosts {
+        classes: vec![(
+            Default::default(),
+            ProbeCost {
+                inside_ns: 20,
+                full_ns: 40,
+                inside_spread_ns: Some(35),
+            },
+        )],
+    };
+    let resolutions = Resolutions::new(&table, Some(&costs));
+    let mut summary = Summary::new(table.functions.len());
+    for call in [
+        timed_call(CMP, 30),
+        timed_call(CMP, 30),
+        timed_call(FIB, 40),
+    ] {
+        summary.call_finished(&call, &[]);
+    }
+    let side = |resolutions| diff::DiffSide {
+        file: "utrace.data",
+        command: "./sort",
+        table: &table,
+        summary: &summary,
+        resolutions,
+    };
+    let words = |resolutions| {
+        let mut out = Vec::new();
+        diff::write_text(&side(resolutions), &side(resolutions), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let row = |name: &str| {
+            let line = text.lines().find(|l| l.ends_with(&format!("  {name}")));
+            line.unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        [row("cmp"), row("fib")]
+    };
+    // Calls (base, new, change), totals and their change (and %), self times and theirs.
+    assert_eq!(
+        words(&resolutions),
+        [
+            "2 2 0 <70 ns <70 ns 0 ns 0.0% <70 ns <70 ns 0 ns 0.0% cmp",
+            "1 1 0 40 ns 40 ns 0 ns 0.0% 40 ns 40 ns 0 ns 0.0% fib",
+        ]
+    );
+    let raw = words(&Resolutions::default());
+    assert_eq!(
+        raw[0],
+        "2 2 0 60 ns 60 ns 0 ns 0.0% 60 ns 60 ns 0 ns 0.0% cmp"
+    );
+}
+
+#[test]
 fn sums_resolve_what_their_timed_calls_do() {
     let stats = FunctionStats {
         calls: 3,
