@@ -446,7 +446,7 @@ where
         Format::Histogram => {
             let mut spread = Distributions::new(Some(Grouping::Process));
             let outcome = replay_filtered(source, table, filter, costs, &mut spread)?;
-            spread.write_histograms(table, out)?;
+            spread.write_histograms(table, &resolutions(), out)?;
             Ok(outcome)
         }
         Format::FlameGraph => {

@@ -152,7 +152,7 @@ impl FunctionStats {
     /// What the correction resolves for a sum over the timed calls (total, self time) when it
     /// resolves `per_call_ns` for one: each call's error adds up.
     pub fn sum_resolution_ns(&self, per_call_ns: u64) -> u64 {
-        self.timed_calls().saturating_mul(per_call_ns)
+        CorrectedDuration::sum_resolution_ns(self.timed_calls(), per_call_ns)
     }
 
     /// The share of the raw total time that was probe costs taken out: above
@@ -736,19 +736,30 @@ pub struct CorrectedDuration {
 }
 
 impl CorrectedDuration {
+    /// What the correction resolves for a sum of the durations of `timed_calls` calls, each
+    /// resolved to `call_resolution_ns`: their errors add up.
+    pub fn sum_resolution_ns(timed_calls: u64, call_resolution_ns: u64) -> u64 {
+        timed_calls.saturating_mul(call_resolution_ns)
+    }
+
     /// The figure is below what the correction resolves: more its error than a measurement.
     pub fn is_below_resolution(&self) -> bool {
         self.ns < self.resolution_ns
+    }
+
+    /// The bound shown in place of the figure, when it is below the resolution.
+    pub fn bound_ns(&self) -> Option<u64> {
+        self.is_below_resolution().then_some(self.resolution_ns)
     }
 }
 
 impl fmt::Display for CorrectedDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.is_below_resolution() {
+        let Some(bound_ns) = self.bound_ns() else {
             return HumanDuration(self.ns).fmt(f);
-        }
+        };
         let mut text = StackText::default();
-        write_bound(&mut text, self.resolution_ns)?;
+        write_bound(&mut text, bound_ns)?;
         f.pad(text.as_str())
     }
 }

@@ -1279,6 +1279,38 @@ fn report_diff_shows_sums_below_their_calls_resolution_as_a_bound() {
 }
 
 #[test]
+fn report_histogram_shows_an_average_below_the_resolution_as_a_bound() {
+    let options = corrected_within(false);
+    let averages = |raw_ns: &[u64]| {
+        let text = report_of(&cmp_calls(raw_ns), Format::Histogram, &options);
+        let cmp = text.split("Function = cmp").nth(1).unwrap().to_owned();
+        cmp.lines()
+            .find(|l| l.starts_with("avg = "))
+            .unwrap()
+            .to_owned()
+    };
+    // cmp's calls, corrected, last 30, 40 and 35 ns, each resolved to 35: as much as they
+    // resolve; 1 ns less, below.
+    assert_eq!(
+        averages(&[50, 60, 55]),
+        "avg = 35 nsecs, total: 105 nsecs, count: 3"
+    );
+    assert_eq!(
+        averages(&[50, 60, 54]),
+        "avg = <35 nsecs, total: <105 nsecs, count: 3"
+    );
+    let raw = report_of(
+        &cmp_calls(&[50]),
+        Format::Histogram,
+        &ReportOptions::default(),
+    );
+    assert!(
+        raw.contains("avg = 50 nsecs, total: 50 nsecs, count: 1"),
+        "{raw}"
+    );
+}
+
+#[test]
 fn sums_resolve_what_their_timed_calls_do() {
     let stats = FunctionStats {
         calls: 3,
