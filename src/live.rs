@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use crate::event::Event;
 use crate::filter::{FilterSpec, FilteredSink};
 use crate::plan::SourceLines;
+use crate::probe_cost::Resolutions;
 use crate::record::{
     calibrate, monotonic_now_ns, Drain, RecordOutcome, Session, SessionMode, TraceOptions,
 };
@@ -115,11 +116,15 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
     let calibration = calibration?;
     let table = session.table().clone();
     let mut replayer = Replayer::new(table.functions.len());
-    if let Some(costs) = calibration.as_ref().and_then(|c| c.costs.as_ref()) {
+    let costs = calibration.as_ref().and_then(|c| c.costs.as_ref());
+    if let Some(costs) = costs {
         replayer.correct_probe_costs(&table, costs);
     }
+    // Functions added during the session resolve 0, as the replayer takes nothing out of them.
+    let resolutions = Resolutions::new(&table, costs);
     if options.flat {
-        let printer = FlatPrinter::new(&table, out).context("writing the calls")?;
+        let mut printer = FlatPrinter::new(&table, out).context("writing the calls")?;
+        printer.show_bounds(resolutions);
         print_live(&mut session, &options.trace, &table, replayer, printer)
     } else {
         let mut printer =
@@ -127,6 +132,7 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
         if options.trace.source_lines == SourceLines::Read {
             printer.show_source_lines();
         }
+        printer.show_bounds(resolutions);
         print_live(&mut session, &options.trace, &table, replayer, printer)
     }
 }

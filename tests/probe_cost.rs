@@ -115,10 +115,22 @@ fn per_call_times_below_the_resolution_show_as_a_bound() {
     .to_string();
     assert_eq!(row[8..10].join(" "), bound, "{summary}");
     assert!(bound.starts_with('<'));
-    assert!(
-        summary.contains("note: <N is a time per call below N"),
-        "{summary}"
-    );
+    // The total sums the timed calls, which resolve together their number times as much: a
+    // bound exactly when the average is.
+    let timed_calls =
+        tiny["calls"].as_u64().unwrap() - tiny["unknown_time_calls"].as_u64().unwrap();
+    let sum_bound = CorrectedDuration {
+        ns: 0,
+        resolution_ns: timed_calls * resolution_ns,
+    }
+    .to_string();
+    let average_below = below.contains(&"avg_ns".into());
+    assert_eq!(below.contains(&"total_ns".into()), average_below, "{tiny}");
+    match average_below {
+        true => assert_eq!(row[0..2].join(" "), sum_bound, "{summary}"),
+        false => assert!(!row[0].starts_with('<'), "{summary}"),
+    }
+    assert!(summary.contains("note: <N is a time below N"), "{summary}");
     // Under --raw-times nothing is taken out: every figure is a measurement.
     let raw = recording.report(&["--percentiles", "--raw-times"]);
     assert!(!raw.contains('<'), "{raw}");

@@ -10,7 +10,9 @@
 //! ```
 //!
 //! A function called in one recording only is marked `[new]` or `[gone]`; its percentage is `-`.
-//! The filters apply to both recordings alike; each recording's own probe costs are taken out.
+//! The filters apply to both recordings alike; each recording's own probe costs are taken out,
+//! and a total or self time below what its calls resolve shows as the summary's bound
+//! (`<34.910 us`, see [`super::summary`]); the changes stay the differences of the figures.
 //! `--format=json` gives the same rows for scripts.
 
 use std::cmp::Reverse;
@@ -19,8 +21,9 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::summary::{FunctionStats, HumanDuration, SortKey, Summary};
+use super::summary::{CorrectedDuration, FunctionStats, HumanDuration, SortKey, Summary};
 use crate::fast_hash::FastHashMap;
+use crate::probe_cost::Resolutions;
 use crate::table::FunctionTable;
 
 /// One recording, summarized.
@@ -30,6 +33,8 @@ pub struct DiffSide<'a> {
     pub command: &'a str,
     pub table: &'a FunctionTable,
     pub summary: &'a Summary,
+    /// What the correction resolves for one call of each function of `table`.
+    pub resolutions: &'a Resolutions,
 }
 
 /// The figures of one function that a diff compares.
@@ -38,14 +43,28 @@ pub struct Figures {
     pub calls: u64,
     pub total_ns: u64,
     pub self_ns: u64,
+    /// What the correction resolves for `total_ns` and `self_ns`, sums over the timed calls
+    /// ([`FunctionStats::sum_resolution_ns`]); 0 under raw times.
+    #[serde(skip)]
+    pub resolution_ns: u64,
 }
 
-impl From<&FunctionStats> for Figures {
-    fn from(stats: &FunctionStats) -> Figures {
+impl Figures {
+    /// The figures of a function whose calls are each resolved to `call_resolution_ns`.
+    fn of(stats: &FunctionStats, call_resolution_ns: u64) -> Figures {
         Figures {
             calls: stats.calls,
             total_ns: stats.total_ns,
             self_ns: stats.self_ns,
+            resolution_ns: stats.sum_resolution_ns(call_resolution_ns),
+        }
+    }
+
+    /// `ns`, one of the sums, as the text report shows it.
+    fn shown(&self, ns: u64) -> CorrectedDuration {
+        CorrectedDuration {
+            ns,
+            resolution_ns: self.resolution_ns,
         }
     }
 }
@@ -97,7 +116,7 @@ pub fn diff_rows(base: &DiffSide, new: &DiffSide) -> Vec<DiffRow> {
                 new: None,
                 change: Change::default(),
             });
-            let figures = Figures::from(&row.stats);
+            let figures = Figures::of(&row.stats, side.resolutions.of(row.id));
             let slot = if is_base {
                 &mut entry.base
             } else {
@@ -109,6 +128,7 @@ pub fn diff_rows(base: &DiffSide, new: &DiffSide) -> Vec<DiffRow> {
             sum.calls += figures.calls;
             sum.total_ns = sum.total_ns.saturating_add(figures.total_ns);
             sum.self_ns = sum.self_ns.saturating_add(figures.self_ns);
+            sum.resolution_ns = sum.resolution_ns.saturating_add(figures.resolution_ns);
         }
     }
     let mut rows: Vec<DiffRow> = rows
@@ -184,12 +204,12 @@ pub fn write_text(base: &DiffSide, new: &DiffSide, out: &mut dyn Write) -> io::R
             b.calls,
             n.calls,
             Signed(row.change.calls),
-            HumanDuration(b.total_ns),
-            HumanDuration(n.total_ns),
+            b.shown(b.total_ns),
+            n.shown(n.total_ns),
             SignedDuration(row.change.total_ns),
             ChangePercent::of(both, row.change.total_ns, b.total_ns),
-            HumanDuration(b.self_ns),
-            HumanDuration(n.self_ns),
+            b.shown(b.self_ns),
+            n.shown(n.self_ns),
             SignedDuration(row.change.self_ns),
             ChangePercent::of(both, row.change.self_ns, b.self_ns),
             row.name,

@@ -21,13 +21,19 @@
 //!   k holds 2^k to 2^(k+1) − 1, the first 0 and 1. It is printed from its first non-empty bucket
 //!   to its last; bars are 40 stars for the fullest bucket.
 //! - With more than one process (`--follow`), each function is shown per process.
+//! - With the probe costs taken out, an average below what the correction resolves for one call
+//!   of the function shows as the summary's bound, in nsecs (`avg = <90 nsecs`), and so does the
+//!   total below what its calls resolve (`total: <900 nsecs`: see [`super::summary`]); the buckets
+//!   count the durations as computed.
 
+use std::fmt;
 use std::io::{self, Write};
 
 use hdrhistogram::Histogram;
 
-use super::summary::Grouping;
+use super::summary::{CorrectedDuration, Grouping};
 use crate::fast_hash::FastHashMap;
+use crate::probe_cost::Resolutions;
 use crate::replay::{CallSink, FinishedCall};
 use crate::table::{FunctionId, FunctionTable};
 
@@ -130,8 +136,10 @@ impl Distribution {
             .collect()
     }
 
-    /// Writes the histogram and its line of averages, funclatency-style.
-    fn write_log2(&self, out: &mut dyn Write) -> io::Result<()> {
+    /// Writes the histogram and its line of averages, funclatency-style; the average and the
+    /// total as bounds where they are below what the correction resolves, `call_resolution_ns`
+    /// for one call.
+    fn write_log2(&self, call_resolution_ns: u64, out: &mut dyn Write) -> io::Result<()> {
         let buckets = self.buckets();
         let fullest = buckets.iter().map(|b| b.2).max().unwrap_or(0);
         writeln!(
@@ -151,16 +159,39 @@ impl Distribution {
             )?;
         }
         writeln!(out)?;
-        let average = self.sum_ns.checked_div(self.timed_calls).unwrap_or(0);
+        let average = Nsecs(CorrectedDuration {
+            ns: self.sum_ns.checked_div(self.timed_calls).unwrap_or(0),
+            resolution_ns: call_resolution_ns,
+        });
+        let total = Nsecs(CorrectedDuration {
+            ns: self.sum_ns,
+            resolution_ns: CorrectedDuration::sum_resolution_ns(
+                self.timed_calls,
+                call_resolution_ns,
+            ),
+        });
         write!(
             out,
-            "avg = {average} nsecs, total: {} nsecs, count: {}",
-            self.sum_ns, self.timed_calls
+            "avg = {average} nsecs, total: {total} nsecs, count: {}",
+            self.timed_calls
         )?;
         if self.unknown_time > 0 {
             write!(out, " (and {} of unknown time)", self.unknown_time)?;
         }
         writeln!(out)
+    }
+}
+
+/// A corrected duration as the line of averages shows it, in whole nanoseconds (`464`), or the
+/// bound in its place (`<90`).
+struct Nsecs(CorrectedDuration);
+
+impl fmt::Display for Nsecs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.bound_ns() {
+            Some(bound_ns) => write!(f, "<{bound_ns}"),
+            None => write!(f, "{}", self.0.ns),
+        }
     }
 }
 
@@ -200,8 +231,14 @@ impl Distributions {
     }
 
     /// The `histogram` report: one histogram per function (per process when there are
-    /// several), by group, then by calls, most first, then by name.
-    pub fn write_histograms(&self, table: &FunctionTable, out: &mut dyn Write) -> io::Result<()> {
+    /// several), by group, then by calls, most first, then by name; `resolutions` are what the
+    /// correction resolves for one call of each function.
+    pub fn write_histograms(
+        &self,
+        table: &FunctionTable,
+        resolutions: &Resolutions,
+        out: &mut dyn Write,
+    ) -> io::Result<()> {
         let mut rows: Vec<(&(u32, FunctionId), &Distribution)> = self.functions.iter().collect();
         rows.sort_by(|(a_key, a), (b_key, b)| {
             let calls = |d: &Distribution| d.timed_calls + d.unknown_time;
@@ -223,7 +260,7 @@ impl Distributions {
                 write!(out, " [pid {group}]")?;
             }
             writeln!(out)?;
-            distribution.write_log2(out)?;
+            distribution.write_log2(resolutions.of(*function), out)?;
         }
         Ok(())
     }

@@ -5,11 +5,15 @@
 //!       1234.567890123 [  1234] ==> fib
 //!       1234.567890612 [  1234] <== fib 489 ns
 //! ```
+//!
+//! A duration below what the probe-cost correction resolves for its function shows as the
+//! summary's bound (`<== fib <90 ns`, see [`CorrectedDuration`]).
 
 use std::borrow::Cow;
 use std::io::{self, Write};
 
-use super::summary::HumanDuration;
+use super::summary::CorrectedDuration;
+use crate::probe_cost::Resolutions;
 use crate::replay::{CallEntry, CallSink, FinishedCall};
 use crate::table::{FunctionId, FunctionTable};
 
@@ -19,6 +23,9 @@ pub struct FlatPrinter<'t, W: Write> {
     /// Owned once functions are added (live mode under `--follow`).
     table: Cow<'t, FunctionTable>,
     out: W,
+    /// Below what each function's durations show as a bound: 0 for all until
+    /// [`show_bounds`](Self::show_bounds).
+    resolutions: Resolutions,
     error: Option<io::Error>,
 }
 
@@ -28,6 +35,7 @@ impl<'t, W: Write> FlatPrinter<'t, W> {
         Ok(FlatPrinter {
             table: Cow::Borrowed(table),
             out,
+            resolutions: Resolutions::default(),
             error: None,
         })
     }
@@ -36,6 +44,11 @@ impl<'t, W: Write> FlatPrinter<'t, W> {
     /// numbered on from the table's.
     pub fn add_functions(&mut self, more: &FunctionTable) {
         self.table.to_mut().extend(more.clone());
+    }
+
+    /// Shows a duration below its function's resolution as a bound (probe costs taken out).
+    pub fn show_bounds(&mut self, resolutions: Resolutions) {
+        self.resolutions = resolutions;
     }
 
     /// A line of its own that says something of the trace at this point (`# text`).
@@ -74,7 +87,14 @@ impl<W: Write> CallSink for FlatPrinter<'_, W> {
 
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
         let tail = match (call.complete, call.time_known) {
-            (true, _) => format!(" {}", HumanDuration(call.duration_ns)),
+            (true, _) => {
+                let resolution_ns = self.resolutions.of(call.function);
+                let duration = CorrectedDuration {
+                    ns: call.duration_ns,
+                    resolution_ns,
+                };
+                format!(" {duration}")
+            }
             (false, true) => " (no exit)".to_string(),
             (false, false) => " (time unknown)".to_string(),
         };
@@ -86,6 +106,7 @@ impl<W: Write> CallSink for FlatPrinter<'_, W> {
 mod tests {
     use super::*;
     use crate::event::Event;
+    use crate::probe_cost::{ProbeCost, ProbeCosts};
     use crate::replay::Replayer;
 
     #[test]
@@ -114,5 +135,35 @@ mod tests {
                 "         1.000002000 [     7] <== main (no exit)",
             ]
         );
+    }
+
+    #[test]
+    fn durations_below_the_resolution_show_as_a_bound() {
+        let table = FunctionTable::of_names(&["main", "fib"]);
+        let mut out = Vec::new();
+        let mut printer = FlatPrinter::new(&table, &mut out).unwrap();
+        let cost = ProbeCost {
+            inside_ns: 0,
+            full_ns: 0,
+            inside_spread_ns: Some(600),
+        };
+        let costs = ProbeCosts {
+            classes: vec![(Default::default(), cost)],
+        };
+        printer.show_bounds(Resolutions::new(&table, Some(&costs)));
+        let events = [
+            Event::entry(0, 7, 0),
+            Event::entry(100, 7, 1),
+            Event::exit(600, 7, 1),
+            Event::exit(1_000, 7, 0),
+        ];
+        Replayer::new(2).push_all(&events, &mut printer);
+        printer.flush().unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let exits: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split("<== ").nth(1))
+            .collect();
+        assert_eq!(exits, ["fib <600 ns", "main 1.000 us"], "{text}");
     }
 }

@@ -8,13 +8,14 @@
 //!                 "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N,
 //!                 "p50_ns": N, "p90_ns": N, "p99_ns": N, "probe_share": 0.0,
 //!                 "entry_site": "emulated", "resolution_ns": N,
-//!                 "below_resolution": ["min_ns", "p50_ns"]}]}
+//!                 "below_resolution": ["total_ns", "self_ns", "min_ns", "p50_ns"]}]}
 //! ```
-//! `resolution_ns` is what the probe-cost correction resolves for the function's calls (left out
-//! under raw times and for kernel events: nothing is taken out); `below_resolution` names the
-//! per-call figures below it (left out when none is), which the summary shows as `<N`: the
-//! numbers stay as computed, but such a call lasted less than `resolution_ns`, how much less is
-//! not known.
+//! `resolution_ns` is what the probe-cost correction resolves for one of the function's calls
+//! (left out under raw times and for kernel events: nothing is taken out); `below_resolution`
+//! names the figures below what they resolve (left out when none is), which the summary shows
+//! as `<N`: a per-call figure below `resolution_ns`, a total or self time below the timed calls
+//! (`calls` − `unknown_time_calls`) × `resolution_ns`. The numbers stay as computed, but such a
+//! figure is less than its bound, how much less is not known.
 //! The header comes from [`TraceInfo`] (`damaged_chunks` only when the data file had any: then
 //! `events` counts those read, not those recorded); `functions` are in the summary's order (`--sort`) with the same
 //! figures (see [`super::summary`]); `module` is the file name of the function's module, `offset` the file
@@ -30,8 +31,8 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::distribution::Distributions;
-use super::summary::{GroupedSummaries, SortKey};
+use super::distribution::{Distributions, Percentiles};
+use super::summary::{CorrectedDuration, FunctionStats, GroupedSummaries, SortKey};
 use super::TraceInfo;
 use crate::probe_cost::Resolutions;
 use crate::table::{Execution, FunctionTable};
@@ -84,28 +85,37 @@ struct JsonFunction<'a> {
     /// taken out.
     #[serde(skip_serializing_if = "is_zero")]
     resolution_ns: u64,
-    /// The per-call figures below `resolution_ns`, by their names here.
+    /// The figures below what the correction resolves for them, by their names here.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     below_resolution: Vec<&'static str>,
 }
 
-impl JsonFunction<'_> {
-    /// The names of the per-call figures below `resolution_ns`.
-    fn below_resolution(&self) -> Vec<&'static str> {
-        let figures = [
-            ("avg_ns", self.avg_ns),
-            ("min_ns", self.min_ns),
-            ("max_ns", self.max_ns),
-            ("p50_ns", self.p50_ns),
-            ("p90_ns", self.p90_ns),
-            ("p99_ns", self.p99_ns),
-        ];
-        figures
-            .into_iter()
-            .filter(|&(_, ns)| ns < self.resolution_ns)
-            .map(|(name, _)| name)
-            .collect()
-    }
+/// The names of the figures of a function below what the correction resolves for them: the
+/// sums (total, self) below `stats`'s [`FunctionStats::sum_resolution_ns`], the per-call figures
+/// below `resolution_ns`, as the summary shows them.
+fn below_resolution(
+    stats: &FunctionStats,
+    percentiles: &Percentiles,
+    resolution_ns: u64,
+) -> Vec<&'static str> {
+    let sum_resolution_ns = stats.sum_resolution_ns(resolution_ns);
+    let figures = [
+        ("total_ns", stats.total_ns, sum_resolution_ns),
+        ("self_ns", stats.self_ns, sum_resolution_ns),
+        ("avg_ns", stats.avg_ns(), resolution_ns),
+        ("min_ns", stats.min_ns, resolution_ns),
+        ("max_ns", stats.max_ns, resolution_ns),
+        ("p50_ns", percentiles.p50_ns, resolution_ns),
+        ("p90_ns", percentiles.p90_ns, resolution_ns),
+        ("p99_ns", percentiles.p99_ns, resolution_ns),
+    ];
+    figures
+        .into_iter()
+        .filter(|&(_, ns, resolution_ns)| {
+            CorrectedDuration { ns, resolution_ns }.is_below_resolution()
+        })
+        .map(|(name, _, _)| name)
+        .collect()
 }
 
 pub fn write_json(
@@ -150,11 +160,7 @@ pub fn write_json(
                 Execution::SingleStepped => "single-stepped",
             },
             resolution_ns: resolutions.of(row.id),
-            below_resolution: Vec::new(),
-        })
-        .map(|function| JsonFunction {
-            below_resolution: function.below_resolution(),
-            ..function
+            below_resolution: below_resolution(&row.stats, &percentiles, resolutions.of(row.id)),
         })
         .collect();
     let report = JsonReport {

@@ -446,7 +446,7 @@ where
         Format::Histogram => {
             let mut spread = Distributions::new(Some(Grouping::Process));
             let outcome = replay_filtered(source, table, filter, costs, &mut spread)?;
-            spread.write_histograms(table, out)?;
+            spread.write_histograms(table, &resolutions(), out)?;
             Ok(outcome)
         }
         Format::FlameGraph => {
@@ -476,6 +476,7 @@ where
             if options.show_source_lines {
                 printer.show_source_lines();
             }
+            printer.show_bounds(resolutions());
             let outcome = replay_filtered(source, table, filter, costs, &mut printer)?;
             printer.finish(&outcome.replay)?;
             Ok(outcome)

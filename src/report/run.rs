@@ -17,6 +17,7 @@ use super::{
 };
 use crate::data::{DataReader, OnDamage, Statistics};
 use crate::filter::FilterSpec;
+use crate::probe_cost::Resolutions;
 use crate::table::FunctionTable;
 
 /// What `utrace report` was asked for.
@@ -82,6 +83,7 @@ struct Summarized {
     table: FunctionTable,
     command: String,
     summary: Summary,
+    resolutions: Resolutions,
 }
 
 impl Summarized {
@@ -91,6 +93,7 @@ impl Summarized {
             command: &self.command,
             table: &self.table,
             summary: &self.summary,
+            resolutions: &self.resolutions,
         }
     }
 }
@@ -136,10 +139,12 @@ fn summarize(input: &Path, request: &ReportRequest) -> Result<Summarized> {
     let outcome = replay_filtered(&mut source, &table, filter, costs.as_ref(), &mut summary)
         .map_err(|error| name_the_file(error, input, None))?;
     warn_after_report(input, source.source(), filter, &outcome);
+    let resolutions = Resolutions::new(&table, costs.as_ref());
     Ok(Summarized {
         table,
         command,
         summary,
+        resolutions,
     })
 }
 

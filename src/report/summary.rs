@@ -13,7 +13,13 @@
 //! A per-call figure (average, minimum, maximum, percentiles) below what the probe-cost
 //! correction resolves for the function ([`crate::probe_cost::ProbeCost::resolution_ns`]) is
 //! shown as that bound, `<90 ns`: the call may have lasted anything less, and the figure itself
-//! is more the correction's error than a measurement (see [`CorrectedDuration`]).
+//! is more the correction's error than a measurement (see [`CorrectedDuration`]). A total or
+//! self time is a sum over the timed calls, each known to within that resolution, so it resolves
+//! timed calls × resolution ([`FunctionStats::sum_resolution_ns`]), and below it shows as that
+//! bound (`<900 ns` for 10 calls): as the average is the total over the timed calls, the total is
+//! a bound exactly when the average is (and the self time when the average self time is). Under
+//! recursion the total sums only the outermost calls, so the bound is looser than it could be,
+//! but still a bound.
 //!
 //! Calls without an exit (closed at the end of the trace or by unwinding) count like the others.
 //! Calls whose time is unknown (their return was skipped: longjmp, exceptions, the kernel's
@@ -141,6 +147,12 @@ impl FunctionStats {
     /// self / timed calls, 0 when there were none.
     pub fn avg_self_ns(&self) -> u64 {
         self.self_ns.checked_div(self.timed_calls()).unwrap_or(0)
+    }
+
+    /// What the correction resolves for a sum over the timed calls (total, self time) when it
+    /// resolves `per_call_ns` for one: each call's error adds up.
+    pub fn sum_resolution_ns(&self, per_call_ns: u64) -> u64 {
+        CorrectedDuration::sum_resolution_ns(self.timed_calls(), per_call_ns)
     }
 
     /// The share of the raw total time that was probe costs taken out: above
@@ -312,21 +324,26 @@ impl Summary {
         let mut bounds = ShownBounds::None;
         for (row, name) in rows.iter().zip(names) {
             let s = &row.stats;
-            let resolution_ns = layout.resolutions.map_or(0, |r| r.of(row.id));
-            let mut corrected = |ns| {
+            let call_resolution_ns = layout.resolutions.map_or(0, |r| r.of(row.id));
+            let sum_resolution_ns = s.sum_resolution_ns(call_resolution_ns);
+            let mut corrected = |ns, resolution_ns| {
                 let figure = CorrectedDuration { ns, resolution_ns };
                 if figure.is_below_resolution() {
                     bounds = ShownBounds::Some;
                 }
                 figure
             };
-            let [average, minimum, maximum] = s.spread(layout.avg_self).map(&mut corrected);
+            let [total, self_time] =
+                [s.total_ns, s.self_ns].map(|ns| corrected(ns, sum_resolution_ns));
+            let [average, minimum, maximum] = s
+                .spread(layout.avg_self)
+                .map(|ns| corrected(ns, call_resolution_ns));
             write!(
                 out,
                 "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}",
-                HumanDuration(s.total_ns),
+                total,
                 Percent::of(s.total_ns, span_ns),
-                HumanDuration(s.self_ns),
+                self_time,
                 s.calls,
                 average,
                 minimum,
@@ -334,7 +351,8 @@ impl Summary {
             )?;
             if let Some(distributions) = layout.percentiles {
                 let p = distributions.percentiles(group, row.id);
-                let [p50, p90, p99] = [p.p50_ns, p.p90_ns, p.p99_ns].map(&mut corrected);
+                let [p50, p90, p99] =
+                    [p.p50_ns, p.p90_ns, p.p99_ns].map(|ns| corrected(ns, call_resolution_ns));
                 write!(out, "  {p50:>10}  {p90:>10}  {p99:>10}")?;
             }
             let mark = match s.probe_share() > PROBE_DOMINATED {
@@ -422,9 +440,9 @@ fn write_note(
         )
     });
     let bounded = (bounds == ShownBounds::Some).then(|| {
-        "<N is a time per call below N, what the probe-cost correction resolves (how much the \
-         probes' own cost varies from call to call): less than N, how much less is not known \
-         (json: below_resolution)"
+        "<N is a time below N, what the probe-cost correction resolves (how much the probes' \
+         own cost varies from call to call; for a total or self time, that times its calls): \
+         less than N, how much less is not known (json: below_resolution)"
             .to_owned()
     });
     let notes: Vec<String> = (replay_note(replay).into_iter())
@@ -670,27 +688,47 @@ impl fmt::Display for HumanDuration {
     }
 }
 
+/// The largest unit `ns` reaches, seconds at most: (nanoseconds in one, its name).
+fn unit_of(ns: u64) -> (u64, &'static str) {
+    match ns {
+        0..=999 => (1, "ns"),
+        1_000..=999_999 => (1_000, "us"),
+        1_000_000..=999_999_999 => (1_000_000, "ms"),
+        _ => (1_000_000_000, "s"),
+    }
+}
+
 /// Writes `ns` as [`HumanDuration`] shows it, without padding.
 fn write_duration(text: &mut StackText, ns: u64) -> fmt::Result {
-    match ns {
-        0..=999 => write!(text, "{ns} ns"),
-        1_000..=999_999 => write!(text, "{}.{:03} us", ns / 1_000, ns % 1_000),
-        1_000_000..=999_999_999 => {
-            write!(text, "{}.{:03} ms", ns / 1_000_000, ns % 1_000_000 / 1_000)
-        }
-        _ => write!(
+    match unit_of(ns) {
+        (1, unit) => write!(text, "{ns} {unit}"),
+        (size, unit) => write!(
             text,
-            "{}.{:03} s",
-            ns / 1_000_000_000,
-            ns % 1_000_000_000 / 1_000_000
+            "{}.{:03} {unit}",
+            ns / size,
+            ns % size / (size / 1_000)
         ),
     }
 }
 
-/// A corrected per-call duration as the summary shows it: as [`HumanDuration`] when it is at
-/// least the resolution of the function's correction, else as the bound `<` resolution
-/// (`<90 ns`), with no space after `<`, so a row still splits on spaces into the same columns.
-/// A resolution of 0 (raw times, kernel events) shows every figure.
+/// Writes the bound `<ns`, as [`write_duration`] writes `ns`, but in whole units, rounded up,
+/// from 100 of one (`<350 us`, not `<349.100 us`): so that it fits the ten characters of a
+/// figure, and still bounds what it bounds.
+fn write_bound(text: &mut StackText, ns: u64) -> fmt::Result {
+    text.write_char('<')?;
+    match unit_of(ns) {
+        (size, unit) if size > 1 && ns >= 100 * size => {
+            write!(text, "{} {unit}", ns.div_ceil(size))
+        }
+        _ => write_duration(text, ns),
+    }
+}
+
+/// A corrected duration as reports show it: as [`HumanDuration`] when it is at least what the
+/// correction resolves for it (for one call of its function, or for a sum of its calls: see
+/// [`FunctionStats::sum_resolution_ns`]), else as the bound `<` resolution (`<90 ns`), with no
+/// space after `<`, so a row still splits on spaces into the same columns, and no wider than a
+/// figure ([`write_bound`]). A resolution of 0 (raw times, kernel events) shows every figure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CorrectedDuration {
     pub ns: u64,
@@ -698,20 +736,30 @@ pub struct CorrectedDuration {
 }
 
 impl CorrectedDuration {
+    /// What the correction resolves for a sum of the durations of `timed_calls` calls, each
+    /// resolved to `call_resolution_ns`: their errors add up.
+    pub fn sum_resolution_ns(timed_calls: u64, call_resolution_ns: u64) -> u64 {
+        timed_calls.saturating_mul(call_resolution_ns)
+    }
+
     /// The figure is below what the correction resolves: more its error than a measurement.
     pub fn is_below_resolution(&self) -> bool {
         self.ns < self.resolution_ns
+    }
+
+    /// The bound shown in place of the figure, when it is below the resolution.
+    pub fn bound_ns(&self) -> Option<u64> {
+        self.is_below_resolution().then_some(self.resolution_ns)
     }
 }
 
 impl fmt::Display for CorrectedDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.is_below_resolution() {
+        let Some(bound_ns) = self.bound_ns() else {
             return HumanDuration(self.ns).fmt(f);
-        }
+        };
         let mut text = StackText::default();
-        text.write_char('<')?;
-        write_duration(&mut text, self.resolution_ns)?;
+        write_bound(&mut text, bound_ns)?;
         f.pad(text.as_str())
     }
 }

@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::flame_graph::{frame_name, FoldedStacks, Weight};
-use super::summary::{CorrectedDuration, HumanDuration, SortKey, Summary};
+use super::summary::{CorrectedDuration, FunctionStats, HumanDuration, SortKey, Summary};
 use super::*;
 use crate::event::{Event, EventSource, IterBlocks};
 use crate::filter::FilterSpec;
@@ -1101,13 +1101,21 @@ fn report_shows_per_call_figures_below_the_resolution_as_a_bound() {
     let text = report_of(&spread_events(), Format::Summary, &corrected_within(true));
     let cmp = summary_row(&text, "cmp");
     let columns = row_columns(cmp);
-    // Calls, average (3240 / 100), minimum, maximum, then p50 (the 50th of 20 zeros and 1 to
-    // 80), p90, p99; the totals are sums, not per-call figures, and stay as they are.
+    // Total and self time, below the 100 calls' 3.500 us; calls, average (3240 / 100), minimum,
+    // maximum, then p50 (the 50th of 20 zeros and 1 to 80), p90, p99.
     assert_eq!(
         &columns[..10],
         [
-            "3.240 us", "100.00%", "3.240 us", "100", "<35 ns", "<35 ns", "80 ns", "<35 ns",
-            "70 ns", "79 ns"
+            "<3.500 us",
+            "100.00%",
+            "<3.500 us",
+            "100",
+            "<35 ns",
+            "<35 ns",
+            "80 ns",
+            "<35 ns",
+            "70 ns",
+            "79 ns"
         ],
         "{text}"
     );
@@ -1117,7 +1125,7 @@ fn report_shows_per_call_figures_below_the_resolution_as_a_bound() {
         text.lines().next().unwrap().len() - "Function".len() + 3
     );
     assert!(
-        text.contains("\n  note: <N is a time per call below N, what the probe-cost correction"),
+        text.contains("\n  note: <N is a time below N, what the probe-cost correction"),
         "{text}"
     );
     // As the columns split on spaces, the bound is one word with its unit after it.
@@ -1144,10 +1152,179 @@ fn report_shows_per_call_figures_below_the_resolution_as_a_bound() {
     assert_eq!(cmp["resolution_ns"], 35);
     assert_eq!(
         cmp["below_resolution"],
-        serde_json::json!(["avg_ns", "min_ns", "p50_ns"])
+        serde_json::json!(["total_ns", "self_ns", "avg_ns", "min_ns", "p50_ns"])
     );
+    // main's self time is kept at 0, below its one call's resolution; its total is not.
     assert_eq!(main["resolution_ns"], 35);
-    assert!(main.get("below_resolution").is_none(), "{main}");
+    assert_eq!(main["below_resolution"], serde_json::json!(["self_ns"]));
+}
+
+/// main calls cmp once after the other for each of `raw_ns`, its durations as measured.
+fn cmp_calls(raw_ns: &[u64]) -> Vec<Event> {
+    let mut events = vec![Event::entry(0, 7, MAIN)];
+    let mut now = 1_000;
+    for ns in raw_ns {
+        events.push(Event::entry(now, 7, CMP));
+        events.push(Event::exit(now + ns, 7, CMP));
+        now += 1_000;
+    }
+    events.push(Event::exit(now, 7, MAIN));
+    events
+}
+
+#[test]
+fn report_shows_sums_below_their_calls_resolution_as_a_bound() {
+    // [`corrected_within`] takes 20 ns out of each cmp call and resolves 35 for one.
+    let options = corrected_within(false);
+    // cmp's summary row, and the figures json names as below their resolution.
+    let cmp_row = |raw_ns: &[u64]| {
+        let text = report_of(&cmp_calls(raw_ns), Format::Summary, &options);
+        let columns = row_columns(summary_row(&text, "cmp")).join(" | ");
+        let json: serde_json::Value =
+            serde_json::from_str(&report_of(&cmp_calls(raw_ns), Format::Json, &options)).unwrap();
+        (columns, json["functions"][1]["below_resolution"].clone())
+    };
+    // 30 + 40 + 35 ns: as much as three calls resolve, a figure, as its average of 35 is (the
+    // minimum of 30 is a bound).
+    let (row, below) = cmp_row(&[50, 60, 55]);
+    assert_eq!(
+        row,
+        "105 ns | 2.72% | 105 ns | 3 | 35 ns | <35 ns | 40 ns | cmp"
+    );
+    assert_eq!(below, serde_json::json!(["min_ns"]));
+    // 1 ns less: below what they resolve, a bound, as the average (34) is (and the median).
+    let (row, below) = cmp_row(&[50, 60, 54]);
+    assert_eq!(
+        row,
+        "<105 ns | 2.69% | <105 ns | 3 | <35 ns | <35 ns | 40 ns | cmp"
+    );
+    assert_eq!(
+        below,
+        serde_json::json!(["total_ns", "self_ns", "avg_ns", "min_ns", "p50_ns"])
+    );
+}
+
+#[test]
+fn report_replay_shows_durations_below_the_resolution_as_a_bound() {
+    let events = cmp_calls(&[50, 60, 54]);
+    let text = report_of(&events, Format::Replay, &corrected_within(false));
+    // cmp's calls come out at 30, 40 and 34 ns; 35 are resolved; main's 3.860 us are.
+    let durations: Vec<&str> = text.lines().map(|line| line[..10].trim()).collect();
+    assert_eq!(
+        durations,
+        ["# DURATION", "", "<35 ns", "40 ns", "<35 ns", "3.860 us"],
+        "{text}"
+    );
+    let raw = report_of(&events, Format::Replay, &ReportOptions::default());
+    assert!(!raw.contains('<'), "{raw}");
+}
+
+#[test]
+fn report_diff_shows_sums_below_their_calls_resolution_as_a_bound() {
+    use crate::probe_cost::{ProbeCost, ProbeCosts, Resolutions};
+    let table = sort_table();
+    // Each call resolved to 35 ns: cmp's two calls of 30 ns are below their 70, fib's are not.
+    let costs = ProbeCosts {
+        classes: vec![(
+            Default::default(),
+            ProbeCost {
+                inside_ns: 20,
+                full_ns: 40,
+                inside_spread_ns: Some(35),
+            },
+        )],
+    };
+    let resolutions = Resolutions::new(&table, Some(&costs));
+    let mut summary = Summary::new(table.functions.len());
+    for call in [
+        timed_call(CMP, 30),
+        timed_call(CMP, 30),
+        timed_call(FIB, 40),
+    ] {
+        summary.call_finished(&call, &[]);
+    }
+    let side = |resolutions| diff::DiffSide {
+        file: "utrace.data",
+        command: "./sort",
+        table: &table,
+        summary: &summary,
+        resolutions,
+    };
+    let words = |resolutions| {
+        let mut out = Vec::new();
+        diff::write_text(&side(resolutions), &side(resolutions), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let row = |name: &str| {
+            let line = text.lines().find(|l| l.ends_with(&format!("  {name}")));
+            line.unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        [row("cmp"), row("fib")]
+    };
+    // Calls (base, new, change), totals and their change (and %), self times and theirs.
+    assert_eq!(
+        words(&resolutions),
+        [
+            "2 2 0 <70 ns <70 ns 0 ns 0.0% <70 ns <70 ns 0 ns 0.0% cmp",
+            "1 1 0 40 ns 40 ns 0 ns 0.0% 40 ns 40 ns 0 ns 0.0% fib",
+        ]
+    );
+    let raw = words(&Resolutions::default());
+    assert_eq!(
+        raw[0],
+        "2 2 0 60 ns 60 ns 0 ns 0.0% 60 ns 60 ns 0 ns 0.0% cmp"
+    );
+}
+
+#[test]
+fn report_histogram_shows_an_average_below_the_resolution_as_a_bound() {
+    let options = corrected_within(false);
+    let averages = |raw_ns: &[u64]| {
+        let text = report_of(&cmp_calls(raw_ns), Format::Histogram, &options);
+        let cmp = text.split("Function = cmp").nth(1).unwrap().to_owned();
+        cmp.lines()
+            .find(|l| l.starts_with("avg = "))
+            .unwrap()
+            .to_owned()
+    };
+    // cmp's calls, corrected, last 30, 40 and 35 ns, each resolved to 35: as much as they
+    // resolve; 1 ns less, below.
+    assert_eq!(
+        averages(&[50, 60, 55]),
+        "avg = 35 nsecs, total: 105 nsecs, count: 3"
+    );
+    assert_eq!(
+        averages(&[50, 60, 54]),
+        "avg = <35 nsecs, total: <105 nsecs, count: 3"
+    );
+    let raw = report_of(
+        &cmp_calls(&[50]),
+        Format::Histogram,
+        &ReportOptions::default(),
+    );
+    assert!(
+        raw.contains("avg = 50 nsecs, total: 50 nsecs, count: 1"),
+        "{raw}"
+    );
+}
+
+#[test]
+fn sums_resolve_what_their_timed_calls_do() {
+    let stats = FunctionStats {
+        calls: 3,
+        unknown_time: 1,
+        ..FunctionStats::default()
+    };
+    // A call of unknown time adds nothing to the sums, nor to what they resolve.
+    assert_eq!(stats.sum_resolution_ns(35), 70);
+    assert_eq!(FunctionStats::default().sum_resolution_ns(35), 0);
+    let huge = FunctionStats {
+        calls: u64::MAX,
+        ..FunctionStats::default()
+    };
+    assert_eq!(huge.sum_resolution_ns(35), u64::MAX);
 }
 
 #[test]
@@ -1169,6 +1346,11 @@ fn corrected_durations_show_a_bound_below_their_resolution() {
     assert_eq!(shown(89, 90), "<90 ns");
     assert_eq!(shown(90, 90), "90 ns");
     assert_eq!(shown(700, 1_234), "<1.234 us");
+    // From 100 of a unit, a bound is in whole ones, rounded up: no wider than a figure.
+    assert_eq!(shown(11_041, 99_999), "<99.999 us");
+    assert_eq!(shown(11_041, 349_100), "<350 us");
+    assert_eq!(shown(0, 999_999_999), "<1000 ms");
+    assert_eq!(shown(0, 3_600_000_000_001), "<3601 s");
     // Raw times, kernel events: nothing was taken out, every figure is a measurement.
     assert_eq!(shown(0, 0), "0 ns");
     let padded = format!(

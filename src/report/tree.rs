@@ -24,6 +24,10 @@
 //! The closing line of a block stays `} /* fib */`. Functions whose line `record` did not find
 //! (no DWARF, PLT stubs) show none.
 //!
+//! With the probe costs taken out, a duration below what the correction resolves for its
+//! function shows as the bound the summary shows (`<90 ns |   cmp();`, see
+//! [`CorrectedDuration`]).
+//!
 //! [`TreePrinter`] is fed call by call, so the same printer serves a data file and, later, the
 //! live ring buffer, with the same output. A call is only known to be a leaf at its exit, so
 //! each thread holds back at most one line: the entry it saw last. The next call of that thread
@@ -34,8 +38,9 @@
 use std::borrow::Cow;
 use std::io::{self, Write};
 
-use super::summary::{replay_note, HumanDuration};
+use super::summary::{replay_note, CorrectedDuration};
 use crate::fast_hash::FastHashMap;
+use crate::probe_cost::Resolutions;
 use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats};
 use crate::table::{FunctionId, FunctionKind, FunctionTable, SourceLine};
 use crate::value::format_values;
@@ -64,6 +69,9 @@ pub struct TreePrinter<'t, W: Write> {
     values: bool,
     /// Show each call's source line (`--srcline`).
     source_lines: bool,
+    /// Below what each function's durations show as a bound: 0 for all until
+    /// [`show_bounds`](Self::show_bounds).
+    resolutions: Resolutions,
     /// Thread id → index into `pending`.
     index: FastHashMap<u32, usize>,
     error: Option<io::Error>,
@@ -131,6 +139,7 @@ impl<'t, W: Write> TreePrinter<'t, W> {
             index: FastHashMap::default(),
             values: true,
             source_lines: false,
+            resolutions: Resolutions::default(),
             error: None,
         })
     }
@@ -143,6 +152,11 @@ impl<'t, W: Write> TreePrinter<'t, W> {
     /// Ends the first line of each call with its function's source line (`--srcline`).
     pub fn show_source_lines(&mut self) {
         self.source_lines = true;
+    }
+
+    /// Shows a duration below its function's resolution as a bound (probe costs taken out).
+    pub fn show_bounds(&mut self, resolutions: Resolutions) {
+        self.resolutions = resolutions;
     }
 
     /// The captured values of `function` in `bytes` as text, when they are shown.
@@ -381,7 +395,7 @@ impl CallText<'_> {
 /// What a line shows before the function: its columns and its indentation.
 struct Place {
     /// Empty on lines that open a block.
-    duration: Option<u64>,
+    duration: Option<CorrectedDuration>,
     timestamp_ns: u64,
     pid: u32,
     tid: u32,
@@ -419,7 +433,7 @@ fn write_line(
         depth,
     } = *place;
     match duration {
-        Some(ns) => write!(out, "{:>10}", HumanDuration(ns))?,
+        Some(duration) => write!(out, "{duration:>10}")?,
         None => write!(out, "{:10}", "")?,
     }
     if columns.timestamps {
@@ -507,8 +521,12 @@ impl<W: Write> CallSink for TreePrinter<'_, W> {
         };
         // A point event takes no time of its own.
         let point_event = self.is_point_event(call.function);
+        let duration = CorrectedDuration {
+            ns: call.duration_ns,
+            resolution_ns: self.resolutions.of(call.function),
+        };
         let place = Place {
-            duration: (call.time_known && !point_event).then_some(call.duration_ns),
+            duration: (call.time_known && !point_event).then_some(duration),
             timestamp_ns,
             pid: call.pid,
             tid: call.tid,
