@@ -5,10 +5,37 @@
  * stub counts its own.
  *
  * Usage: usestrings N    (N rounds of the library's loop; prints "calls <count> <file>:<name>")
+ * With USESTRINGS_WAIT=1 in the environment it first prints "ready" and waits for SIGUSR1, so
+ * that a recorder can attach (-p) before it calls anything.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static volatile sig_atomic_t go;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	go = 1;
+}
+
+/* Prints "ready" and waits for SIGUSR1, with the signal mask as it was. */
+static void wait_for_usr1(void)
+{
+	sigset_t usr1, old;
+
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &usr1, &old);
+	signal(SIGUSR1, on_usr1);
+	printf("ready\n");
+	fflush(stdout);
+	while (!go)
+		sigsuspend(&old);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+}
 
 long lib_strings(const char *text, long rounds);
 void lib_strings_report(void);
@@ -18,7 +45,11 @@ int main(int argc, char **argv)
 	long rounds = argc > 1 ? strtol(argv[1], NULL, 10) : 100;
 	unsigned long n_strlen = 0, n_memcmp = 0;
 	const char *words[] = { "pear", "apple", "fig" };
+	const char *wait = getenv("USESTRINGS_WAIT");
 	long sum = 0;
+
+	if (wait && wait[0] == '1')
+		wait_for_usr1();
 
 	for (long i = 0; i < rounds; i++) {
 		const char *word = words[i % 3];

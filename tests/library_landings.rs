@@ -41,7 +41,11 @@ fn usestrings() -> PathBuf {
 
 /// The calls per `file:function` of a recording, the file by its name.
 fn counts_by_file(recording: &Recording) -> BTreeMap<String, u64> {
-    let json = recording.json();
+    counts_in(&recording.json())
+}
+
+/// The calls per `file:function` of a json report, the file by its name.
+fn counts_in(json: &serde_json::Value) -> BTreeMap<String, u64> {
     let functions = json["functions"].as_array().expect("functions array");
     let mut counts = BTreeMap::new();
     for function in functions {
@@ -104,6 +108,36 @@ fn a_traced_librarys_plt_calls_land_and_are_counted_exactly() {
         assert_eq!(landings, 2, "{ifunc} (is libc6-dbg installed?): {stderr}");
     }
     assert!(!stderr.contains("were not counted"), "{stderr}");
+}
+
+#[test]
+fn a_traced_librarys_plt_calls_land_in_a_process_attached_to() {
+    if !bpf_available("a_traced_librarys_plt_calls_land_in_a_process_attached_to") {
+        return;
+    }
+    let program = usestrings();
+    let (mut process, lines) = start_waiting(
+        std::process::Command::new(&program)
+            .arg("300")
+            .env("USESTRINGS_WAIT", "1"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("utrace.data");
+    let recorder = AttachedRecorder::start(process.id(), &data, &["--nest-lib", "libstrings*"]);
+    send_signal(process.id(), libc::SIGUSR1);
+    let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
+    assert!(process.wait().unwrap().success());
+    // libstrings.so is mapped as DT_NEEDED reaches it, not by dlopen: its calls land.
+    let said = recorder.said.join("\n");
+    let line = plt_calls_line(&said, "libstrings.so");
+    assert!(
+        line.contains(": 6 probed in the library function they call"),
+        "{line}"
+    );
+    recorder.finish();
+    let own = own_counts(stdout.join("\n").as_bytes());
+    assert_eq!(own["libstrings.so:memset@plt"], 450, "{own:?}");
+    assert_counts_match(&own, &counts_in(&report_json(&data)));
 }
 
 #[test]
