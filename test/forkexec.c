@@ -27,6 +27,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "wait_for_usr1.h"
+
 #define COUNTED __attribute__((noipa))
 #define BUMP(c) atomic_fetch_add_explicit(&(c), 1, memory_order_relaxed)
 
@@ -52,29 +54,6 @@ COUNTED unsigned long run_child(void)
 	for (int i = 0; i < 11; i++)
 		acc = child_work(acc);
 	return acc;
-}
-
-static volatile sig_atomic_t go;
-
-static void on_usr1(int sig)
-{
-	(void)sig;
-	go = 1;
-}
-
-/* Prints "ready" and waits for SIGUSR1, with the signal mask as it was. */
-static void wait_for_usr1(void)
-{
-	sigset_t usr1, old;
-	sigemptyset(&usr1);
-	sigaddset(&usr1, SIGUSR1);
-	sigprocmask(SIG_BLOCK, &usr1, &old);
-	signal(SIGUSR1, on_usr1);
-	printf("ready\n");
-	fflush(stdout);
-	while (!go)
-		sigsuspend(&old);
-	sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
 int main(int argc, char **argv)

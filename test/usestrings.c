@@ -13,29 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static volatile sig_atomic_t go;
-
-static void on_usr1(int sig)
-{
-	(void)sig;
-	go = 1;
-}
-
-/* Prints "ready" and waits for SIGUSR1, with the signal mask as it was. */
-static void wait_for_usr1(void)
-{
-	sigset_t usr1, old;
-
-	sigemptyset(&usr1);
-	sigaddset(&usr1, SIGUSR1);
-	sigprocmask(SIG_BLOCK, &usr1, &old);
-	signal(SIGUSR1, on_usr1);
-	printf("ready\n");
-	fflush(stdout);
-	while (!go)
-		sigsuspend(&old);
-	sigprocmask(SIG_SETMASK, &old, NULL);
-}
+#include "wait_for_usr1.h"
 
 long lib_strings(const char *text, long rounds);
 void lib_strings_report(void);
