@@ -105,3 +105,16 @@ fn arguments_read_past_straight_line_instructions_are_the_entrys() {
         assert_eq!(shown, expected, "{exits:?}; the tree:\n{replay}");
     }
 }
+
+#[test]
+fn a_site_is_not_moved_past_an_instruction_another_function_jumps_to() {
+    if !bpf_available("a_site_is_not_moved_past_an_instruction_another_function_jumps_to") {
+        return;
+    }
+    let program = compile("jumped_into.c", "jumped_into", &[]);
+    let recording = record_unchanged(&program, &["500"], &["-d"]);
+    let own = own_counts(&recording.output.stdout);
+    assert_eq!(own["skipped_into"], 500);
+    // Moved to its `nop`, skipped_into's probe would count jumper's 1000 calls as its own.
+    assert_counts_match(&own, &recording.traced_counts());
+}

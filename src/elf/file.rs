@@ -292,6 +292,43 @@ impl ElfFile {
         super::code_at(&self.bytes, offset, size)
     }
 
+    /// The file's code as (address, size) ranges: its code sections but the PLT's, or, where it
+    /// has no section headers, its functions and their `.cold` fragments.
+    pub(super) fn code_ranges(&self) -> Vec<(u64, u64)> {
+        match self.code_sections.is_empty() {
+            false => self.code_sections.clone(),
+            true => super::symbols::defined_functions(&self.symbols)
+                .into_iter()
+                .chain(super::symbols::cold_fragments(&self.symbols))
+                .map(|function| (function.address, function.size))
+                .collect(),
+        }
+    }
+
+    /// For each of `ranges` ((first, last, tag): addresses, not overlapping) that a direct jump
+    /// or call anywhere in the file's code targets: (tag, one such target).
+    pub(super) fn branches_into(&self, ranges: &[(u64, u64, usize)]) -> Vec<(usize, u64)> {
+        if ranges.is_empty() {
+            return Vec::new();
+        }
+        let mut ranges = ranges.to_vec();
+        ranges.sort_unstable();
+        let mut found = std::collections::BTreeMap::new();
+        for (address, size) in self.code_ranges() {
+            for target in
+                super::site::direct_branch_targets(self.code_at_address(address, size), address)
+            {
+                let after = ranges.partition_point(|&(first, _, _)| first <= target);
+                if let Some(&(_, last, tag)) = after.checked_sub(1).map(|i| &ranges[i]) {
+                    if target <= last {
+                        found.entry(tag).or_insert(target);
+                    }
+                }
+            }
+        }
+        found.into_iter().collect()
+    }
+
     /// The bytes at virtual address `address`, `size` of them as far as the file has them; none
     /// outside the executable segments.
     pub(super) fn code_at_address(&self, address: u64, size: u64) -> &[u8] {

@@ -200,6 +200,8 @@ impl ElfFile {
         let mut unprobeable = Vec::new();
         let mut single_stepped = BTreeMap::new();
         let cold = self.cold_fragments_by_function();
+        // Each function's site as its own code and its `.cold` fragments allow.
+        let mut chosen = Vec::new();
         for function in symbols::defined_functions(&self.symbols) {
             // The entry point (`_start`) is jumped to by the kernel, not called: where a return
             // address would be, its stack holds argc, which a return probe would overwrite.
@@ -218,7 +220,25 @@ impl ElfFile {
                     })
                     .collect()
             });
-            match site::choose_beside(code, sites, &outside) {
+            let site = site::choose_beside(code, sites, &outside);
+            chosen.push((function, offset, outside, site));
+        }
+        // A site moved past instructions that other code of the file jumps into (glibc's
+        // `__mempcpy_*` jumps past `__memcpy_*`'s first instruction) would count those jumps as
+        // calls: such a function keeps the site its own code allows with that target too.
+        let skipped: Vec<(u64, u64, usize)> = (chosen.iter().enumerate())
+            .filter_map(|(index, (function, _, _, site))| {
+                let moved = site.as_ref().ok()?.site.offset_in_function;
+                (moved > 0).then(|| (function.address + 1, function.address + moved, index))
+            })
+            .collect();
+        for (index, target) in self.branches_into(&skipped) {
+            let (function, offset, outside, site) = &mut chosen[index];
+            outside.push(target - function.address);
+            *site = site::choose_beside(self.code_at(*offset, function.size), sites, outside);
+        }
+        for (function, offset, _, site) in chosen {
+            match site {
                 Ok(chosen) => {
                     if let Some(cause) = chosen.single_stepped {
                         *single_stepped.entry(cause).or_default() += 1;

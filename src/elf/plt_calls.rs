@@ -70,16 +70,8 @@ impl ElfFile {
         let stubs: BTreeSet<u64> = self.stubs.iter().map(|stub| stub.address).collect();
         let mut named_otherwise = self.stubs_in_data.clone();
         let mut tail_jumps: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-        let code: Vec<(u64, u64)> = match self.code_sections.is_empty() {
-            false => self.code_sections.clone(),
-            true => symbols::defined_functions(&self.symbols)
-                .into_iter()
-                .chain(symbols::cold_fragments(&self.symbols))
-                .map(|function| (function.address, function.size))
-                .collect(),
-        };
         let mut instruction = Instruction::default();
-        for (address, size) in code {
+        for (address, size) in self.code_ranges() {
             let Some(offset) = self.segments.file_offset(address) else {
                 continue;
             };

@@ -577,6 +577,21 @@ pub fn branch_targets_into(code: &[u8], address: u64, function: u64, size: u64) 
     targets
 }
 
+/// The targets of the direct branches (jcc, jmp, call, loop, jrcxz, xbegin...) of `code`, which
+/// starts at virtual address `address`.
+pub fn direct_branch_targets(code: &[u8], address: u64) -> impl Iterator<Item = u64> + '_ {
+    let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
+    std::iter::from_fn(move || loop {
+        if !decoder.can_decode() {
+            return None;
+        }
+        let instruction = decoder.decode();
+        if is_direct_branch(&instruction) {
+            return Some(instruction.near_branch_target());
+        }
+    })
+}
+
 /// The first direct branch of the function (jcc, jmp, call, loop, jrcxz, xbegin...) whose
 /// target lies in `range`, as (branch offset, target offset).
 fn branch_into(code: &[u8], range: std::ops::RangeInclusive<u64>) -> Option<(u64, u64)> {
