@@ -46,15 +46,14 @@ fn counts_by_file(recording: &Recording) -> BTreeMap<String, u64> {
 
 /// The calls per `file:function` of a json report, the file by its name.
 fn counts_in(json: &serde_json::Value) -> BTreeMap<String, u64> {
-    let functions = json["functions"].as_array().expect("functions array");
-    let mut counts = BTreeMap::new();
-    for function in functions {
-        let module = function["module"].as_str().unwrap();
-        let file = module.rsplit('/').next().unwrap();
-        let name = function["name"].as_str().unwrap();
-        *counts.entry(format!("{file}:{name}")).or_insert(0) += function["calls"].as_u64().unwrap();
-    }
-    counts
+    let modules = counts_by_module(json);
+    (modules.iter())
+        .flat_map(|(file, counts)| {
+            counts
+                .iter()
+                .map(move |(name, n)| (format!("{file}:{name}"), *n))
+        })
+        .collect()
 }
 
 /// What `record -d` says of the PLT calls of the file whose path ends with `file`.

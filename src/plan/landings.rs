@@ -152,6 +152,7 @@ pub enum StubKept {
     Beyond4GiB,
     BoundToNoLibrary,
     BoundToProgram,
+    IntoTracedLibrary,
     Ifunc,
     IfuncOfOtherBuild,
     IfuncNotResolved,
@@ -185,6 +186,7 @@ impl StubKept {
             StubKept::Beyond4GiB => "beyond 4 GiB",
             StubKept::BoundToNoLibrary => "bound to no library",
             StubKept::BoundToProgram => "bound to the program itself",
+            StubKept::IntoTracedLibrary => "into a traced library, whose own probes may come first",
             StubKept::Ifunc => "into ifuncs, whose choice utrace does not know here",
             StubKept::IfuncOfOtherBuild => {
                 "into ifuncs of another build of a library than utrace's own, whose choice it \
@@ -432,6 +434,12 @@ fn land(
                 .iter()
                 .find(|l| l.file.path == path)
                 .ok_or(StubKept::BoundToProgram)?;
+            // The traced function's own probe may fire first, at an earlier site, and take
+            // the return address the landing's check reads.
+            let traced = |caller: &Caller| caller.file.file.path == library.file.path;
+            if program.callers.iter().any(traced) {
+                return Err(StubKept::IntoTracedLibrary);
+            }
             let read = entries.entry(path).or_insert_with(|| {
                 let elf = library.elf.as_ref().ok()?;
                 Some(elf.library_entries())

@@ -219,7 +219,7 @@ fn plt_calls_land_in_libc_unless_a_reason_keeps_them_at_their_stub() {
     assert_eq!(landings.len() + kept, stubs);
 }
 
-const ALL_KEPT: [StubKept; 24] = [
+const ALL_KEPT: [StubKept; 25] = [
     StubKept::Follow,
     StubKept::ExitsAtCallers,
     StubKept::ProbeAtEntry,
@@ -237,6 +237,7 @@ const ALL_KEPT: [StubKept; 24] = [
     StubKept::Beyond4GiB,
     StubKept::BoundToNoLibrary,
     StubKept::BoundToProgram,
+    StubKept::IntoTracedLibrary,
     StubKept::Ifunc,
     StubKept::IfuncOfOtherBuild,
     StubKept::IfuncNotResolved,

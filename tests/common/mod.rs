@@ -244,6 +244,21 @@ pub fn counts_by_pid(json: &serde_json::Value) -> BTreeMap<u64, BTreeMap<String,
     processes
 }
 
+/// Calls per function name of each module (by its file name) in a JSON report.
+pub fn counts_by_module(json: &serde_json::Value) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let mut modules: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for f in json["functions"].as_array().expect("functions array") {
+        let module = f["module"].as_str().unwrap();
+        let file = module.rsplit('/').next().unwrap().to_string();
+        *modules
+            .entry(file)
+            .or_default()
+            .entry(f["name"].as_str().unwrap().to_string())
+            .or_insert(0) += f["calls"].as_u64().unwrap();
+    }
+    modules
+}
+
 /// Calls per function name in a JSON report (a name in two modules: the counts added).
 pub fn counts_of(json: &serde_json::Value) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
