@@ -581,13 +581,16 @@ pub fn branch_targets_into(code: &[u8], address: u64, function: u64, size: u64) 
 /// starts at virtual address `address`.
 pub fn direct_branch_targets(code: &[u8], address: u64) -> impl Iterator<Item = u64> + '_ {
     let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
+    let mut instruction = Instruction::default();
     std::iter::from_fn(move || loop {
         if !decoder.can_decode() {
             return None;
         }
-        let instruction = decoder.decode();
-        if is_direct_branch(&instruction) {
-            return Some(instruction.near_branch_target());
+        decoder.decode_out(&mut instruction);
+        // Only near branches have a target: a cheaper test than the operand kinds.
+        let target = instruction.near_branch_target();
+        if target != 0 && is_direct_branch(&instruction) {
+            return Some(target);
         }
     })
 }
