@@ -174,20 +174,6 @@ fn functions_in(path: &Path, bytes: &[u8], sites: SitePolicy) -> Result<ElfFunct
 }
 
 impl ElfFile {
-    /// The `.cold` fragments of the file's functions (address, size), by the name of the
-    /// function they were split from (`foo` for `foo.cold`, `foo.cold.2`).
-    fn cold_fragments_by_function(&self) -> std::collections::HashMap<&str, Vec<(u64, u64)>> {
-        let mut by_function: std::collections::HashMap<&str, Vec<(u64, u64)>> =
-            std::collections::HashMap::new();
-        for fragment in symbols::cold_fragments(&self.symbols) {
-            if let Some((function, _)) = fragment.name.split_once(".cold") {
-                let fragments = by_function.entry(function).or_default();
-                fragments.push((fragment.address, fragment.size));
-            }
-        }
-        by_function
-    }
-
     /// The functions of the file, sorted by address: the defined function symbols of `.symtab`
     /// and `.dynsym` (aliases merged, `.cold` fragments left out) and the PLT stubs.
     ///
@@ -199,8 +185,7 @@ impl ElfFile {
         let mut functions = Vec::new();
         let mut unprobeable = Vec::new();
         let mut single_stepped = BTreeMap::new();
-        let cold = self.cold_fragments_by_function();
-        // Each function's site as its own code and its `.cold` fragments allow.
+        // Each function's site as its own code allows.
         let mut chosen = Vec::new();
         for function in symbols::defined_functions(&self.symbols) {
             // The entry point (`_start`) is jumped to by the kernel, not called: where a return
@@ -211,33 +196,25 @@ impl ElfFile {
             let Some(offset) = self.segments.file_offset(function.address) else {
                 continue;
             };
-            let code = self.code_at(offset, function.size);
-            let outside = cold.get(function.name).map_or_else(Vec::new, |fragments| {
-                (fragments.iter())
-                    .flat_map(|&(address, size)| {
-                        let code = self.code_at_address(address, size);
-                        site::branch_targets_into(code, address, function.address, function.size)
-                    })
-                    .collect()
-            });
-            let site = site::choose_beside(code, sites, &outside);
-            chosen.push((function, offset, outside, site));
+            let site = site::choose_beside(self.code_at(offset, function.size), sites, &[]);
+            chosen.push((function, offset, site));
         }
-        // A site moved past instructions that other code of the file jumps into (glibc's
-        // `__mempcpy_*` jumps past `__memcpy_*`'s first instruction) would count those jumps as
-        // calls: such a function keeps the site its own code allows with that target too.
+        // A site moved past instructions that other code of the file jumps into (its `.cold`
+        // fragments; glibc's `__mempcpy_*` jumps past `__memcpy_*`'s first instruction) would
+        // count those jumps as calls: such a function keeps the site its own code allows with
+        // that target.
         let skipped: Vec<(u64, u64, usize)> = (chosen.iter().enumerate())
-            .filter_map(|(index, (function, _, _, site))| {
+            .filter_map(|(index, (function, _, site))| {
                 let moved = site.as_ref().ok()?.site.offset_in_function;
                 (moved > 0).then(|| (function.address + 1, function.address + moved, index))
             })
             .collect();
         for (index, target) in self.branches_into(&skipped) {
-            let (function, offset, outside, site) = &mut chosen[index];
-            outside.push(target - function.address);
-            *site = site::choose_beside(self.code_at(*offset, function.size), sites, outside);
+            let (function, offset, site) = &mut chosen[index];
+            let outside = [target - function.address];
+            *site = site::choose_beside(self.code_at(*offset, function.size), sites, &outside);
         }
-        for (function, offset, _, site) in chosen {
+        for (function, offset, site) in chosen {
             match site {
                 Ok(chosen) => {
                     if let Some(cause) = chosen.single_stepped {

@@ -187,9 +187,9 @@ pub fn choose(code: &[u8], policy: SitePolicy) -> Result<ProbeSite, NoSite> {
     choose_beside(code, policy, &[]).map(|chosen| chosen.site)
 }
 
-/// [`choose`], for a function whose code elsewhere (its `.cold` fragments) branches to
-/// `outside_targets` (offsets in the function), which no moved site may skip; and why the site
-/// is single-stepped, if it is.
+/// [`choose`], for a function into which code elsewhere in the file (its `.cold` fragments,
+/// another function) branches to `outside_targets` (offsets in the function), which no moved
+/// site may skip; and why the site is single-stepped, if it is.
 pub fn choose_beside(
     code: &[u8],
     policy: SitePolicy,
@@ -560,23 +560,6 @@ fn writes(access: OpAccess) -> bool {
     )
 }
 
-/// The targets, as offsets in the function at `function` of `size` bytes, of the direct branches
-/// of `code` (at virtual address `address`: one of the function's `.cold` fragments) into it.
-pub fn branch_targets_into(code: &[u8], address: u64, function: u64, size: u64) -> Vec<u64> {
-    let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
-    let mut instruction = Instruction::default();
-    let mut targets = Vec::new();
-    while decoder.can_decode() {
-        decoder.decode_out(&mut instruction);
-        let is_near_branch = is_direct_branch(&instruction);
-        let target = instruction.near_branch_target();
-        if is_near_branch && (function..function.saturating_add(size)).contains(&target) {
-            targets.push(target - function);
-        }
-    }
-    targets
-}
-
 /// The targets of the direct branches (jcc, jmp, call, loop, jrcxz, xbegin...) of `code`, which
 /// starts at virtual address `address`.
 pub fn direct_branch_targets(code: &[u8], address: u64) -> impl Iterator<Item = u64> + '_ {
@@ -720,7 +703,8 @@ mod tests {
             choose(&code(&[&PUSH_RBX, &TEST_EAX, &js, &RET])),
             Ok(ProbeSite::ENTRY)
         );
-        // Code elsewhere (a .cold fragment) branching into the skipped instructions.
+        // Code elsewhere in the file (a .cold fragment, another function) branching into the
+        // skipped instructions.
         assert_eq!(
             super::choose_beside(&mov_test_js, SitePolicy::Best, &[2]).map(|c| c.site),
             Ok(ProbeSite::ENTRY)
