@@ -31,12 +31,7 @@ fn main() {
             ])
             .build_and_generate(out_dir.join(skeleton))
             .expect("building the BPF skeleton (needs clang)");
-        println!("cargo:rerun-if-changed={source}");
     }
-    println!("cargo:rerun-if-changed=src/bpf/interface.h");
-    println!("cargo:rerun-if-changed=src/bpf/shadow.bpf.h");
-    println!("cargo:rerun-if-changed=src/bpf/go.bpf.h");
-    println!("cargo:rerun-if-changed=src/bpf/values.bpf.h");
-    println!("cargo:rerun-if-changed=src/bpf/stacks.bpf.h");
-    println!("cargo:rerun-if-changed=src/bpf/kernel_events.bpf.h");
+    // The sources and every header they include: cargo looks at each file of the directory.
+    println!("cargo:rerun-if-changed=src/bpf");
 }

@@ -77,8 +77,8 @@ pub enum Command {
     Report(ReportArgs),
     /// Say what a data file holds: command, host, times, functions, events, threads.
     Info(InfoArgs),
-    /// Started by `record` and `live` for a program with an unwinder: outlives a killed
-    /// recorder to give the program's stacks back (src/record/guardian.rs).
+    /// Started by `record` and `live` where a killed recorder would leave work undone: outlives
+    /// it to give the program's stacks back and let stopped processes go (src/record/guardian.rs).
     #[command(hide = true)]
     Guardian(GuardianArgs),
 }
@@ -87,8 +87,26 @@ pub enum Command {
 pub struct GuardianArgs {
     /// The traced process.
     pub pid: u32,
-    /// The id of the BPF map of its shadow stacks.
-    pub shadow_stacks_map: u32,
+    /// The id of the BPF ring buffer that says the recorder died.
+    #[arg(long)]
+    pub deaths_map: u32,
+    /// The id of the BPF map of its shadow stacks, whose frames get their return addresses back.
+    #[arg(long)]
+    pub shadow_stacks_map: Option<u32>,
+    /// The id of the BPF map of the followed processes, which are let go.
+    #[arg(long)]
+    pub followed_map: Option<u32>,
+}
+
+impl GuardianArgs {
+    pub fn duties(&self) -> utrace::record::guardian::Duties {
+        utrace::record::guardian::Duties {
+            target: self.pid,
+            deaths_map: self.deaths_map,
+            shadow_stacks_map: self.shadow_stacks_map,
+            followed_map: self.followed_map,
+        }
+    }
 }
 
 impl Command {

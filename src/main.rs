@@ -22,9 +22,7 @@ fn main() -> ExitCode {
         Command::Info(args) if args.list_usdt.is_some() => {
             info::list_usdt(args.list_usdt.as_deref().expect("checked")).map(|()| 0)
         }
-        Command::Guardian(args) => {
-            record::guardian::watch(args.pid, args.shadow_stacks_map).map(|()| 0)
-        }
+        Command::Guardian(args) => record::guardian::watch(&args.duties()).map(|()| 0),
         Command::Info(args) => {
             let symbols = args.symbol_lookup();
             info::run(&args.input, args.damage.on_damage(), symbols.as_ref()).map(|()| 0)

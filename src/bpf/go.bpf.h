@@ -74,12 +74,13 @@ static __always_inline __u32 goroutine_slot(__u64 g, __u64 slot)
 /* An entry or exit event of a traced function at a probe whose registers are `ctx`: paired by
  * `slot` (see record()), or in a Go program by goroutine and the slot's distance from the top of
  * the goroutine's stack. */
-static __always_inline int record_call(struct pt_regs *ctx, __u32 function, __u64 slot)
+static __always_inline int record_call(struct pt_regs *ctx, __u32 function, __u64 slot,
+				       const bool legacy)
 {
 	if (settings.go_goroutines)
 		return record_on(function, goroutine_slot(ctx->r14, slot),
 				 goroutine_number(ctx->r14));
-	return record_values(ctx, function, slot, true);
+	return record_values(ctx, function, slot, true, legacy);
 }
 
 #endif

@@ -108,6 +108,9 @@ enum cookie_bits {
 	/* function_exit_site: the site is a tail jump of a function that captures its return
 	 * value, which the callee has yet to compute: nothing is captured there. */
 	COOKIE_NO_RETURN_VALUE_BIT = 34,
+	/* function_entry_legacy: the function's return is probed by function_exit_legacy, which
+	 * finds the function's cookie where the entry left it (see compat.bpf.h). */
+	COOKIE_RETURN_PROBED_BIT = 35,
 	/* plt_call: the stub's virtual address in the executable fills the high 32 bits;
 	 * library_plt_call: the stub's file offset in its library. */
 	COOKIE_STUB_SHIFT = 32,
@@ -116,6 +119,14 @@ enum cookie_bits {
 #define COOKIE_ALSO_EXIT (1ull << COOKIE_ALSO_EXIT_BIT)
 #define COOKIE_AFTER_RETURN (1ull << COOKIE_AFTER_RETURN_BIT)
 #define COOKIE_NO_RETURN_VALUE (1ull << COOKIE_NO_RETURN_VALUE_BIT)
+#define COOKIE_RETURN_PROBED (1ull << COOKIE_RETURN_PROBED_BIT)
+
+/* Where a probe is, for the legacy programs, which get no cookie (compat.bpf.h): the inode of its
+ * file and its offset there. */
+struct site_key {
+	__u64 inode;
+	__u64 offset;
+};
 
 /* Set by the loader before the programs are loaded (`const volatile struct settings settings`),
  * constant for the verifier, which prunes what a setting turns off. No padding, so the Rust
@@ -198,6 +209,7 @@ struct interface_types {
 	enum kernel_event_bits kernel_event_bits;
 	struct library_code library_code;
 	enum library_code_bits library_code_bits;
+	struct site_key site_key;
 };
 
 #endif

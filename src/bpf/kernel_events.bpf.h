@@ -60,12 +60,12 @@ struct stacked_entry_record {
 /* Writes the entry of kernel event `function` for the current thread at `now`, with the stacks
  * at the tracepoint whose context is `ctx`; the thread's user registers are `regs`. */
 static __always_inline void record_with_stacks(void *ctx, struct pt_regs *regs, __u32 function,
-					       __u64 now)
+					       __u64 now, const bool legacy)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct stacked_entry_record r = {};
 
-	r.stack = kernel_event_stack_id(ctx, regs);
+	r.stack = kernel_event_stack_id(ctx, regs, legacy);
 	fill_event(&r.event, now, function, 0, (__u32)pid_tgid);
 	if (bpf_ringbuf_output(&events, &r, sizeof(r), wakeup_flag()))
 		count_lost((__u32)pid_tgid);
@@ -73,24 +73,37 @@ static __always_inline void record_with_stacks(void *ctx, struct pt_regs *regs, 
 
 /* A context switch: `prev` leaves the CPU, `next` gets it. The tracepoint runs in prev's
  * context, so neither event can use the current task's ids; prev's stacks are the current
- * ones. */
-SEC("tp_btf/sched_switch")
-int BPF_PROG(off_cpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+ * ones. Its state comes from the task: the tracepoint's own argument came with Linux 5.18. */
+static __always_inline int switched(void *ctx, struct task_struct *prev, struct task_struct *next,
+				    const bool legacy)
 {
 	__u32 function = settings.off_cpu_function & ~KERNEL_EVENT_STACK;
 	__u64 now = bpf_ktime_get_ns();
 
 	/* A thread that is exiting leaves for good: no interval to open. */
-	if (!(prev_state & TASK_DEAD) && recording_in(prev->tgid)) {
-		if (settings.off_cpu_function & KERNEL_EVENT_STACK)
-			record_with_stacks(ctx, bpf_task_pt_regs(prev), function, now);
+	if (!(task_state(prev) & TASK_DEAD) && recording_in(prev->tgid)) {
+		/* Legacy programs capture no stacks, nor have bpf_task_pt_regs (5.15). */
+		if (!legacy && (settings.off_cpu_function & KERNEL_EVENT_STACK))
+			record_with_stacks(ctx, bpf_task_pt_regs(prev), function, now, legacy);
 		else
 			record_for_task(prev, function, now);
 	}
 	if (recording_in(next->tgid))
 		record_for_task(next, function | EVENT_EXIT, now);
 	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(off_cpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return switched(ctx, prev, next, false);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(off_cpu_switch_legacy, bool preempt, struct task_struct *prev,
+	     struct task_struct *next)
+{
+	return switched(ctx, prev, next, true);
 }
 
 /* The function id of system call `number`'s pseudo-function (KERNEL_EVENT_STACK set when its entries
@@ -106,8 +119,8 @@ static __always_inline __u32 syscall_function(long number)
 	return function ? *function : 0;
 }
 
-SEC("tp_btf/sys_enter")
-int BPF_PROG(syscall_entered, struct pt_regs *regs, long number)
+static __always_inline int syscall_entry(void *ctx, struct pt_regs *regs, long number,
+					 const bool legacy)
 {
 	__u32 function = syscall_function(number);
 	__u64 now;
@@ -119,8 +132,20 @@ int BPF_PROG(syscall_entered, struct pt_regs *regs, long number)
 	now = bpf_ktime_get_ns();
 	if (!recording_in(bpf_get_current_pid_tgid() >> 32))
 		return 0;
-	record_with_stacks(ctx, regs, function & ~KERNEL_EVENT_STACK, now);
+	record_with_stacks(ctx, regs, function & ~KERNEL_EVENT_STACK, now, legacy);
 	return 0;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(syscall_entered, struct pt_regs *regs, long number)
+{
+	return syscall_entry(ctx, regs, number, false);
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(syscall_entered_legacy, struct pt_regs *regs, long number)
+{
+	return syscall_entry(ctx, regs, number, true);
 }
 
 /* A system call's exit event and its return value, as values.bpf.h writes a return value. */

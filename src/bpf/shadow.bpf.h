@@ -64,6 +64,16 @@ struct {
 	__uint(max_entries, 256 << 10);
 } stack_writes SEC(".maps");
 
+/* A request is built here, on its CPU, then copied into the ring buffer: the loops that fill it
+ * (bpf_loop's callbacks among them) take a map value's pointer where a ring buffer's reservation
+ * would have to be released on every path. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stack_write_request);
+} stack_write_scratch SEC(".maps");
+
 /* Requests sent (each with its stop); the recorder lets the process go on once it has served as
  * many. */
 __u64 stack_write_requests = 0;
@@ -138,48 +148,76 @@ int shadow_thread_exit(void *ctx)
 
 /* Where the kernel's uretprobes return to in this process; 0 before its first uprobe hit
  * created the [uprobes] page. */
-static __always_inline __u64 trampoline_address(void)
+static __always_inline __u64 trampoline_address(const bool legacy)
 {
+	struct xol_area *area;
+
+	if (legacy)
+		return BPF_CORE_READ(current_mm(true), uprobes_state.xol_area, vaddr);
 	/* Plain loads through BTF pointers, checked by the verifier and faulting safely: cheaper
 	 * than three probe reads on every traced call. */
-	struct xol_area *area = bpf_get_current_task_btf()->mm->uprobes_state.xol_area;
-
+	area = current_mm(false)->uprobes_state.xol_area;
 	return area ? area->vaddr : 0;
+}
+
+/* What the loops over a thread's frames work on. */
+struct frame_walk {
+	struct shadow_stack *stack;
+	/* shadow_drop: the slot below which frames are forgotten, and whether at it too. */
+	__u64 slot;
+	bool inclusive;
+	/* shadow_rearm, unwinder_entered: the writes asked for, and the trampoline's address. */
+	struct stack_write_request *request;
+	__u64 trampoline;
+};
+
+/* shadow_drop's step: forgets the top frame if it lies below the slot. */
+static long drop_frame(__u64 n, void *data)
+{
+	struct frame_walk *walk = data;
+	struct shadow_stack *stack = walk->stack;
+	__u32 top;
+
+	if (stack->depth == 0)
+		return 1;
+	top = frame_index(stack->depth - 1);
+	if (stack->slot[top] > walk->slot || (!walk->inclusive && stack->slot[top] == walk->slot))
+		return 1;
+	stack->depth = top;
+	return 0;
 }
 
 /* Forgets the frames whose slot is below `slot` (or at it, with `inclusive`): they ended without
  * their return being seen (longjmp, an exception) or, at it, end now. */
-static __always_inline void shadow_drop(struct shadow_stack *stack, __u64 slot, bool inclusive)
+static __always_inline void shadow_drop(struct shadow_stack *stack, __u64 slot, bool inclusive,
+					const bool legacy)
 {
-	int n;
+	struct frame_walk walk = {.stack = stack, .slot = slot, .inclusive = inclusive};
 
-	bpf_for(n, 0, SHADOW_DEPTH) {
-		__u32 top;
-
-		if (stack->depth == 0)
-			return;
-		top = frame_index(stack->depth - 1);
-		if (stack->slot[top] > slot || (!inclusive && stack->slot[top] == slot))
-			return;
-		stack->depth = top;
-	}
+	repeat(SHADOW_DEPTH, SHADOW_DEPTH, drop_frame, &walk, legacy);
 }
 
-/* A request for up to SHADOW_DEPTH writes; NULL when the recorder is not serving or the buffer
- * is full (the slots stay as they are). */
-static __always_inline struct stack_write_request *stack_write_request(void)
+/* A request for up to SHADOW_DEPTH writes, empty, and in `space` its room in the ring buffer,
+ * reserved now so that the frames are only changed when it can be sent; NULL when the recorder
+ * is not serving or the buffer is full (the slots stay as they are). */
+static __always_inline struct stack_write_request *stack_write_request(void **space)
 {
 	struct stack_write_request *request;
+	__u32 zero = 0;
 
+	*space = NULL;
 	if (!serving_stack_writes)
 		return NULL;
-	request = bpf_ringbuf_reserve(&stack_writes, sizeof(*request), 0);
-	if (request) {
-		request->pid = settings.tgid;
-		request->count = 0;
-		request->tid = (__u32)bpf_get_current_pid_tgid();
-		request->reserved = 0;
-	}
+	request = bpf_map_lookup_elem(&stack_write_scratch, &zero);
+	if (!request)
+		return NULL;
+	*space = bpf_ringbuf_reserve(&stack_writes, sizeof(*request), 0);
+	if (!*space)
+		return NULL;
+	request->pid = settings.tgid;
+	request->count = 0;
+	request->tid = (__u32)bpf_get_current_pid_tgid();
+	request->reserved = 0;
 	return request;
 }
 
@@ -196,19 +234,24 @@ static __always_inline void add_stack_write(struct stack_write_request *request,
 /* The signal that pauses the current thread: `settings.pause_signal`, unless the thread blocks
  * it (a blocked SIGURG would not stop it before the unwinder runs); SIGSTOP cannot be blocked,
  * and under ptrace it too is a signal-delivery-stop the tracer suppresses. */
-static __always_inline __u32 pause_signal(void)
+static __always_inline __u32 pause_signal(const bool legacy)
 {
 	__u32 signal = settings.pause_signal;
-	__u64 blocked = bpf_get_current_task_btf()->blocked.sig[0];
+	__u64 blocked;
 
+	if (legacy)
+		blocked = BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), blocked.sig[0]);
+	else
+		blocked = bpf_get_current_task_btf()->blocked.sig[0];
 	if (signal == 19 /* SIGSTOP */ || !(blocked & (1ull << (signal - 1))))
 		return signal;
 	return 19;
 }
 
-/* Sends `request` and pauses the thread until the recorder has written it; drops an empty one.
- * Either signal is taken when the thread returns to user space, after this program: the request
- * is in the ring buffer before anyone can see the pause.
+/* Sends `request`, through the room reserved for it in `space`, and pauses the thread until the
+ * recorder has written it; releases the room of an empty one. Either signal is taken when the
+ * thread returns to user space, after this program: the request is in the ring buffer before
+ * anyone can see the pause.
  * Under -c (SIGSTOP, the whole group stops) the order matters: the recorder lets the process go
  * on once it has served as many requests as were counted, so the count goes up before the stop
  * is sent, and the stop before the recorder can see the request (a continue sent before the stop
@@ -217,15 +260,17 @@ static __always_inline __u32 pause_signal(void)
  * waking this thread, which then runs on into the unwinder until the other thread's stop reaches
  * it. Under ptrace (-p) only this thread pauses: the tracer serves its stop with the request of
  * the same thread id (src/record/seizer.rs). */
-static __always_inline void send_stack_writes(struct stack_write_request *request)
+static __always_inline void send_stack_writes(struct stack_write_request *request, void *space,
+					      const bool legacy)
 {
 	if (request->count == 0) {
-		bpf_ringbuf_discard(request, 0);
+		bpf_ringbuf_discard(space, 0);
 		return;
 	}
+	bpf_probe_read_kernel(space, sizeof(*request), request);
 	__sync_fetch_and_add(&stack_write_requests, 1);
-	bpf_send_signal_thread(pause_signal());
-	bpf_ringbuf_submit(request, BPF_RB_FORCE_WAKEUP);
+	bpf_send_signal_thread(pause_signal(legacy));
+	bpf_ringbuf_submit(space, BPF_RB_FORCE_WAKEUP);
 }
 
 /* Tells the replayer where the unwinder landed: the frames whose slot lies below `landing_sp`
@@ -252,45 +297,61 @@ static __always_inline void note_unwound(__u64 landing_sp)
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
+/* shadow_rearm's step: frame `n`, restored for the unwinder, gets the trampoline again if it
+ * still holds its return address. */
+static long rearm_frame(__u64 n, void *data)
+{
+	struct frame_walk *walk = data;
+	struct shadow_stack *stack = walk->stack;
+	__u32 i = frame_index(n);
+	__u64 ret = stack->ret[i], now;
+
+	if (n >= stack->depth)
+		return 1;
+	if (!(ret & SHADOW_RESTORED))
+		return 0;
+	ret &= ~SHADOW_RESTORED;
+	stack->ret[i] = ret;
+	if (bpf_probe_read_user(&now, sizeof(now), (void *)stack->slot[i]) == 0 && now == ret &&
+	    walk->trampoline)
+		add_stack_write(walk->request, stack->slot[i], walk->trampoline);
+	return 0;
+}
+
 /* At the thread's event whose frame is at `slot`: if the unwinder ran and this event is at or
  * above its frame, it has handed control back at a stack pointer of `landing_sp` (above `slot`
  * for an entry, whose call pushed its return address there; `slot` itself for an exit, whose
  * frame is still alive); the frames it restored that are still alive (all the frames left, the
  * dead ones dropped) get the trampoline again. A slot that no longer holds the original (a frame
  * gone without the shadow stack seeing it) is left alone. */
-static __always_inline void shadow_rearm(struct shadow_stack *stack, __u64 slot, __u64 landing_sp)
+static __always_inline void shadow_rearm(struct shadow_stack *stack, __u64 slot, __u64 landing_sp,
+					 const bool legacy)
 {
-	struct stack_write_request *request;
-	__u64 trampoline;
-	int n;
+	struct frame_walk walk = {.stack = stack};
+	void *space;
 
 	if (stack->unwind_slot == 0 || slot < stack->unwind_slot)
 		return;
-	request = stack_write_request();
-	if (!request)
+	walk.request = stack_write_request(&space);
+	if (!walk.request || !space)
 		return;
 	stack->unwind_slot = 0;
 	note_unwound(landing_sp);
-	trampoline = trampoline_address();
-	bpf_for(n, 0, SHADOW_DEPTH) {
-		__u32 i = frame_index(n);
-		__u64 ret = stack->ret[i], now;
+	walk.trampoline = trampoline_address(legacy);
+	repeat(SHADOW_DEPTH, SHADOW_DEPTH, rearm_frame, &walk, legacy);
+	send_stack_writes(walk.request, space, legacy);
+}
 
-		if (n >= stack->depth)
-			break;
-		if (!(ret & SHADOW_RESTORED))
-			continue;
-		ret &= ~SHADOW_RESTORED;
-		stack->ret[i] = ret;
-		if (bpf_probe_read_user(&now, sizeof(now), (void *)stack->slot[i]) == 0 &&
-		    now == ret && trampoline)
-			add_stack_write(request, stack->slot[i], trampoline);
-	}
-	send_stack_writes(request);
+/* Whether the return address at `slot` is the trampoline: a call tail-called by a traced
+ * function, whose return is pending at the same slot (the kernel keeps the caller's original
+ * return address for both). */
+static __always_inline bool tail_called(__u64 ret, const bool legacy)
+{
+	return ret == trampoline_address(legacy);
 }
 
 /* At a traced function's entry, before the kernel replaces the return address at `slot`. */
-static __always_inline void shadow_entered(__u64 slot)
+static __always_inline void shadow_entered(__u64 slot, const bool legacy)
 {
 	struct shadow_stack *stack;
 	__u64 ret;
@@ -302,11 +363,10 @@ static __always_inline void shadow_entered(__u64 slot)
 	stack = shadow_of_thread(true);
 	if (!stack || bpf_probe_read_user(&ret, sizeof(ret), (void *)slot))
 		return;
-	/* A tail call from a traced function: the kernel keeps the caller's original for both, and
-	 * the frame already here stands for both. */
-	chained = ret == trampoline_address();
-	shadow_drop(stack, slot, !chained);
-	shadow_rearm(stack, slot, slot + 8);
+	/* The frame already here stands for both. */
+	chained = tail_called(ret, legacy);
+	shadow_drop(stack, slot, !chained, legacy);
+	shadow_rearm(stack, slot, slot + 8, legacy);
 	depth = stack->depth;
 	if (chained || depth >= SHADOW_DEPTH)
 		return;
@@ -316,7 +376,7 @@ static __always_inline void shadow_entered(__u64 slot)
 }
 
 /* At a traced function's exit, its return address slot at `slot`. */
-static __always_inline void shadow_left(__u64 slot)
+static __always_inline void shadow_left(__u64 slot, const bool legacy)
 {
 	struct shadow_stack *stack;
 
@@ -325,47 +385,63 @@ static __always_inline void shadow_left(__u64 slot)
 	stack = shadow_of_thread(false);
 	if (!stack)
 		return;
-	shadow_drop(stack, slot, true);
-	shadow_rearm(stack, slot, slot);
+	shadow_drop(stack, slot, true, legacy);
+	shadow_rearm(stack, slot, slot, legacy);
+}
+
+/* unwinder_entered's step: frame `n`, if it holds the trampoline, gets its return address. */
+static long restore_frame(__u64 n, void *data)
+{
+	struct frame_walk *walk = data;
+	struct shadow_stack *stack = walk->stack;
+	__u32 i = frame_index(n);
+	__u64 ret = stack->ret[i], now;
+
+	if (n >= stack->depth)
+		return 1;
+	if (ret & SHADOW_RESTORED)
+		return 0;
+	if (bpf_probe_read_user(&now, sizeof(now), (void *)stack->slot[i]) ||
+	    now != walk->trampoline)
+		return 0;
+	add_stack_write(walk->request, stack->slot[i], ret);
+	stack->ret[i] = ret | SHADOW_RESTORED;
+	return 0;
 }
 
 /* At the entry of an unwinder function (_Unwind_RaiseException, _Unwind_Resume, ...), which walks
  * the frames above its own: give every frame the return address its unwind info describes. */
-SEC("uprobe.multi")
-int unwinder_entered(struct pt_regs *ctx)
+static __always_inline int unwinder_entry(struct pt_regs *ctx, const bool legacy)
 {
 	__u64 slot = PT_REGS_SP(ctx);
-	struct stack_write_request *request;
-	struct shadow_stack *stack;
-	__u64 trampoline;
-	int n;
+	struct frame_walk walk = {};
+	void *space;
 
 	if (!shadow_applies())
 		return 0;
-	stack = shadow_of_thread(false);
-	trampoline = trampoline_address();
-	if (!stack || !trampoline)
+	walk.stack = shadow_of_thread(false);
+	walk.trampoline = trampoline_address(legacy);
+	if (!walk.stack || !walk.trampoline)
 		return 0;
-	shadow_drop(stack, slot, false);
-	request = stack_write_request();
-	if (!request)
+	shadow_drop(walk.stack, slot, false, legacy);
+	walk.request = stack_write_request(&space);
+	if (!walk.request || !space)
 		return 0;
-	bpf_for(n, 0, SHADOW_DEPTH) {
-		__u32 i = frame_index(n);
-		__u64 ret = stack->ret[i], now;
-
-		if (n >= stack->depth)
-			break;
-		if (ret & SHADOW_RESTORED)
-			continue;
-		if (bpf_probe_read_user(&now, sizeof(now), (void *)stack->slot[i]) ||
-		    now != trampoline)
-			continue;
-		add_stack_write(request, stack->slot[i], ret);
-		stack->ret[i] = ret | SHADOW_RESTORED;
-	}
-	send_stack_writes(request);
-	if (stack->unwind_slot < slot)
-		stack->unwind_slot = slot;
+	repeat(SHADOW_DEPTH, SHADOW_DEPTH, restore_frame, &walk, legacy);
+	send_stack_writes(walk.request, space, legacy);
+	if (walk.stack->unwind_slot < slot)
+		walk.stack->unwind_slot = slot;
 	return 0;
+}
+
+SEC("uprobe.multi")
+int unwinder_entered(struct pt_regs *ctx)
+{
+	return unwinder_entry(ctx, false);
+}
+
+SEC("uprobe")
+int unwinder_entered_legacy(struct pt_regs *ctx)
+{
+	return unwinder_entry(ctx, true);
 }

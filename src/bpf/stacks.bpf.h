@@ -107,15 +107,18 @@ static long place_return_address(struct task_struct *task, struct vm_area_struct
 }
 
 /* The id of the distinct stack with these stack ids and the return address at user stack
- * pointer `sp`, or a negative error. */
+ * pointer `sp`, or a negative error. Never in legacy programs (see compat.bpf.h), which the
+ * loader gives no stacks to capture. */
 static __always_inline __s64 stack_id(__s64 user_stack, __s64 kernel_stack, bool kernel_event,
-				      __u64 sp)
+				      __u64 sp, const bool legacy)
 {
 	struct stack_key key = {};
 	struct stack new = {}, *found;
 	__u32 zero = 0, *given;
 	long error;
 
+	if (legacy)
+		return -1;
 	if (user_stack < 0 && kernel_stack < 0)
 		return user_stack;
 	key.user_stack = user_stack < 0 ? -1 : user_stack;
@@ -146,22 +149,26 @@ static __always_inline __s64 stack_id(__s64 user_stack, __s64 kernel_stack, bool
 }
 
 /* The id of the user stack at the probe whose registers are `ctx`, or a negative error. */
-static __always_inline __s64 user_stack_id(struct pt_regs *ctx)
+static __always_inline __s64 user_stack_id(struct pt_regs *ctx, const bool legacy)
 {
-	if (!settings.user_stacks)
+	if (!settings.user_stacks || legacy)
 		return -1;
 	return stack_id(bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK), -1, false,
-			PT_REGS_SP(ctx));
+			PT_REGS_SP(ctx), legacy);
 }
 
 /* The id of the user and kernel stacks at a tracepoint whose context is `ctx`, where the user
  * registers are `regs`, or a negative error. */
-static __always_inline __s64 kernel_event_stack_id(void *ctx, struct pt_regs *regs)
+static __always_inline __s64 kernel_event_stack_id(void *ctx, struct pt_regs *regs,
+						    const bool legacy)
 {
-	__s64 user = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
-	__s64 kernel = bpf_get_stackid(ctx, &kernel_stacks, 0);
+	__s64 user, kernel;
 
-	return stack_id(user, kernel, true, BPF_CORE_READ(regs, sp));
+	if (legacy)
+		return -1;
+	user = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+	kernel = bpf_get_stackid(ctx, &kernel_stacks, 0);
+	return stack_id(user, kernel, true, BPF_CORE_READ(regs, sp), legacy);
 }
 
 #endif

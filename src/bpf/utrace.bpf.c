@@ -59,6 +59,7 @@ bool exec_seen = false;
  * would give an exit without an entry. */
 bool recording = false;
 
+#include "compat.bpf.h"
 #include "shadow.bpf.h"
 
 /* A raw tracepoint: attached by name, with no need for tracefs to be mounted. */
@@ -87,8 +88,8 @@ bool target_exec_passed = false;
 extern int bpf_send_signal_task(struct task_struct *task, int sig, enum pid_type type,
 				__u64 value) __ksym __weak;
 
-extern struct task_struct *bpf_task_from_pid(__s32 pid) __ksym;
-extern void bpf_task_release(struct task_struct *p) __ksym;
+extern struct task_struct *bpf_task_from_pid(__s32 pid) __ksym __weak;
+extern void bpf_task_release(struct task_struct *p) __ksym __weak;
 
 #define SIGSTOP 19
 #define SIGCONT 18
@@ -103,14 +104,18 @@ static __always_inline bool is_traced(__u32 tgid)
 	       (settings.follow && bpf_map_lookup_elem(&followed_processes, &tgid));
 }
 
+/* Whether process `tgid` runs a traced program: the link's pid filter decides where breakpoints
+ * go, but another tracer's probe on the same file runs our program too; and before its exec, a
+ * command utrace started runs utrace's own code. */
+static __always_inline bool runs_traced_program(__u32 tgid)
+{
+	return is_traced(tgid) && !(settings.wait_for_exec && !exec_seen);
+}
+
 /* Whether a hit in process `tgid` is one to record now. */
 static __always_inline bool recording_in(__u32 tgid)
 {
-	/* The link's pid filter decides where breakpoints go, but another tracer's probe on the same
-	 * file runs our program too: check the process ourselves. */
-	if (!is_traced(tgid))
-		return false;
-	return recording && !(settings.wait_for_exec && !exec_seen);
+	return recording && runs_traced_program(tgid);
 }
 
 /* Fills `e` for `function` on `thread` of the current process, at `now`. */
@@ -191,18 +196,40 @@ int library_loaded(struct pt_regs *ctx)
 	return 0;
 }
 
+/* A traced function's entry site. */
+static __always_inline int entered(struct pt_regs *ctx, const bool legacy)
+{
+	/* At the entry (or a site before any stack change) sp points at the return address. */
+	__u64 slot = PT_REGS_SP(ctx), cookie, ret;
+	bool chained;
+
+	/* Legacy programs look their cookie up: not for processes that are not traced. */
+	if (legacy && !runs_traced_program(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	if (!probe_cookie(ctx, &cookie, legacy))
+		return 0;
+	if (legacy && (cookie & COOKIE_RETURN_PROBED)) {
+		chained = !bpf_probe_read_user(&ret, sizeof(ret), (void *)slot) &&
+			  tail_called(ret, legacy);
+		push_pending_return(slot, cookie, chained);
+	}
+	shadow_entered(slot, legacy);
+	record_call(ctx, (__u32)cookie, slot, legacy);
+	if (cookie & COOKIE_ALSO_EXIT)
+		record_call(ctx, (__u32)cookie | EVENT_EXIT, slot, legacy);
+	return 0;
+}
+
 SEC("uprobe.multi")
 int function_entry(struct pt_regs *ctx)
 {
-	__u64 cookie = bpf_get_attach_cookie(ctx);
-	/* At the entry (or a site before any stack change) sp points at the return address. */
-	__u64 slot = PT_REGS_SP(ctx);
+	return entered(ctx, false);
+}
 
-	shadow_entered(slot);
-	record_call(ctx, (__u32)cookie, slot);
-	if (cookie & COOKIE_ALSO_EXIT)
-		record_call(ctx, (__u32)cookie | EVENT_EXIT, slot);
-	return 0;
+SEC("uprobe")
+int function_entry_legacy(struct pt_regs *ctx)
+{
+	return entered(ctx, true);
 }
 
 extern bool bpf_session_is_return(void) __ksym __weak;
@@ -326,8 +353,8 @@ static __always_inline int plt_call_session(struct pt_regs *ctx, bool from_libra
 
 	if (bpf_session_is_return()) {
 		/* The `ret` has popped the return address: its slot is just below sp. */
-		shadow_left(sp - 8);
-		return record_values(ctx, (__u32)cookie | EVENT_EXIT, sp - 8, true);
+		shadow_left(sp - 8, false);
+		return record_values(ctx, (__u32)cookie | EVENT_EXIT, sp - 8, true, false);
 	}
 	/* Once recording stops, no call gets a return probe: return probes that keep coming hold up
 	 * the release of the links (see AttachedProbes::detach). Before the target's exec, the
@@ -344,8 +371,8 @@ static __always_inline int plt_call_session(struct pt_regs *ctx, bool from_libra
 	if (!through_stub)
 		return 1;
 	/* This call gets a return probe: an exception through it needs its address restored. */
-	shadow_entered(sp);
-	record_values(ctx, (__u32)cookie, sp, false);
+	shadow_entered(sp, false);
+	record_values(ctx, (__u32)cookie, sp, false, false);
 	return 0;
 }
 
@@ -363,19 +390,33 @@ int library_plt_call(struct pt_regs *ctx)
 
 /* On a `ret` or a tail jump of the function (sp points at the return address), or after a call
  * of a PLT stub. */
+static __always_inline int left_at_site(struct pt_regs *ctx, const bool legacy)
+{
+	__u64 slot = PT_REGS_SP(ctx), cookie;
+
+	if (legacy && !runs_traced_program(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	if (!probe_cookie(ctx, &cookie, legacy))
+		return 0;
+	if (cookie & COOKIE_AFTER_RETURN)
+		slot -= 8;
+	shadow_left(slot, legacy);
+	if (settings.value_functions && !settings.go_goroutines)
+		return record_values(ctx, (__u32)cookie | EVENT_EXIT, slot,
+				     !(cookie & COOKIE_NO_RETURN_VALUE), legacy);
+	return record_call(ctx, (__u32)cookie | EVENT_EXIT, slot, legacy);
+}
+
 SEC("uprobe.multi")
 int function_exit_site(struct pt_regs *ctx)
 {
-	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u64 slot = PT_REGS_SP(ctx);
+	return left_at_site(ctx, false);
+}
 
-	if (cookie & COOKIE_AFTER_RETURN)
-		slot -= 8;
-	shadow_left(slot);
-	if (settings.value_functions && !settings.go_goroutines)
-		return record_values(ctx, (__u32)cookie | EVENT_EXIT, slot,
-				     !(cookie & COOKIE_NO_RETURN_VALUE));
-	return record_call(ctx, (__u32)cookie | EVENT_EXIT, slot);
+SEC("uprobe")
+int function_exit_site_legacy(struct pt_regs *ctx)
+{
+	return left_at_site(ctx, true);
 }
 
 /* A function whose exit a return probe sees, where the kernel has uprobe sessions: its entry
@@ -391,26 +432,97 @@ int function_call(struct pt_regs *ctx)
 
 	if (bpf_session_is_return()) {
 		/* The `ret` has popped the return address: its slot is just below sp. */
-		shadow_left(sp - 8);
-		return record_values(ctx, (__u32)cookie | EVENT_EXIT, sp - 8, true);
+		shadow_left(sp - 8, false);
+		return record_values(ctx, (__u32)cookie | EVENT_EXIT, sp - 8, true, false);
 	}
 	if (!recording)
 		return 1;
 	/* At the entry (or a site before any stack change) sp points at the return address. */
-	shadow_entered(sp);
-	record_values(ctx, (__u32)cookie, sp, false);
+	shadow_entered(sp, false);
+	record_values(ctx, (__u32)cookie, sp, false, false);
 	return 0;
 }
 
 /* The same, where the kernel has no sessions: the return probe of function_entry's functions. */
+static __always_inline int returned(struct pt_regs *ctx, const bool legacy)
+{
+	/* The `ret` has popped the return address: its slot is just below sp. */
+	__u64 slot = PT_REGS_SP(ctx) - 8, cookie;
+
+	if (legacy) {
+		if (!runs_traced_program(bpf_get_current_pid_tgid() >> 32))
+			return 0;
+		if (!return_cookie(slot, &cookie))
+			return 0;
+	} else {
+		cookie = bpf_get_attach_cookie(ctx);
+	}
+	shadow_left(slot, legacy);
+	return record_values(ctx, (__u32)cookie | EVENT_EXIT, slot, true, legacy);
+}
+
 SEC("uretprobe.multi")
 int function_exit(struct pt_regs *ctx)
 {
-	/* The `ret` has popped the return address: its slot is just below sp. */
-	__u64 slot = PT_REGS_SP(ctx) - 8;
+	return returned(ctx, false);
+}
 
-	shadow_left(slot);
-	return record_values(ctx, (__u32)bpf_get_attach_cookie(ctx) | EVENT_EXIT, slot, true);
+SEC("uretprobe")
+int function_exit_legacy(struct pt_regs *ctx)
+{
+	return returned(ctx, true);
+}
+
+/* Where the kernel has no bpf_send_signal_task (before Linux 6.13), a forked child stops
+ * itself instead, at its first return to user space (child_started): per child, its parent. */
+struct forked_child {
+	__u32 parent_tgid;
+	__u32 parent_tid;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct forked_child);
+} starting_children SEC(".maps");
+
+/* Says that followed process `child` was forked by thread `parent_tid` of `parent_tgid`, and stops
+ * it until the recorder has probed it: the current task if `task` is NULL. Nothing is said, and
+ * the child runs on untraced, where it cannot be stopped. */
+static __always_inline void follow_child(__u32 child, __u32 parent_tgid, __u32 parent_tid,
+					 struct task_struct *task)
+{
+	__u8 yes = 1;
+	struct event *e;
+	long stopped;
+
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		/* No stop without the event: nobody would know to let the child go on. */
+		__sync_fetch_and_add(&lost_events, 1);
+		return;
+	}
+	if (bpf_map_update_elem(&followed_processes, &child, &yes, BPF_ANY)) {
+		/* The map is full. */
+		bpf_ringbuf_discard(e, 0);
+		return;
+	}
+	if (task)
+		stopped = bpf_send_signal_task(task, SIGSTOP, PIDTYPE_TGID, 0);
+	else
+		stopped = bpf_send_signal(SIGSTOP);
+	if (stopped) {
+		bpf_map_delete_elem(&followed_processes, &child);
+		bpf_ringbuf_discard(e, 0);
+		return;
+	}
+	e->timestamp_ns = bpf_ktime_get_ns();
+	e->tid = parent_tid & ((1u << EVENT_TID_BITS) - 1);
+	e->function = EVENT_PROCESS_FORKED;
+	e->stack = parent_tgid;
+	e->pid = child;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 }
 
 /* --follow: a traced process forked a new one (not a thread). The child is stopped before it runs
@@ -420,38 +532,38 @@ int function_exit(struct pt_regs *ctx)
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(process_forked, struct task_struct *parent, struct task_struct *child)
 {
-	__u32 parent_tgid = parent->tgid;
+	struct forked_child forked = {.parent_tgid = parent->tgid, .parent_tid = parent->pid};
 	__u32 child_tgid = child->tgid;
-	__u8 yes = 1;
-	struct event *e;
 
-	if (child_tgid == parent_tgid || !recording || !is_traced(parent_tgid))
+	if (child_tgid == forked.parent_tgid || !recording || !is_traced(forked.parent_tgid))
 		return 0;
 	/* Before its exec, a started command is still utrace's own child. */
-	if (parent_tgid == settings.tgid && settings.wait_for_exec && !target_exec_passed)
+	if (forked.parent_tgid == settings.tgid && settings.wait_for_exec && !target_exec_passed)
 		return 0;
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		/* No stop without the event: nobody would know to let the child go on. */
-		__sync_fetch_and_add(&lost_events, 1);
+	if (bpf_ksym_exists(bpf_send_signal_task))
+		follow_child(child_tgid, forked.parent_tgid, forked.parent_tid, child);
+	else
+		bpf_map_update_elem(&starting_children, &child_tgid, &forked, BPF_ANY);
+	return 0;
+}
+
+/* --follow without bpf_send_signal_task: a forked child returns from fork (the first return to
+ * user space of a new process is the end of that system call, whose tracepoint every task has
+ * once one program watches it) and stops itself there, before it runs an instruction of its
+ * own. */
+SEC("raw_tp/sys_exit")
+int child_started(void *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct forked_child *forked = bpf_map_lookup_elem(&starting_children, &tgid);
+	struct forked_child parent;
+
+	if (!forked)
 		return 0;
-	}
-	if (bpf_map_update_elem(&followed_processes, &child_tgid, &yes, BPF_ANY)) {
-		/* The map is full: the child runs on untraced. */
-		bpf_ringbuf_discard(e, 0);
-		return 0;
-	}
-	if (bpf_send_signal_task(child, SIGSTOP, PIDTYPE_TGID, 0)) {
-		bpf_map_delete_elem(&followed_processes, &child_tgid);
-		bpf_ringbuf_discard(e, 0);
-		return 0;
-	}
-	e->timestamp_ns = bpf_ktime_get_ns();
-	e->tid = parent->pid & ((1u << EVENT_TID_BITS) - 1);
-	e->function = EVENT_PROCESS_FORKED;
-	e->stack = parent_tgid;
-	e->pid = child_tgid;
-	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	parent = *forked;
+	bpf_map_delete_elem(&starting_children, &tgid);
+	if (recording)
+		follow_child(tgid, parent.parent_tgid, parent.parent_tid, NULL);
 	return 0;
 }
 
@@ -497,7 +609,7 @@ static __always_inline void signal_process(__u32 tgid, int signal)
 {
 	struct task_struct *task;
 
-	if (!bpf_ksym_exists(bpf_send_signal_task))
+	if (!bpf_ksym_exists(bpf_send_signal_task) || !bpf_ksym_exists(bpf_task_from_pid))
 		return;
 	task = bpf_task_from_pid(tgid);
 	if (!task)
@@ -515,6 +627,23 @@ __u32 recorder_gone = 0;
 __u32 guardian_gone = 0;
 #define GONE(flag) (*(volatile __u32 *)&(flag))
 
+/* How the guardian learns that the recorder died: a note here, which wakes it at once. A ring
+ * buffer, not a signal: signalling another process needs bpf_send_signal_task (6.13). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} recorder_deaths SEC(".maps");
+
+static __always_inline void tell_guardian(void)
+{
+	__u32 *note = bpf_ringbuf_reserve(&recorder_deaths, sizeof(*note), 0);
+
+	if (!note)
+		return;
+	*note = settings.recorder_tgid;
+	bpf_ringbuf_submit(note, BPF_RB_FORCE_WAKEUP);
+}
+
 static long continue_followed(void *map, __u32 *tgid, __u8 *value, void *ctx)
 {
 	signal_process(*tgid, SIGCONT);
@@ -524,24 +653,32 @@ static long continue_followed(void *map, __u32 *tgid, __u8 *value, void *ctx)
 /* A process's last thread is exiting (or, for the recorder, its first one in a group exit).
  *
  * The recorder, still recording: it was killed (SIGKILL, the OOM killer) or crashed (seen at its
- * first thread's exit, see below). Recording
- * stops here, before the kernel closes the recorder's files and so releases its links: from now
- * on no call makes a return instance (function_call, plt_call), and the releases finish at once
- * rather than while the program keeps calling. The processes that may wait stopped for the
- * recorder (at a dlopen, a stack write, a fork or exec under --follow) are let go; but where a
- * guardian runs (a program with an unwinder, whose frames may hold the trampoline), the target
- * is stopped instead, and the guardian lets it go once it has given every frame its return
- * address back.
+ * first thread's exit, see below). Recording stops here, before the kernel closes the recorder's
+ * files and so releases its links: from now on no call makes a return instance (function_call,
+ * plt_call), and the releases finish at once rather than while the program keeps calling. The
+ * processes that may wait stopped for the recorder (at a dlopen, a stack write, a fork or exec
+ * under --follow) are let go; but where a guardian runs (a program with an unwinder, whose frames
+ * may hold the trampoline, or a kernel on which only the guardian can send signals), the target
+ * is stopped instead where the kernel allows, and the guardian lets it go once it has given every
+ * frame its return address back.
  *
  * The guardian: if the recorder went first, the target is let go (again, or for the first time
  * if the guardian could not do its work).
  *
  * A followed process: its pid may be reused by a process that is not followed once it has been
- * reaped, which comes after this. */
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(process_exit, struct task_struct *task, bool group_dead)
+ * reaped, which comes after this.
+ *
+ * Signals to other processes need bpf_send_signal_task (6.13); before that the guardian sends
+ * them (and legacy programs do not name bpf_for_each_map_elem's callback: see compat.bpf.h).
+ *
+ * The tracepoint's second argument, group_dead, came with Linux 6.16: the task alone is taken,
+ * and the process's count of live threads, which do_exit() lowers before this tracepoint on every
+ * kernel, says whether this is the last thread (two threads exiting at once may both see 0,
+ * which does no harm here). */
+static __always_inline int exited(struct task_struct *task, const bool legacy)
 {
 	__u32 tgid = task->tgid;
+	bool group_dead = task->signal->live.counter == 0;
 
 	if (tgid == settings.recorder_tgid) {
 		/* Killed, the recorder's threads exit in any order, and the exit of its ptrace
@@ -557,17 +694,17 @@ int BPF_PROG(process_exit, struct task_struct *task, bool group_dead)
 		if (guardian_tgid && !GONE(guardian_gone)) {
 			/* The guardian gives the stacks back while the target is stopped, then lets it
 			 * go on: stopped now, before the links go, so no thread meets a trampoline
-			 * nobody restores; told now (SIGUSR1), not when the recorder's files close,
-			 * which comes after the links' release (slow while the target is stopped with
-			 * return instances). Let go here if the guardian went meanwhile. */
+			 * nobody restores; told now, not when the recorder's files close, which comes
+			 * after the links' release (slow while the target is stopped with return
+			 * instances). Let go here if the guardian went meanwhile. */
 			signal_process(settings.tgid, SIGSTOP);
-			signal_process(guardian_tgid, SIGUSR1);
+			tell_guardian();
 			if (GONE(guardian_gone))
 				signal_process(settings.tgid, SIGCONT);
 		} else {
 			signal_process(settings.tgid, SIGCONT);
 		}
-		if (settings.follow)
+		if (!legacy && settings.follow && bpf_ksym_exists(bpf_send_signal_task))
 			bpf_for_each_map_elem(&followed_processes, continue_followed, NULL, 0);
 	} else if (!group_dead) {
 		return 0;
@@ -579,6 +716,19 @@ int BPF_PROG(process_exit, struct task_struct *task, bool group_dead)
 			signal_process(settings.tgid, SIGCONT);
 	} else if (settings.follow && tgid != settings.tgid) {
 		bpf_map_delete_elem(&followed_processes, &tgid);
+		bpf_map_delete_elem(&starting_children, &tgid);
 	}
 	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(process_exit, struct task_struct *task)
+{
+	return exited(task, false);
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(process_exit_legacy, struct task_struct *task)
+{
+	return exited(task, true);
 }

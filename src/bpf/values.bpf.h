@@ -49,9 +49,11 @@ struct capture {
 	__u32 length;
 };
 
-/* Captures item `index` of the spec (a bpf_loop callback: verified once, whatever the count). */
-static long capture_item(__u64 index, struct capture *c)
+/* Captures item `index` of the spec (a step of repeat(): where the kernel has bpf_loop or
+ * open-coded iterators, verified once, whatever the count). */
+static long capture_item(__u64 index, void *data)
 {
+	struct capture *c = data;
 	__u32 zero = 0, off = c->length & (VALUE_PAYLOAD_MAX - 1);
 	struct value_record *record = bpf_map_lookup_elem(&value_records, &zero);
 	__u8 item = c->spec.items[index & (VALUES_MAX - 1)];
@@ -97,7 +99,7 @@ static long capture_item(__u64 index, struct capture *c)
  * `ctx`, with the values its spec asks for; `return_known`: at an exit, whether rax holds what
  * the function returns. */
 static __always_inline int record_values(struct pt_regs *ctx, __u32 function, __u64 stack,
-					 bool return_known)
+					 bool return_known, const bool legacy)
 {
 	__u32 id = function & ~EVENT_EXIT, zero = 0;
 	__u64 now, pid_tgid;
@@ -129,8 +131,8 @@ static __always_inline int record_values(struct pt_regs *ctx, __u32 function, __
 	/* A stack item is the spec's last (see interface.h). */
 	if (!c.exit && c.spec.count && c.spec.count <= VALUES_MAX &&
 	    (c.spec.items[(c.spec.count - 1) & (VALUES_MAX - 1)] & VALUE_STACK))
-		c.user_stack = user_stack_id(ctx);
-	bpf_loop(c.spec.count < VALUES_MAX ? c.spec.count : VALUES_MAX, capture_item, &c, 0);
+		c.user_stack = user_stack_id(ctx, legacy);
+	repeat(c.spec.count, VALUES_MAX, capture_item, &c, legacy);
 	out = bpf_map_lookup_elem(&value_records, &zero);
 	if (!out)
 		return 0;

@@ -3,6 +3,7 @@
 //! strategy says: one `uprobe_multi` link per file and kind, or one uprobe per probe site.
 
 use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Instant;
 
@@ -10,8 +11,8 @@ use libbpf_rs::{Link, MapCore, MapFlags, ProgramMut, UprobeMultiOpts, UprobeOpts
 
 use super::error::ProbeError;
 use super::interface::{landing_cookie, COOKIE_AFTER_RETURN, COOKIE_ALSO_EXIT};
-use super::interface::{skel::types, COOKIE_NO_RETURN_VALUE};
-use super::{AttachMode, AttachedProbes, LoadedProbes};
+use super::interface::{skel::types, COOKIE_NO_RETURN_VALUE, COOKIE_RETURN_PROBED};
+use super::{AttachMode, AttachedProbes, LoadedProbes, Programs};
 use crate::elf::ExitProbe;
 use crate::plan::{LandedCall, Landings};
 use crate::table::{FunctionKind, FunctionTable};
@@ -45,7 +46,7 @@ struct Target<'a> {
     pid: u32,
 }
 
-impl LoadedProbes<'_> {
+impl<'obj> LoadedProbes<'obj> {
     /// Attaches entry and exit probes for every function of `table` in `modules`, filtered to
     /// `pid`: each module index with the path that opens its file. `exits` says, per function
     /// id, where its exit is probed, and `sites` which exit sites come before a return value.
@@ -70,10 +71,10 @@ impl LoadedProbes<'_> {
             let module = module_index as u32;
             self.set_value_specs(table, module)?;
             let plan = ModuleProbes::new(table, exits, sites, landings, module, sessions);
-            let progs = &self.skel.progs;
+            let progs = self.programs();
             // Sessions make return probes: they are released with the return links.
             attached.return_links.extend(self.attach_sites(
-                &progs.function_call,
+                &self.skel.progs.function_call,
                 target,
                 plan.calls,
                 Hook::Session,
@@ -81,21 +82,21 @@ impl LoadedProbes<'_> {
             )?);
             let kinds = [
                 (
-                    &progs.function_exit,
+                    progs.returns,
                     plan.uretprobes,
                     Hook::Return,
                     "return",
                     &mut attached.return_links,
                 ),
                 (
-                    &progs.function_exit_site,
+                    progs.exit_sites,
                     plan.exit_sites,
                     Hook::Site,
                     "exit",
                     &mut attached.exit_site_links,
                 ),
                 (
-                    &progs.function_entry,
+                    progs.entries,
                     plan.entries,
                     Hook::Site,
                     "entry",
@@ -274,7 +275,7 @@ impl LoadedProbes<'_> {
         offsets: Vec<usize>,
         pid: u32,
     ) -> Result<Watch, ProbeError> {
-        let program = &self.skel.progs.unwinder_entered;
+        let program = self.programs().unwinder;
         self.watch(program, file, offsets, Hook::Site, pid, "unwinder entry")
     }
 
@@ -300,6 +301,47 @@ impl LoadedProbes<'_> {
         Ok(Watch { _links: links })
     }
 
+    /// The programs of the variant this kernel loads (see src/bpf/compat.bpf.h).
+    fn programs(&self) -> ProbePrograms<'_, 'obj> {
+        let progs = &self.skel.progs;
+        match self.strategy.programs {
+            Programs::Current => ProbePrograms {
+                entries: &progs.function_entry,
+                exit_sites: &progs.function_exit_site,
+                returns: &progs.function_exit,
+                unwinder: &progs.unwinder_entered,
+            },
+            Programs::Legacy => ProbePrograms {
+                entries: &progs.function_entry_legacy,
+                exit_sites: &progs.function_exit_site_legacy,
+                returns: &progs.function_exit_legacy,
+                unwinder: &progs.unwinder_entered_legacy,
+            },
+        }
+    }
+
+    /// Tells the legacy programs, which get no cookie, the cookie of each of `sites` in `file`
+    /// (see src/bpf/compat.bpf.h); a return probe finds its cookie where its entry left it.
+    fn set_site_cookies(&self, file: &Path, sites: &[(usize, u64)]) -> Result<(), ProbeError> {
+        let error = |cause: std::io::Error| ProbeError::SiteCookies {
+            path: file.display().to_string(),
+            error: cause.to_string(),
+        };
+        let inode = std::fs::metadata(file).map_err(error)?.ino();
+        let map = &self.skel.maps.site_cookies;
+        for &(offset, cookie) in sites {
+            let site = types::site_key {
+                inode,
+                offset: offset as u64,
+            };
+            // SAFETY: `site_key` is plain old data generated from interface.h.
+            let key = unsafe { plain_bytes(&site) };
+            map.update(key, &cookie.to_ne_bytes(), MapFlags::ANY)
+                .map_err(|cause| error(std::io::Error::other(cause.to_string())))?;
+        }
+        Ok(())
+    }
+
     /// Attaches `program` at each (file offset, cookie) of `sites` in `target`: with one
     /// `uprobe_multi` link for all, or one uprobe (a perf-event link) each. `what` names the
     /// probes in an error.
@@ -322,6 +364,9 @@ impl LoadedProbes<'_> {
         if sites.is_empty() {
             return Ok(Vec::new());
         }
+        if self.strategy.programs == Programs::Legacy && hook == Hook::Site {
+            self.set_site_cookies(target.file, &sites)?;
+        }
         match mode {
             AttachMode::Multi => {
                 let count = sites.len();
@@ -339,12 +384,16 @@ impl LoadedProbes<'_> {
                 Ok(vec![link])
             }
             // Sessions never come here: without uprobe_multi, PLT calls are probed at their
-            // stubs (see `attach_landings`).
+            // stubs (see `attach_landings`). A kernel without cookies refuses any but 0: the
+            // legacy programs have their cookies in the map instead.
             AttachMode::Single => sites
                 .into_iter()
                 .map(|(offset, cookie)| {
                     let opts = UprobeOpts {
-                        cookie,
+                        cookie: match self.strategy.programs {
+                            Programs::Current => cookie,
+                            Programs::Legacy => 0,
+                        },
                         retprobe: hook == Hook::Return,
                         ..Default::default()
                     };
@@ -355,6 +404,14 @@ impl LoadedProbes<'_> {
                 .collect(),
         }
     }
+}
+
+/// The probe programs of one variant.
+struct ProbePrograms<'a, 'obj> {
+    entries: &'a ProgramMut<'obj>,
+    exit_sites: &'a ProgramMut<'obj>,
+    returns: &'a ProgramMut<'obj>,
+    unwinder: &'a ProgramMut<'obj>,
 }
 
 /// The exit sites (module, file offset) where a function that captures its return value leaves
@@ -413,7 +470,10 @@ impl ModuleProbes {
                     probes.calls.push((entry, id));
                     continue;
                 }
-                ExitProbe::Uretprobe(_) => probes.uretprobes.push((entry, id)),
+                ExitProbe::Uretprobe(_) => {
+                    probes.uretprobes.push((entry, id));
+                    cookie |= COOKIE_RETURN_PROBED;
+                }
                 ExitProbe::Sites(offsets) => {
                     for &offset in offsets {
                         if offset as usize == entry {

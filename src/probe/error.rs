@@ -30,6 +30,8 @@ pub enum ProbeError {
         path: String,
         error: libbpf_rs::Error,
     },
+    #[error("cannot tell the probes where the functions of {path} are: {error}")]
+    SiteCookies { path: String, error: String },
     #[error("-k '{asked}': {why}")]
     KernelFunctions { asked: String, why: String },
     #[error("cannot trace system call {number}: {error}")]

@@ -6,7 +6,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, UsdtOpts};
 
 use super::error::{load_error, ProbeError};
 use super::interface::skel::{types, OpenUtraceSkel};
-use super::{LoadedProbes, Support};
+use super::{LoadedProbes, Programs, Support};
 use crate::plan::PlannedEvents;
 use crate::table::FunctionTable;
 
@@ -57,14 +57,19 @@ impl EventPrograms {
         }
     }
 
-    /// Leaves out of the load the programs not needed: their verification costs start-up time.
-    pub(super) fn choose(self, open: &mut OpenUtraceSkel) {
-        open.progs
-            .off_cpu_switch
-            .set_autoload(self.off_cpu.is_some());
-        open.progs.syscall_entered.set_autoload(self.syscalls);
-        open.progs.syscall_exited.set_autoload(self.syscalls);
-        open.progs.usdt_hit.set_autoload(self.usdt);
+    /// Leaves out of the load the programs not needed, and those of the variant this kernel does
+    /// not load (see src/bpf/compat.bpf.h): their verification costs start-up time.
+    pub(super) fn choose(self, open: &mut OpenUtraceSkel, legacy: bool) {
+        let progs = &mut open.progs;
+        let off_cpu = self.off_cpu.is_some();
+        progs.off_cpu_switch.set_autoload(off_cpu && !legacy);
+        progs.off_cpu_switch_legacy.set_autoload(off_cpu && legacy);
+        progs.syscall_entered.set_autoload(self.syscalls && !legacy);
+        progs
+            .syscall_entered_legacy
+            .set_autoload(self.syscalls && legacy);
+        progs.syscall_exited.set_autoload(self.syscalls);
+        progs.usdt_hit.set_autoload(self.usdt);
     }
 }
 
@@ -85,8 +90,13 @@ impl LoadedProbes<'_> {
     ) -> Result<EventLinks, ProbeError> {
         let mut links = Vec::new();
         let progs = &self.skel.progs;
+        let legacy = self.strategy.programs == Programs::Legacy;
         if events.off_cpu.is_some() {
-            links.push(progs.off_cpu_switch.attach().map_err(load_error)?);
+            let program = match legacy {
+                true => &progs.off_cpu_switch_legacy,
+                false => &progs.off_cpu_switch,
+            };
+            links.push(program.attach().map_err(load_error)?);
         }
         for &(number, function) in &events.syscalls {
             // Its entries capture the user and kernel stacks (--stack).
@@ -106,7 +116,11 @@ impl LoadedProbes<'_> {
                 .map_err(|error| ProbeError::Syscalls { number, error })?;
         }
         if !events.syscalls.is_empty() {
-            links.push(progs.syscall_entered.attach().map_err(load_error)?);
+            let program = match legacy {
+                true => &progs.syscall_entered_legacy,
+                false => &progs.syscall_entered,
+            };
+            links.push(program.attach().map_err(load_error)?);
             links.push(progs.syscall_exited.attach().map_err(load_error)?);
         }
         for usdt in &events.usdt {

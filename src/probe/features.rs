@@ -55,6 +55,15 @@ pub struct KernelFeatures {
     pub send_signal_task: Support,
     /// BPF ring buffers, which carry the events.
     pub ring_buffer: Support,
+    /// BPF cookies for uprobes (`bpf_get_attach_cookie`, Linux 5.15): a probe's program learns
+    /// which function it was hit for.
+    pub cookies: Support,
+    /// `bpf_loop` (5.17): loops whose body is verified once.
+    pub bpf_loop: Support,
+    /// `bpf_find_vma` (5.17): the file and offset of an address, for `--stack`'s callers.
+    pub find_vma: Support,
+    /// Open-coded iterators (`bpf_iter_num_*` kfuncs, 6.4): loops verified fastest.
+    pub iterators: Support,
     /// fentry/fexit programs, for kernel functions later.
     pub fentry: Support,
     /// How long probing took.
@@ -79,6 +88,10 @@ impl KernelFeatures {
             session_is_return: kfunc("bpf_session_is_return"),
             send_signal_task: kfunc("bpf_send_signal_task"),
             ring_buffer: ring_buffer(),
+            cookies: uprobe_helper(sys::BPF_FUNC_get_attach_cookie),
+            bpf_loop: uprobe_helper(sys::BPF_FUNC_loop),
+            find_vma: uprobe_helper(sys::BPF_FUNC_find_vma),
+            iterators: kfunc("bpf_iter_num_new"),
             // A function of the kernel's that only BPF_PROG_TEST_RUN calls.
             fentry: match function("bpf_fentry_test1") {
                 Some(target) => fentry_link(target.type_id().into()),
@@ -93,14 +106,19 @@ impl fmt::Display for KernelFeatures {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "uprobe_multi {}, uprobe sessions {}, ring buffer {}, fentry {}; kfuncs \
-             bpf_session_is_return {}, bpf_send_signal_task {}",
+            "uprobe_multi {}, uprobe sessions {}, ring buffer {}, fentry {}; helpers \
+             bpf_get_attach_cookie {}, bpf_loop {}, bpf_find_vma {}; kfuncs \
+             bpf_session_is_return {}, bpf_send_signal_task {}, open-coded iterators {}",
             self.uprobe_multi,
             self.uprobe_session,
             self.ring_buffer,
             self.fentry,
+            self.cookies,
+            self.bpf_loop,
+            self.find_vma,
             self.session_is_return,
-            self.send_signal_task
+            self.send_signal_task,
+            self.iterators
         )
     }
 }
@@ -164,6 +182,19 @@ fn try_uprobe_link(attach_type: sys::bpf_attach_type, pid: u32) -> Result<(), i3
         ..Default::default()
     };
     link(&program, attach_type, &opts)
+}
+
+/// Whether uprobe programs may call `helper`, as libbpf finds out by loading one that does.
+fn uprobe_helper(helper: sys::bpf_func_id) -> Support {
+    // SAFETY: no options; libbpf loads and releases a program, and returns 1, 0 or -errno.
+    let found = unsafe {
+        sys::libbpf_probe_bpf_helper(sys::BPF_PROG_TYPE_KPROBE, helper, std::ptr::null())
+    };
+    match found {
+        1 => Support::Yes,
+        0 => Support::No,
+        error => support_after(-error),
+    }
 }
 
 /// Whether a ring buffer (of one page) can be made. Not libbpf's probe, which takes a refusal

@@ -53,11 +53,22 @@ impl<'obj> LoadedProbes<'obj> {
         replaced_return_addresses(&self.skel.maps.shadow_stacks)
     }
 
-    /// The id of the shadow stacks' map, by which the guardian opens it
-    /// (`src/record/guardian.rs`).
-    pub fn shadow_stacks_map_id(&self) -> Option<u32> {
-        let info = self.skel.maps.shadow_stacks.info().ok()?;
-        Some(info.info.id)
+    /// The ids of the maps the guardian opens (`src/record/guardian.rs`): the ring buffer of the
+    /// recorder's death notes, the shadow stacks and the followed processes.
+    pub fn guardian_map_ids(&self) -> Option<GuardianMaps> {
+        let id = |map: &libbpf_rs::MapMut| Some(map.info().ok()?.info.id);
+        let maps = &self.skel.maps;
+        Some(GuardianMaps {
+            deaths: id(&maps.recorder_deaths)?,
+            shadow_stacks: id(&maps.shadow_stacks)?,
+            followed: id(&maps.followed_processes)?,
+        })
+    }
+
+    /// Hits the legacy programs could not tie to a probe (see src/bpf/compat.bpf.h).
+    pub fn unidentified_hits(&self) -> u64 {
+        // SAFETY: as in `lost_events`.
+        unsafe { std::ptr::read_volatile(&raw const self.bss().unidentified_hits) }
     }
 
     /// Tells the BPF programs which process is the guardian: when the recorder dies, they stop
@@ -103,6 +114,13 @@ impl<'obj> LoadedProbes<'obj> {
         lost.sort_unstable();
         lost
     }
+}
+
+/// The ids of the BPF maps a guardian may open.
+pub struct GuardianMaps {
+    pub deaths: u32,
+    pub shadow_stacks: u32,
+    pub followed: u32,
 }
 
 /// Per thread, the frames of `shadow_stacks` (the BPF map of `struct shadow_stack`,

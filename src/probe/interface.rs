@@ -75,6 +75,10 @@ pub(super) const COOKIE_AFTER_RETURN: u64 = 1 << types::cookie_bits::COOKIE_AFTE
 pub(super) const COOKIE_NO_RETURN_VALUE: u64 =
     1 << types::cookie_bits::COOKIE_NO_RETURN_VALUE_BIT.0;
 
+/// Set in the entry probe's cookie of a function whose return a separate return probe sees: the
+/// legacy return probe finds its cookie where the entry left it (src/bpf/compat.bpf.h).
+pub(super) const COOKIE_RETURN_PROBED: u64 = 1 << types::cookie_bits::COOKIE_RETURN_PROBED_BIT.0;
+
 /// The cookie of a PLT call probed where it lands: the stub's function id, and the stub's virtual
 /// address in the executable (below 4 GiB) in the high bits.
 pub(super) fn landing_cookie(function: u32, stub: u64) -> u64 {

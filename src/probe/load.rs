@@ -9,7 +9,7 @@ use libbpf_rs::{AsRawLibbpf, OpenObject};
 
 use super::error::{load_error, ProbeError};
 use super::interface::skel::{types, OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
-use super::{AttachMode, AttachStrategy};
+use super::{AttachMode, AttachStrategy, Programs, Signals};
 use crate::plan::Pairing;
 
 /// What the loader needs to know before the programs are loaded: the BPF side's `struct
@@ -105,74 +105,22 @@ impl<'obj> LoadedProbes<'obj> {
     ) -> Result<Self, ProbeError> {
         let started = std::time::Instant::now();
         let strategy = super::strategy();
-        if config.follow && !strategy.follow {
-            return Err(ProbeError::Unsupported {
-                what: "--follow",
-                needs: "the bpf_send_signal_task kfunc",
-            });
+        if config.user_stacks {
+            strategy.user_stacks()?;
+        }
+        if config.events.usdt {
+            strategy.usdt()?;
         }
         let builder = UtraceSkelBuilder::default();
         let mut open: OpenUtraceSkel = builder.open(storage).map_err(load_error)?;
-        // Programs whose kfuncs or link type the kernel lacks stay out (the loader would refuse
-        // them); what they serve is not asked for on such a kernel.
-        open.progs.plt_call.set_autoload(strategy.sessions);
-        open.progs.library_plt_call.set_autoload(strategy.sessions);
-        open.progs.function_call.set_autoload(strategy.sessions);
-        // Only where sessions are missing do functions get a separate return probe; its
-        // verification costs tens of milliseconds at start-up (the shadow stack's code).
-        open.progs.function_exit.set_autoload(!strategy.sessions);
-        open.progs.process_forked.set_autoload(strategy.follow);
-        config.events.choose(&mut open);
-        if strategy.mode == AttachMode::Single {
-            for program in [
-                &mut open.progs.function_entry,
-                &mut open.progs.function_exit_site,
-                &mut open.progs.function_exit,
-                &mut open.progs.library_loaded,
-                &mut open.progs.unwinder_entered,
-            ] {
-                attach_through_perf_events(program);
-            }
-        }
+        choose_programs(&mut open, strategy, config);
+        size_maps(&mut open, strategy, config)?;
         let rodata = open
             .maps
             .rodata_data
             .as_deref_mut()
             .expect("the BPF object has read-only data (settings)");
         rodata.settings = settings(config);
-        open.maps
-            .events
-            .set_max_entries(config.buffer_bytes)
-            .map_err(load_error)?;
-        if config.string_size.is_some() || config.user_stacks {
-            open.maps
-                .value_specs
-                .set_max_entries(VALUE_FUNCTIONS_MAX)
-                .map_err(load_error)?;
-        }
-        if config.user_stacks {
-            open.maps
-                .user_stacks
-                .set_max_entries(USER_STACKS_MAX)
-                .map_err(load_error)?;
-            open.maps
-                .stacks
-                .set_max_entries(USER_STACKS_MAX)
-                .map_err(load_error)?;
-            if config.events.syscalls || config.events.off_cpu_stack {
-                open.maps
-                    .kernel_stacks
-                    .set_max_entries(USER_STACKS_MAX)
-                    .map_err(load_error)?;
-            }
-        }
-        if !config.follow {
-            // A hash map's entries are allocated when it is created: none are needed.
-            open.maps
-                .followed_processes
-                .set_max_entries(1)
-                .map_err(load_error)?;
-        }
         let mut skel = open.load().map_err(load_error)?;
         if config.wait_for_exec {
             let link = skel.progs.target_exec.attach().map_err(load_error)?;
@@ -181,12 +129,28 @@ impl<'obj> LoadedProbes<'obj> {
         if config.follow {
             let link = skel.progs.process_forked.attach().map_err(load_error)?;
             skel.links.process_forked = Some(link);
+            if strategy.signals == Signals::FromGuardian {
+                let link = skel.progs.child_started.attach().map_err(load_error)?;
+                skel.links.child_started = Some(link);
+            }
             let link = skel.progs.process_execed.attach().map_err(load_error)?;
             skel.links.process_execed = Some(link);
         }
         // Always: it stops the recording if utrace dies (see process_exit in utrace.bpf.c).
-        let link = skel.progs.process_exit.attach().map_err(load_error)?;
-        skel.links.process_exit = Some(link);
+        match strategy.programs {
+            Programs::Current => {
+                let link = skel.progs.process_exit.attach().map_err(load_error)?;
+                skel.links.process_exit = Some(link);
+            }
+            Programs::Legacy => {
+                let link = skel
+                    .progs
+                    .process_exit_legacy
+                    .attach()
+                    .map_err(load_error)?;
+                skel.links.process_exit_legacy = Some(link);
+            }
+        }
         if config.unwind_shadow {
             let link = skel.progs.shadow_thread_exit.attach().map_err(load_error)?;
             skel.links.shadow_thread_exit = Some(link);
@@ -203,6 +167,103 @@ impl<'obj> LoadedProbes<'obj> {
     pub fn attach_mode(&self) -> AttachMode {
         self.strategy.mode
     }
+}
+
+/// Leaves out of the load the programs this kernel or this recording does not use: those that need
+/// what the kernel lacks would be refused, and every program loaded costs start-up time.
+fn choose_programs(open: &mut OpenUtraceSkel, strategy: &AttachStrategy, config: &ProbeConfig) {
+    let legacy = strategy.programs == Programs::Legacy;
+    let progs = &mut open.progs;
+    progs.plt_call.set_autoload(strategy.sessions);
+    progs.library_plt_call.set_autoload(strategy.sessions);
+    progs.function_call.set_autoload(strategy.sessions);
+    // Only where sessions are missing do functions get a separate return probe; its
+    // verification costs tens of milliseconds at start-up (the shadow stack's code).
+    progs
+        .function_exit
+        .set_autoload(!strategy.sessions && !legacy);
+    progs
+        .function_exit_legacy
+        .set_autoload(!strategy.sessions && legacy);
+    progs.function_entry.set_autoload(!legacy);
+    progs.function_entry_legacy.set_autoload(legacy);
+    progs.function_exit_site.set_autoload(!legacy);
+    progs.function_exit_site_legacy.set_autoload(legacy);
+    progs.unwinder_entered.set_autoload(!legacy);
+    progs.unwinder_entered_legacy.set_autoload(legacy);
+    progs.process_exit.set_autoload(!legacy);
+    progs.process_exit_legacy.set_autoload(legacy);
+    progs.process_forked.set_autoload(config.follow);
+    progs
+        .child_started
+        .set_autoload(config.follow && strategy.signals == Signals::FromGuardian);
+    config.events.choose(open, legacy);
+    if strategy.mode == AttachMode::Single {
+        for program in [
+            &mut open.progs.function_entry,
+            &mut open.progs.function_exit_site,
+            &mut open.progs.function_exit,
+            &mut open.progs.library_loaded,
+            &mut open.progs.unwinder_entered,
+        ] {
+            attach_through_perf_events(program);
+        }
+    }
+}
+
+/// Sizes the maps: the ring buffer as asked, and the maps nothing will use to one entry (a hash
+/// map's entries are allocated when it is created).
+fn size_maps(
+    open: &mut OpenUtraceSkel,
+    strategy: &AttachStrategy,
+    config: &ProbeConfig,
+) -> Result<(), ProbeError> {
+    open.maps
+        .events
+        .set_max_entries(config.buffer_bytes)
+        .map_err(load_error)?;
+    if config.string_size.is_some() || config.user_stacks {
+        open.maps
+            .value_specs
+            .set_max_entries(VALUE_FUNCTIONS_MAX)
+            .map_err(load_error)?;
+    }
+    if config.user_stacks {
+        open.maps
+            .user_stacks
+            .set_max_entries(USER_STACKS_MAX)
+            .map_err(load_error)?;
+        open.maps
+            .stacks
+            .set_max_entries(USER_STACKS_MAX)
+            .map_err(load_error)?;
+        if config.events.syscalls || config.events.off_cpu_stack {
+            open.maps
+                .kernel_stacks
+                .set_max_entries(USER_STACKS_MAX)
+                .map_err(load_error)?;
+        }
+    }
+    let maps = &mut open.maps;
+    if !config.follow {
+        maps.followed_processes
+            .set_max_entries(1)
+            .map_err(load_error)?;
+    }
+    if !config.follow || strategy.signals == Signals::FromBpf {
+        maps.starting_children
+            .set_max_entries(1)
+            .map_err(load_error)?;
+    }
+    if strategy.programs == Programs::Current {
+        maps.address_cookies
+            .set_max_entries(1)
+            .map_err(load_error)?;
+        maps.pending_returns
+            .set_max_entries(1)
+            .map_err(load_error)?;
+    }
+    Ok(())
 }
 
 /// Makes a `uprobe.multi` program one a perf-event link can take: the kernel picks the

@@ -17,7 +17,7 @@ mod error;
 mod events;
 mod features;
 mod globals;
-pub use globals::replaced_return_addresses;
+pub use globals::{replaced_return_addresses, GuardianMaps};
 mod interface;
 mod load;
 mod release;
@@ -32,5 +32,5 @@ pub use load::{
     forward_libbpf_messages, ring_buffer_size, LoadedProbes, ObjectStorage, ProbeConfig, StackPause,
 };
 pub use release::AttachedProbes;
-pub use strategy::{strategy, AttachMode, AttachStrategy, ATTACH_MODE_VARIABLE};
+pub use strategy::{strategy, AttachMode, AttachStrategy, Programs, Signals, ATTACH_MODE_VARIABLE};
 pub use user_stacks::{RawCaller, RawFrame, RawStack};

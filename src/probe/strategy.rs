@@ -5,6 +5,7 @@
 use std::fmt;
 use std::sync::OnceLock;
 
+use super::error::ProbeError;
 use super::features::KernelFeatures;
 
 /// The hidden switch that forces an attach mode: `UTRACE_ATTACH_MODE=single` attaches one uprobe
@@ -34,6 +35,30 @@ impl fmt::Display for AttachMode {
     }
 }
 
+/// Which variant of the probe programs loads (see src/bpf/compat.bpf.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Programs {
+    /// Probes read their function from the attach cookie; loops verify with `bpf_loop` or
+    /// open-coded iterators.
+    Current,
+    /// For kernels without BPF cookies for uprobes (5.15), `bpf_loop` or `bpf_find_vma` (5.17):
+    /// probes find their function from the address they were hit at, and loops are bounded
+    /// loops. No `--stack`.
+    Legacy,
+}
+
+/// How a process the BPF programs must stop or let go, other than the one they run in, gets its
+/// signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signals {
+    /// `bpf_send_signal_task` (6.13): a forked child is stopped at its fork, and the target of a
+    /// recorder that dies is stopped (or let go) by the BPF program at the recorder's exit.
+    FromBpf,
+    /// A forked child stops itself at its first return to user space, and the guardian process
+    /// stops and lets go the target of a recorder that dies (a few milliseconds later).
+    FromGuardian,
+}
+
 /// What the probes of a recording can use on this kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttachStrategy {
@@ -44,9 +69,8 @@ pub struct AttachStrategy {
     /// Otherwise entries and returns are separate probes, and PLT calls are probed at their
     /// stubs.
     pub sessions: bool,
-    /// Forked children can be stopped until they are probed (`--follow`): needs
-    /// `bpf_send_signal_task`.
-    pub follow: bool,
+    pub programs: Programs,
+    pub signals: Signals,
     /// What was found, for messages.
     pub features: KernelFeatures,
 }
@@ -60,13 +84,45 @@ impl AttachStrategy {
             None if features.uprobe_multi.missing() => AttachMode::Single,
             None => AttachMode::Multi,
         };
+        let legacy = [features.cookies, features.bpf_loop, features.find_vma];
         AttachStrategy {
             mode,
             sessions: mode == AttachMode::Multi
                 && !features.uprobe_session.missing()
                 && !features.session_is_return.missing(),
-            follow: !features.send_signal_task.missing(),
+            programs: match legacy.iter().any(|feature| feature.missing()) {
+                true => Programs::Legacy,
+                false => Programs::Current,
+            },
+            signals: match features.send_signal_task.missing() {
+                true => Signals::FromGuardian,
+                false => Signals::FromBpf,
+            },
             features,
+        }
+    }
+
+    /// Whether `--stack` can capture stacks: its callers are placed with `bpf_find_vma`, which
+    /// the legacy programs do without.
+    pub fn user_stacks(&self) -> Result<(), ProbeError> {
+        match self.programs {
+            Programs::Current => Ok(()),
+            Programs::Legacy => Err(ProbeError::Unsupported {
+                what: "--stack",
+                needs: "bpf_find_vma and BPF cookies for uprobes (Linux 5.17)",
+            }),
+        }
+    }
+
+    /// Whether USDT probes can be attached to a process not started yet: libbpf tells them
+    /// apart by their cookie, or else by their address in a process that runs already.
+    pub fn usdt(&self) -> Result<(), ProbeError> {
+        match self.features.cookies.missing() {
+            false => Ok(()),
+            true => Err(ProbeError::Unsupported {
+                what: "-E usdt",
+                needs: "BPF cookies for uprobes (Linux 5.15)",
+            }),
         }
     }
 }
@@ -98,6 +154,8 @@ fn asked_mode() -> Option<AttachMode> {
     }
 }
 
+/// Says what the kernel offers (`-d`) and, in one line each, the fallbacks that cost the user
+/// something: time at attach and detach, or per call.
 fn say(strategy: &AttachStrategy, asked: Option<AttachMode>) {
     let features = &strategy.features;
     log::debug!(
@@ -106,17 +164,32 @@ fn say(strategy: &AttachStrategy, asked: Option<AttachMode>) {
     );
     let plt = match strategy.sessions {
         true => "PLT calls may be probed where they land (uprobe sessions)",
-        false => "PLT calls probed at their stubs (probing them where they land needs uprobe sessions on uprobe_multi)",
+        false => "PLT calls probed at their stubs (probing them where they land needs uprobe sessions on uprobe_multi, Linux 6.13)",
     };
     match (strategy.mode, asked) {
         (AttachMode::Single, None) => log::warn!(
-            "this kernel has no uprobe_multi links (Linux 6.6 or newer): one uprobe per \
-             function instead, slower to attach and detach; {plt}"
+            "this kernel has no uprobe_multi links (Linux 6.6): one uprobe per function \
+             instead, slower to attach and detach"
         ),
         (mode, Some(_)) => {
-            log::debug!("probes attached with {mode}, as {ATTACH_MODE_VARIABLE} asks; {plt}")
+            log::debug!("probes attached with {mode}, as {ATTACH_MODE_VARIABLE} asks")
         }
-        (mode, None) => log::debug!("probes attached with {mode}; {plt}"),
+        (mode, None) => log::debug!("probes attached with {mode}"),
+    }
+    log::debug!("{plt}");
+    if strategy.programs == Programs::Legacy {
+        log::warn!(
+            "this kernel has no BPF cookies for uprobes or no bpf_loop (Linux 5.17): each hit \
+             finds its function by its address (a map lookup), loading takes longer, and \
+             --stack is not available"
+        );
+    }
+    if strategy.signals == Signals::FromGuardian {
+        log::debug!(
+            "no bpf_send_signal_task (Linux 6.13): forked children stop at their first return \
+             to user space (--follow), and if utrace dies, a guardian process lets the program \
+             go on"
+        );
     }
 }
 
@@ -126,57 +199,137 @@ mod tests {
     use crate::probe::Support;
     use std::time::Duration;
 
-    fn features(uprobe_multi: Support, uprobe_session: Support) -> KernelFeatures {
+    /// Everything there, as on 6.18.
+    fn current() -> KernelFeatures {
         KernelFeatures {
-            uprobe_multi,
-            uprobe_session,
+            uprobe_multi: Support::Yes,
+            uprobe_session: Support::Yes,
             session_is_return: Support::Yes,
             send_signal_task: Support::Yes,
             ring_buffer: Support::Yes,
+            cookies: Support::Yes,
+            bpf_loop: Support::Yes,
+            find_vma: Support::Yes,
+            iterators: Support::Yes,
             fentry: Support::Yes,
             probe_time: Duration::ZERO,
         }
     }
 
-    #[test]
-    fn uprobe_multi_where_the_kernel_has_it() {
-        let strategy = AttachStrategy::choose(features(Support::Yes, Support::Yes), None);
-        assert_eq!(strategy.mode, AttachMode::Multi);
-        assert!(strategy.sessions && strategy.follow);
+    /// What Debian 12's 6.12 reports.
+    fn linux_6_12() -> KernelFeatures {
+        KernelFeatures {
+            uprobe_session: Support::No,
+            send_signal_task: Support::No,
+            ..current()
+        }
     }
 
-    #[test]
-    fn one_uprobe_each_where_it_is_missing_or_asked_for_and_plt_calls_at_their_stubs() {
-        let missing = AttachStrategy::choose(features(Support::No, Support::No), None);
-        let asked = AttachStrategy::choose(
-            features(Support::Yes, Support::Yes),
-            Some(AttachMode::Single),
-        );
-        for strategy in [missing, asked] {
-            assert_eq!(strategy.mode, AttachMode::Single);
-            assert!(!strategy.sessions);
+    /// Debian 12's 6.1: no uprobe_multi, no open-coded iterators.
+    fn linux_6_1() -> KernelFeatures {
+        KernelFeatures {
+            uprobe_multi: Support::No,
+            iterators: Support::No,
+            ..linux_6_12()
+        }
+    }
+
+    /// Debian 11's 5.10: no cookies, no bpf_loop, no bpf_find_vma.
+    fn linux_5_10() -> KernelFeatures {
+        KernelFeatures {
+            cookies: Support::No,
+            bpf_loop: Support::No,
+            find_vma: Support::No,
+            session_is_return: Support::No,
+            ..linux_6_1()
         }
     }
 
     #[test]
-    fn plt_calls_at_their_stubs_without_sessions_or_their_kfunc() {
-        let strategy = AttachStrategy::choose(features(Support::Yes, Support::No), None);
+    fn everything_where_the_kernel_has_it() {
+        let strategy = AttachStrategy::choose(current(), None);
+        assert_eq!(strategy.mode, AttachMode::Multi);
+        assert!(strategy.sessions);
+        assert_eq!(strategy.programs, Programs::Current);
+        assert_eq!(strategy.signals, Signals::FromBpf);
+        assert!(strategy.user_stacks().is_ok() && strategy.usdt().is_ok());
+    }
+
+    #[test]
+    fn on_6_12_returns_are_separate_probes_and_the_guardian_sends_signals() {
+        let strategy = AttachStrategy::choose(linux_6_12(), None);
+        assert_eq!(strategy.mode, AttachMode::Multi);
+        assert!(!strategy.sessions);
+        assert_eq!(strategy.programs, Programs::Current);
+        assert_eq!(strategy.signals, Signals::FromGuardian);
+    }
+
+    #[test]
+    fn on_6_1_one_uprobe_each_with_the_current_programs() {
+        let strategy = AttachStrategy::choose(linux_6_1(), None);
+        assert_eq!(strategy.mode, AttachMode::Single);
+        assert!(!strategy.sessions);
+        assert_eq!(strategy.programs, Programs::Current);
+        assert!(strategy.user_stacks().is_ok() && strategy.usdt().is_ok());
+    }
+
+    #[test]
+    fn on_5_10_the_legacy_programs_without_stacks_or_usdt() {
+        let strategy = AttachStrategy::choose(linux_5_10(), None);
+        assert_eq!(strategy.mode, AttachMode::Single);
+        assert_eq!(strategy.programs, Programs::Legacy);
+        assert_eq!(strategy.signals, Signals::FromGuardian);
+        assert!(strategy.user_stacks().is_err() && strategy.usdt().is_err());
+    }
+
+    #[test]
+    fn a_kernel_with_cookies_but_no_bpf_loop_gets_the_legacy_programs() {
+        // 5.15 and 5.16: cookies, but neither bpf_loop nor bpf_find_vma.
+        let features = KernelFeatures {
+            cookies: Support::Yes,
+            ..linux_5_10()
+        };
+        let strategy = AttachStrategy::choose(features, None);
+        assert_eq!(strategy.programs, Programs::Legacy);
+        assert!(strategy.usdt().is_ok() && strategy.user_stacks().is_err());
+    }
+
+    #[test]
+    fn one_uprobe_each_where_asked_for_and_plt_calls_at_their_stubs() {
+        let strategy = AttachStrategy::choose(current(), Some(AttachMode::Single));
+        assert_eq!(strategy.mode, AttachMode::Single);
+        assert!(!strategy.sessions);
+    }
+
+    #[test]
+    fn plt_calls_at_their_stubs_without_the_session_kfunc() {
+        let features = KernelFeatures {
+            session_is_return: Support::No,
+            ..current()
+        };
+        let strategy = AttachStrategy::choose(features, None);
         assert_eq!(
             (strategy.mode, strategy.sessions),
             (AttachMode::Multi, false)
         );
-        let mut no_kfunc = features(Support::Yes, Support::Yes);
-        no_kfunc.session_is_return = Support::No;
-        assert!(!AttachStrategy::choose(no_kfunc, None).sessions);
     }
 
     #[test]
     fn what_could_not_be_probed_counts_as_there() {
         let refused = Support::Unknown(libc::EPERM);
-        let mut features = features(refused, refused);
-        features.send_signal_task = refused;
+        let features = KernelFeatures {
+            uprobe_multi: refused,
+            uprobe_session: refused,
+            send_signal_task: refused,
+            cookies: refused,
+            bpf_loop: refused,
+            find_vma: refused,
+            ..current()
+        };
         let strategy = AttachStrategy::choose(features, None);
         assert_eq!(strategy.mode, AttachMode::Multi);
-        assert!(strategy.sessions && strategy.follow);
+        assert!(strategy.sessions);
+        assert_eq!(strategy.programs, Programs::Current);
+        assert_eq!(strategy.signals, Signals::FromBpf);
     }
 }

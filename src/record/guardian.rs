@@ -1,36 +1,56 @@
-//! The guardian: a small process that outlives a recorder killed while it traces a program with
-//! an unwinder (C++, Rust), so that the program is never left with a return address pointing at
-//! the kernel's uretprobe trampoline.
+//! The guardian: a small process that outlives a recorder killed while it traces, so that the
+//! program is never left stopped, nor with a return address pointing at the kernel's uretprobe
+//! trampoline.
 //!
-//! The shadow stack (`src/bpf/shadow.bpf.h`) needs the recorder to write a thread's stack when an
-//! exception starts to unwind, and the frames that hold the trampoline still need it after the
-//! probes are gone: an exception unwinding through one ends the program. A recorder killed with
-//! SIGKILL runs no code of its own, so the work goes to another process: `utrace guardian`,
-//! started with the recording and dismissed at its end. It holds the shadow stacks' map open (by
-//! id) and waits. A recorder that ends as it should dismisses it (a byte on its standard input).
-//! One that dies while recording is seen by the BPF program on the process-exit tracepoint
+//! Two things need a process other than the recorder once it is gone:
+//! - the shadow stack (`src/bpf/shadow.bpf.h`) of a program with an unwinder (C++, Rust): the
+//!   frames that hold the trampoline need their return addresses back, or an exception unwinding
+//!   through one ends the program;
+//! - where the kernel has no `bpf_send_signal_task` (before 6.13), the processes the recorder may
+//!   have stopped (at a dlopen, a stack write, a fork under `--follow`) need a SIGCONT, which the
+//!   BPF programs cannot send them there.
+//!
+//! A recorder killed with SIGKILL runs no code of its own, so the work goes to `utrace guardian`,
+//! started with the recording and dismissed at its end. It holds the maps it needs open (by id)
+//! and waits. A recorder that ends as it should dismisses it (a byte on its standard input). One
+//! that dies while recording is seen by the BPF program on the process-exit tracepoint
 //! (`process_exit`), before the kernel closes its files and so releases the probes: it stops the
-//! target and sends the guardian SIGUSR1. The guardian waits until every thread is stopped, gives
-//! every frame that still holds the trampoline its return address back, and lets the target go
-//! on. If the guardian is gone too, the same BPF program lets the target go on, as it did before
-//! there was a guardian.
+//! target where the kernel allows, and writes a note into the `recorder_deaths` ring buffer, which
+//! wakes the guardian at once on every kernel. The guardian stops the target (again), waits until
+//! every thread is stopped, gives every frame that still holds the trampoline its return address
+//! back, and lets the target and the followed processes go on. If the guardian is gone too, the
+//! BPF program lets the target go on where it can.
 //!
 //! It runs in a process group of its own, so the terminal's Ctrl-C reaches the recorder and the
 //! command, not it, and it ignores the signals that end a session.
 
+use std::cell::Cell;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use libbpf_rs::MapHandle;
+use libbpf_rs::{MapCore, MapHandle, RingBufferBuilder};
 
 use super::stack_writes::{restore_at_detach, trampoline_address, wait_until_every_thread_stops};
 use crate::probe::replaced_return_addresses;
 
 /// How long the guardian waits for the target's threads to stop before it gives up writing.
 const STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// What a guardian looks after: the process, and the BPF maps (by id) it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Duties {
+    /// The traced process.
+    pub target: u32,
+    /// The ring buffer the BPF program writes into when the recorder dies.
+    pub deaths_map: u32,
+    /// The shadow stacks, whose frames get their return addresses back.
+    pub shadow_stacks_map: Option<u32>,
+    /// The followed processes (`--follow`), which are let go.
+    pub followed_map: Option<u32>,
+}
 
 /// The recorder's end of a running guardian; dismissing it (dropping) ends it quietly.
 pub struct Guardian {
@@ -39,15 +59,22 @@ pub struct Guardian {
 }
 
 impl Guardian {
-    /// Starts the guardian of process `target`, whose shadow stacks are in the BPF map with id
-    /// `shadow_stacks_map`; returns once the guardian holds the map.
-    pub fn start(target: u32, shadow_stacks_map: u32) -> io::Result<Guardian> {
+    /// Starts the guardian of `duties`; returns once the guardian holds its maps.
+    pub fn start(duties: &Duties) -> io::Result<Guardian> {
         use std::os::unix::process::CommandExt;
-        let mut child = Command::new("/proc/self/exe")
+        let mut command = Command::new("/proc/self/exe");
+        command
             .arg0("utrace")
             .arg("guardian")
-            .arg(target.to_string())
-            .arg(shadow_stacks_map.to_string())
+            .arg(duties.target.to_string())
+            .arg(format!("--deaths-map={}", duties.deaths_map));
+        if let Some(map) = duties.shadow_stacks_map {
+            command.arg(format!("--shadow-stacks-map={map}"));
+        }
+        if let Some(map) = duties.followed_map {
+            command.arg(format!("--followed-map={map}"));
+        }
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -74,7 +101,7 @@ impl Guardian {
 impl Drop for Guardian {
     /// The recording ended with the recorder alive: the guardian has nothing to do. Unless the
     /// recorder panics: then it dies without its end, and the guardian must stay for the BPF
-    /// program's SIGUSR1 when it exits, with its standard input open until then.
+    /// program's note when it exits, with its standard input open until then.
     fn drop(&mut self) {
         if std::thread::panicking() {
             std::mem::forget(self.liveness.take());
@@ -87,114 +114,137 @@ impl Drop for Guardian {
     }
 }
 
-/// The guardian process (`utrace guardian PID MAP_ID`, started by [`Guardian::start`]).
-pub fn watch(target: u32, shadow_stacks_map: u32) -> Result<()> {
+/// The guardian process (`utrace guardian PID --deaths-map ID ...`, started by
+/// [`Guardian::start`]).
+pub fn watch(duties: &Duties) -> Result<()> {
     // Named for ps and top (exec'ed as /proc/self/exe, it would show as `exe`).
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"utrace-guardian".as_ptr()) };
     ignore_session_signals();
-    // Before the recorder knows our pid: the BPF program's SIGUSR1 must not end us.
-    let told = RecorderGoneSignal::block()?;
-    let map = MapHandle::from_map_id(shadow_stacks_map)
-        .with_context(|| format!("cannot open the shadow stacks' map (id {shadow_stacks_map})"))?;
+    let open = |id: u32, what: &str| {
+        MapHandle::from_map_id(id).with_context(|| format!("cannot open {what} (map id {id})"))
+    };
+    let deaths = open(duties.deaths_map, "the recorder's death notes")?;
+    let shadow_stacks = match duties.shadow_stacks_map {
+        Some(id) => Some(open(id, "the shadow stacks' map")?),
+        None => None,
+    };
+    let followed = match duties.followed_map {
+        Some(id) => Some(open(id, "the followed processes' map")?),
+        None => None,
+    };
+    let died = Cell::new(false);
+    let mut ring = RingBufferBuilder::new();
+    ring.add(&deaths, |_: &[u8]| {
+        died.set(true);
+        0
+    })?;
+    let ring = ring.build()?;
     let mut ready = io::stdout();
     ready.write_all(b"r")?;
     ready.flush()?;
-    if told.wait_against_dismissal()? {
-        rescue(target, &map);
+    if wait_against_dismissal(ring.epoll_fd())? {
+        ring.consume()?;
+    }
+    if died.get() {
+        rescue(duties.target, shadow_stacks.as_ref(), followed.as_ref());
     }
     Ok(())
 }
 
-/// The SIGUSR1 the BPF program sends the guardian when the recorder dies while recording
-/// (`process_exit` in src/bpf/utrace.bpf.c), read from a signalfd.
-struct RecorderGoneSignal(OwnedFd);
-
-impl RecorderGoneSignal {
-    /// Blocks SIGUSR1 and opens a signalfd for it.
-    fn block() -> io::Result<RecorderGoneSignal> {
-        // SAFETY: a zeroed sigset_t is valid storage for sigemptyset, which fills it.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `set` is a valid sigset_t; sigprocmask only reads it.
-        let fd = unsafe {
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGUSR1);
-            if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            libc::signalfd(-1, &set, libc::SFD_CLOEXEC)
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
+/// Waits for a note in the ring buffer whose epoll descriptor is `notes`, or for the recorder's
+/// dismissal on standard input (a byte, or the end of file of a recorder that ended without
+/// recording on); true for the note.
+fn wait_against_dismissal(notes: i32) -> io::Result<bool> {
+    let mut fds = [
+        libc::pollfd {
+            fd: notes,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: io::stdin().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: `fds` is a valid array of two pollfd.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if ready > 0 {
+            // The note comes before the end of file it goes with: looked at first.
+            return Ok(fds[0].revents != 0);
         }
-        // SAFETY: signalfd returned a new descriptor that nothing else owns.
-        Ok(RecorderGoneSignal(unsafe { OwnedFd::from_raw_fd(fd) }))
-    }
-
-    /// Waits for the signal, or for the recorder's dismissal on standard input (a byte, or the
-    /// end of file of a recorder that ended without recording on); true for the signal.
-    fn wait_against_dismissal(&self) -> io::Result<bool> {
-        let mut fds = [
-            libc::pollfd {
-                fd: self.0.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: libc::STDIN_FILENO,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        loop {
-            // SAFETY: `fds` is a valid array of two pollfd.
-            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if ready > 0 {
-                // The signal comes before the end of file it goes with: looked at first.
-                return Ok(fds[0].revents != 0);
-            }
-            let error = io::Error::last_os_error();
-            if error.kind() != io::ErrorKind::Interrupted {
-                return Err(error);
-            }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
         }
     }
 }
 
-/// The recorder died while tracing `target`: its threads are stopped (or stopping); each frame
-/// still holding the trampoline gets its return address back, and the target goes on.
-fn rescue(target: u32, shadow_stacks: &MapHandle) {
+/// The recorder died while tracing `target`: with `shadow_stacks`, its threads are stopped and
+/// each frame still holding the trampoline gets its return address back; then the target and the
+/// processes of `followed` go on.
+fn rescue(target: u32, shadow_stacks: Option<&MapHandle>, followed: Option<&MapHandle>) {
     let started = Instant::now();
-    if !wait_until_every_thread_stops(target, STOP_WAIT) {
-        // Gone, or a thread still runs (an uninterruptible sleep): writing into a running
-        // thread's stack could hit a slot reused since. The stop is ended all the same.
-        // SAFETY: kill has no memory effects.
-        unsafe { libc::kill(target as libc::pid_t, libc::SIGCONT) };
-        log::warn!(
-            "the recorder is gone: pid {target} did not stop within {STOP_WAIT:?}; its return \
-             addresses are left to the kernel's trampoline"
-        );
-        return;
-    }
-    let mut given_back = 0;
-    if let Some(trampoline) = trampoline_address(target) {
-        let request = restore_at_detach(
-            target,
-            trampoline,
-            &replaced_return_addresses(shadow_stacks),
-        );
-        given_back = request.writes.len();
-        if let Err(error) = request.apply() {
-            log::warn!("cannot restore return addresses of pid {target}: {error}");
+    let given_back = shadow_stacks.map(|map| give_stacks_back(target, map));
+    let mut let_go = 0;
+    if let Some(followed) = followed {
+        for key in followed.keys() {
+            if let Ok(bytes) = <[u8; 4]>::try_from(key.as_slice()) {
+                resume(u32::from_ne_bytes(bytes));
+                let_go += 1;
+            }
         }
     }
-    // SAFETY: kill has no memory effects.
-    unsafe { libc::kill(target as libc::pid_t, libc::SIGCONT) };
+    resume(target);
+    let stacks = match given_back {
+        Some(Some(count)) => format!("gave {count} return addresses back to pid {target} and "),
+        Some(None) => format!(
+            "pid {target} did not stop within {STOP_WAIT:?}: its return addresses are left to \
+             the kernel's trampoline; "
+        ),
+        None => String::new(),
+    };
+    let followed = match let_go {
+        0 => String::new(),
+        n => format!(" with {n} followed processes"),
+    };
     log::warn!(
-        "the recorder is gone: gave {given_back} return addresses back to pid {target} and let \
-         it go on untraced ({:.1} ms)",
+        "the recorder is gone: {stacks}let pid {target}{followed} go on untraced ({:.1} ms)",
         started.elapsed().as_secs_f64() * 1e3
     );
+}
+
+/// Stops `target`, waits until every thread is, and writes back the return addresses its frames
+/// lost to the trampoline: how many, or `None` if it did not stop (gone, or a thread in an
+/// uninterruptible sleep: writing into a running thread's stack could hit a slot reused since).
+fn give_stacks_back(target: u32, shadow_stacks: &MapHandle) -> Option<usize> {
+    // Where the kernel has bpf_send_signal_task, the BPF program stopped it already.
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(target as libc::pid_t, libc::SIGSTOP) };
+    if !wait_until_every_thread_stops(target, STOP_WAIT) {
+        return None;
+    }
+    let Some(trampoline) = trampoline_address(target) else {
+        return Some(0);
+    };
+    let request = restore_at_detach(
+        target,
+        trampoline,
+        &replaced_return_addresses(shadow_stacks),
+    );
+    if let Err(error) = request.apply() {
+        log::warn!("cannot restore return addresses of pid {target}: {error}");
+    }
+    Some(request.writes.len())
+}
+
+/// Lets `pid` go on if it is stopped (a SIGCONT to a process that runs changes nothing unless it
+/// handles SIGCONT).
+fn resume(pid: u32) {
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
 }
 
 /// The guardian must outlive whatever ends the recorder's session: a hang-up, a termination, a

@@ -10,7 +10,7 @@ use libbpf_rs::RingBufferBuilder;
 
 use super::dispatch::{drain_events, Tracing, TracingEnd};
 use super::follow::{ProcessChange, TracedProcesses};
-use super::guardian::Guardian;
+use super::guardian::{Duties, Guardian};
 use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
 use super::ring::{Inbox, Note};
@@ -268,11 +268,14 @@ impl Session {
                 events: EventPrograms::of(&plan.events),
             },
         )?;
-        // Outlives a killed recorder to give the stacks back (see guardian.rs): running before
-        // the first return address is replaced, dismissed after everything else.
-        let _guardian = match unwind_shadow {
-            true => start_guardian(pid, &mut loaded),
-            false => None,
+        // Outlives a killed recorder to give the stacks back and let stopped processes go (see
+        // guardian.rs): running before the first return address is replaced or the first stop,
+        // dismissed after everything else.
+        let stop_on_dlopen = started_here && dlopen_sites.is_some();
+        let _guardian = match guardian_duties(pid, &loaded, unwind_shadow, stop_on_dlopen, options)
+        {
+            Some(duties) => start_guardian(&duties, &mut loaded),
+            None => None,
         };
         // Before any return probe: from the first replaced return address on, an exception
         // must find it restored. Dropped last, after every return probe is gone.
@@ -396,6 +399,13 @@ impl Session {
         }
         if let Some(traced) = &traced {
             log::debug!("traced {} processes", traced.count());
+        }
+        let unidentified = loaded.unidentified_hits();
+        if unidentified > 0 {
+            log::warn!(
+                "{unidentified} probe hits were not recorded: the probes could not tell which \
+                 function they were for (this kernel gives them no cookie)"
+            );
         }
         let unverified = loaded.unverified_library_calls();
         if unverified > 0 {
@@ -649,23 +659,47 @@ fn restore_return_addresses(pid: u32, loaded: &LoadedProbes) {
     }
 }
 
-/// Starts the guardian of `pid` and tells the BPF programs about it; without one (a warning says
-/// why), a recorder killed while an exception unwinds leaves the program to it, as before.
-fn start_guardian(pid: u32, loaded: &mut LoadedProbes) -> Option<Guardian> {
-    let started = loaded
-        .shadow_stacks_map_id()
-        .ok_or_else(|| std::io::Error::other("the shadow stacks' map has no id"))
-        .and_then(|map| Guardian::start(pid, map));
-    match started {
+/// What a guardian of `pid` would look after, if the recording needs one: the shadow stack's
+/// frames (`unwind_shadow`), or, where the BPF programs cannot signal other processes, the
+/// processes the recorder may stop (a started command at its dlopens, followed processes at their
+/// forks and execs).
+fn guardian_duties(
+    pid: u32,
+    loaded: &LoadedProbes,
+    unwind_shadow: bool,
+    stop_on_dlopen: bool,
+    options: &TraceOptions,
+) -> Option<Duties> {
+    let signals_from_guardian = probe::strategy().signals == probe::Signals::FromGuardian;
+    let stops = stop_on_dlopen || options.follow;
+    if !unwind_shadow && !(signals_from_guardian && stops) {
+        return None;
+    }
+    let Some(maps) = loaded.guardian_map_ids() else {
+        log::warn!("cannot start the guardian process: its maps have no ids");
+        return None;
+    };
+    Some(Duties {
+        target: pid,
+        deaths_map: maps.deaths,
+        shadow_stacks_map: unwind_shadow.then_some(maps.shadow_stacks),
+        followed_map: (options.follow && signals_from_guardian).then_some(maps.followed),
+    })
+}
+
+/// Starts the guardian of `duties` and tells the BPF programs about it; without one (a warning
+/// says why), a killed recorder leaves the program as the BPF programs can.
+fn start_guardian(duties: &Duties, loaded: &mut LoadedProbes) -> Option<Guardian> {
+    match Guardian::start(duties) {
         Ok(guardian) => {
             loaded.set_guardian(guardian.pid());
-            log::debug!("guardian of pid {pid}: pid {}", guardian.pid());
+            log::debug!("guardian of pid {}: pid {}", duties.target, guardian.pid());
             Some(guardian)
         }
         Err(error) => {
             log::warn!(
-                "cannot start the guardian process ({error}): if utrace is killed while an \
-                 exception unwinds, the program may end"
+                "cannot start the guardian process ({error}): if utrace is killed, the program \
+                 may be left stopped, or end at an exception"
             );
             None
         }
