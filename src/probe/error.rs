@@ -1,5 +1,6 @@
 //! What can go wrong loading and attaching the BPF programs.
 
+use super::libbpf_log::{last_rejection, Rejection};
 use super::AttachMode;
 
 /// Errors of loading and attaching the BPF side.
@@ -15,6 +16,11 @@ pub enum ProbeError {
     },
     #[error("cannot load the BPF programs: {0}")]
     Load(libbpf_rs::Error),
+    #[error(
+        "the kernel's verifier refused BPF program {program}: {reason} (utrace -dd shows its \
+         whole log)"
+    )]
+    Rejected { program: String, reason: String },
     #[error("{what} needs {needs}, which this kernel lacks")]
     Unsupported {
         what: &'static str,
@@ -56,9 +62,12 @@ pub enum ProbeError {
     },
 }
 
-/// The error of a failed load step: [`ProbeError::NotPermitted`] when the kernel refused for want
-/// of privileges.
+/// The error of a failed load step: [`ProbeError::Rejected`] when the verifier refused a program
+/// (libbpf said so), [`ProbeError::NotPermitted`] when the kernel refused for want of privileges.
 pub(super) fn load_error(error: libbpf_rs::Error) -> ProbeError {
+    if let Some(Rejection { program, reason }) = last_rejection() {
+        return ProbeError::Rejected { program, reason };
+    }
     if error.kind() == libbpf_rs::ErrorKind::PermissionDenied {
         ProbeError::NotPermitted {
             missing: missing_capabilities(),
