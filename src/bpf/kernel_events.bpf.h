@@ -181,7 +181,31 @@ struct usdt_record {
 	__s64 arguments[USDT_ARGUMENTS_MAX];
 };
 
-/* A USDT probe was hit: the cookie holds its function id (libbpf finds the arguments). */
+/* What usdt_argument() reads from and writes into. */
+struct usdt_capture {
+	struct pt_regs *ctx;
+	struct usdt_record *record;
+};
+
+/* Reads argument `index` of the USDT probe (a step of repeat(): libbpf's bpf_usdt_arg() verified
+ * once, not once per argument, which 6.1's verifier cannot do within its limit). */
+static long usdt_argument(__u64 index, void *data)
+{
+	struct usdt_capture *capture = data;
+	__u32 i = index;
+	long value = 0;
+
+	asm volatile("" : "+r"(i));
+	if (i >= USDT_ARGUMENTS_MAX)
+		return 1;
+	bpf_usdt_arg(capture->ctx, i, &value);
+	capture->record->arguments[i] = value;
+	return 0;
+}
+
+/* A USDT probe was hit: the cookie holds its function id (libbpf finds the arguments). Never in
+ * legacy kernels: without cookies, libbpf finds a probe by its address in a process that runs
+ * already. */
 SEC("usdt")
 int usdt_hit(struct pt_regs *ctx)
 {
@@ -189,9 +213,9 @@ int usdt_hit(struct pt_regs *ctx)
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct usdt_record r = {};
+	struct usdt_capture capture = {.ctx = ctx, .record = &r};
 	struct event *e;
-	long count, value;
-	int i;
+	long count;
 
 	if (!recording_in(pid_tgid >> 32))
 		return 0;
@@ -200,13 +224,7 @@ int usdt_hit(struct pt_regs *ctx)
 		count = 0;
 	if (count > USDT_ARGUMENTS_MAX)
 		count = USDT_ARGUMENTS_MAX;
-	for (i = 0; i < USDT_ARGUMENTS_MAX; i++) {
-		if (i >= count)
-			break;
-		value = 0;
-		bpf_usdt_arg(ctx, i, &value);
-		r.arguments[i] = value;
-	}
+	repeat(count, USDT_ARGUMENTS_MAX, usdt_argument, &capture, false);
 	fill_event(&r.event, now, function, 0, (__u32)pid_tgid);
 	if (bpf_ringbuf_output(&events, &r, sizeof(r.event) + count * sizeof(r.arguments[0]), 0)) {
 		count_lost((__u32)pid_tgid);

@@ -419,6 +419,14 @@ static __always_inline int unwinder_entry(struct pt_regs *ctx, const bool legacy
 
 	if (!shadow_applies())
 		return 0;
+	if (GONE(recorder_gone)) {
+		/* The recorder died: nobody serves a request. Its guardian gives the stacks back
+		 * while the process is stopped, and lets it go once the probes are gone; until then,
+		 * no unwinding through frames that may hold the trampoline. */
+		if (guardian_tgid && !GONE(guardian_gone))
+			bpf_send_signal_thread(19 /* SIGSTOP */);
+		return 0;
+	}
 	walk.stack = shadow_of_thread(false);
 	walk.trampoline = trampoline_address(legacy);
 	if (!walk.stack || !walk.trampoline)

@@ -59,6 +59,15 @@ bool exec_seen = false;
  * would give an exit without an entry. */
 bool recording = false;
 
+/* The guardian's process id (src/record/guardian.rs), set by the recorder once it runs; 0 when
+ * there is none. */
+__u32 guardian_tgid = 0;
+/* Whether the recorder, or the guardian, has exited while the recording was on. Each is set with
+ * a locked add before the other is read: whichever exits second sees the first gone. */
+__u32 recorder_gone = 0;
+__u32 guardian_gone = 0;
+#define GONE(flag) (*(volatile __u32 *)&(flag))
+
 #include "compat.bpf.h"
 #include "shadow.bpf.h"
 
@@ -618,14 +627,6 @@ static __always_inline void signal_process(__u32 tgid, int signal)
 	bpf_task_release(task);
 }
 
-/* The guardian's process id (src/record/guardian.rs), set by the recorder once it runs; 0 when
- * there is none. */
-__u32 guardian_tgid = 0;
-/* Whether the recorder, or the guardian, has exited while the recording was on. Each is set with
- * a locked add before the other is read: whichever exits second sees the first gone. */
-__u32 recorder_gone = 0;
-__u32 guardian_gone = 0;
-#define GONE(flag) (*(volatile __u32 *)&(flag))
 
 /* How the guardian learns that the recorder died: a note here, which wakes it at once. A ring
  * buffer, not a signal: signalling another process needs bpf_send_signal_task (6.13). */

@@ -88,16 +88,6 @@ pub struct LoadedProbes<'obj> {
     pub(super) strategy: &'static AttachStrategy,
 }
 
-/// Sends libbpf's own messages to the log at trace level (`-dd`), and asks libbpf for none
-/// otherwise: errors reach the user as one line through [`ProbeError`].
-pub fn forward_libbpf_messages() {
-    fn print(_: libbpf_rs::PrintLevel, message: String) {
-        log::trace!(target: crate::diagnostics::LIBBPF_TARGET, "{message}");
-    }
-    let wanted = log::log_enabled!(target: crate::diagnostics::LIBBPF_TARGET, log::Level::Trace);
-    libbpf_rs::set_print(wanted.then_some((libbpf_rs::PrintLevel::Debug, print as _)));
-}
-
 impl<'obj> LoadedProbes<'obj> {
     pub fn load(
         storage: &'obj mut ObjectStorage,
@@ -308,6 +298,29 @@ fn settings(config: &ProbeConfig) -> types::settings {
                 false => 0,
             },
         pause_signal: config.pause.signal() as u32,
+    }
+}
+
+/// Raises this process's soft limit of open files to its hard limit: where the kernel has no
+/// `uprobe_multi`, each probe is a perf event with a descriptor of its own, and a Rust program's
+/// thousand functions need more than the usual 1024. Said under `-d` when it cannot be raised.
+pub fn allow_many_probes() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write one rlimit, which lives through the calls.
+    let raised = unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+        }
+    };
+    if !raised {
+        log::debug!(
+            "cannot raise the limit of open files: {}",
+            io::Error::last_os_error()
+        );
     }
 }
 

@@ -19,6 +19,7 @@ mod features;
 mod globals;
 pub use globals::{replaced_return_addresses, GuardianMaps};
 mod interface;
+mod libbpf_log;
 mod load;
 mod release;
 mod strategy;
@@ -28,8 +29,9 @@ pub use attach::{ExitSites, Watch};
 pub use error::ProbeError;
 pub use events::{check_kernel_functions, EventLinks, EventPrograms};
 pub use features::{KernelFeatures, Support};
+pub use libbpf_log::forward_libbpf_messages;
 pub use load::{
-    forward_libbpf_messages, ring_buffer_size, LoadedProbes, ObjectStorage, ProbeConfig, StackPause,
+    allow_many_probes, ring_buffer_size, LoadedProbes, ObjectStorage, ProbeConfig, StackPause,
 };
 pub use release::AttachedProbes;
 pub use strategy::{strategy, AttachMode, AttachStrategy, Programs, Signals, ATTACH_MODE_VARIABLE};

@@ -26,7 +26,7 @@
 
 use std::cell::Cell;
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,9 @@ use crate::probe::replaced_return_addresses;
 
 /// How long the guardian waits for the target's threads to stop before it gives up writing.
 const STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// How long the guardian keeps the target stopped while the dead recorder's probes are released.
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
 /// What a guardian looks after: the process, and the BPF maps (by id) it needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +136,8 @@ pub fn watch(duties: &Duties) -> Result<()> {
         Some(id) => Some(open(id, "the followed processes' map")?),
         None => None,
     };
+    // Before anything else can happen to it: the recorder, whose end says its probes are gone.
+    let recorder = Recorder::parent()?;
     let died = Cell::new(false);
     let mut ring = RingBufferBuilder::new();
     ring.add(&deaths, |_: &[u8]| {
@@ -147,9 +152,49 @@ pub fn watch(duties: &Duties) -> Result<()> {
         ring.consume()?;
     }
     if died.get() {
-        rescue(duties.target, shadow_stacks.as_ref(), followed.as_ref());
+        rescue(
+            duties.target,
+            shadow_stacks.as_ref(),
+            followed.as_ref(),
+            &recorder,
+        );
     }
     Ok(())
+}
+
+/// The recorder, which started the guardian, as a pidfd: readable once it has exited, which is
+/// after the kernel has released its probes (they go as its files close).
+struct Recorder(OwnedFd);
+
+impl Recorder {
+    fn parent() -> io::Result<Recorder> {
+        // SAFETY: getppid has no preconditions; pidfd_open takes a pid and flags and returns a
+        // new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getppid(), 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor the kernel just opened, owned by nobody else.
+        Ok(Recorder(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+    }
+
+    /// Waits up to `limit` for the recorder to have exited: whether it has.
+    fn wait_gone(&self, limit: Duration) -> bool {
+        let mut fd = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            // SAFETY: one valid pollfd.
+            let ready = unsafe { libc::poll(&mut fd, 1, left.as_millis() as i32) };
+            if ready >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return ready > 0;
+            }
+        }
+    }
 }
 
 /// Waits for a note in the ring buffer whose epoll descriptor is `notes`, or for the recorder's
@@ -182,12 +227,22 @@ fn wait_against_dismissal(notes: i32) -> io::Result<bool> {
     }
 }
 
-/// The recorder died while tracing `target`: with `shadow_stacks`, its threads are stopped and
-/// each frame still holding the trampoline gets its return address back; then the target and the
+/// The recorder died while tracing `target`: with `shadow_stacks`, its threads are stopped, each
+/// frame still holding the trampoline gets its return address back, and they stay stopped until
+/// the probes are gone (where the kernel makes return probes apart from the BPF programs, a call
+/// would get the trampoline again, and an exception would meet it); then the target and the
 /// processes of `followed` go on.
-fn rescue(target: u32, shadow_stacks: Option<&MapHandle>, followed: Option<&MapHandle>) {
+fn rescue(
+    target: u32,
+    shadow_stacks: Option<&MapHandle>,
+    followed: Option<&MapHandle>,
+    recorder: &Recorder,
+) {
     let started = Instant::now();
     let given_back = shadow_stacks.map(|map| give_stacks_back(target, map));
+    if given_back.is_some() && !recorder.wait_gone(RELEASE_WAIT) {
+        log::warn!("the recorder's probes were not gone after {RELEASE_WAIT:?}: letting pid {target} go on");
+    }
     let mut let_go = 0;
     if let Some(followed) = followed {
         for key in followed.keys() {

@@ -142,6 +142,8 @@ impl Session {
         probe::check_kernel_functions(&options.kernel_functions)?;
         // Fork (for -c) before any thread exists: the child only waits and execs.
         let Prepared { target, program } = Target::prepare(&options.target, &options.child_setup)?;
+        // After the fork: the command keeps the limit it was given.
+        probe::allow_many_probes();
         let stack_files = match options.values.user_stacks.is_empty() {
             true => Vec::new(),
             false => std::iter::once(&program.executable)
@@ -672,7 +674,8 @@ fn guardian_duties(
 ) -> Option<Duties> {
     let signals_from_guardian = probe::strategy().signals == probe::Signals::FromGuardian;
     let stops = stop_on_dlopen || options.follow;
-    if !unwind_shadow && !(signals_from_guardian && stops) {
+    let needed = unwind_shadow || (signals_from_guardian && stops);
+    if !needed {
         return None;
     }
     let Some(maps) = loaded.guardian_map_ids() else {
