@@ -35,10 +35,11 @@ fn a_running_process_is_traced_and_keeps_running_after_detach() {
     let json = report_json(&data);
     let traced = counts_of(&json);
     for name in ["tick", "work"] {
-        // Each runs on its own thread, about every 200 us: a second of tracing sees many calls,
-        // and never more than the program made in all.
+        // Each runs on its own thread, about every 200 us: a second of tracing sees many calls
+        // (thousands here, tens under emulation: tools/vm-test.sh), and never more than the
+        // program made in all.
         let count = traced.get(name).copied().unwrap_or(0);
-        assert!(count > 100, "{name}: only {count} calls traced");
+        assert!(count > 10, "{name}: only {count} calls traced");
         assert!(
             count <= own[name],
             "{name}: traced {count} > made {}",
@@ -105,14 +106,8 @@ fn nested_library_functions_are_counted_exactly() {
     if !bpf_available("nested_library_functions_are_counted_exactly") {
         return;
     }
-    compile("libcount.c", "libcount.so", &["-shared", "-fPIC"]);
-    let dir = build_dir().to_str().unwrap().to_string();
-    // Found through an $ORIGIN runpath, as the loader finds it.
-    let uselib = compile(
-        "uselib.c",
-        "uselib",
-        &["-L", &dir, "-lcount", "-Wl,-rpath,$ORIGIN"],
-    );
+    let library = compile("libcount.c", "libcount.so", &["-shared", "-fPIC"]);
+    let uselib = compile_against("uselib.c", "uselib", &[], &library);
     let recording = record(&uselib, &[], &["--nest-lib", "libcount*"]);
     assert!(recording.output.status.success());
     let mut own = own_counts(&recording.output.stdout);
@@ -253,9 +248,10 @@ fn a_library_seen_under_two_paths_is_traced_once() {
         return;
     }
     let library = compile("libcount.c", "libcount.so", &["-shared", "-fPIC"]);
+    let library_dir = library.parent().unwrap();
     let linked_dir = build_dir().join("linked-dir");
     if !linked_dir.exists() {
-        std::os::unix::fs::symlink(build_dir(), &linked_dir).unwrap();
+        std::os::unix::fs::symlink(library_dir, &linked_dir).unwrap();
     }
     let program = compile(
         "dlopen.c",
@@ -263,7 +259,7 @@ fn a_library_seen_under_two_paths_is_traced_once() {
         &[
             "-ldl",
             "-Wl,--no-as-needed",
-            &format!("-L{}", build_dir().display()),
+            &format!("-L{}", library_dir.display()),
             "-lcount",
             &format!("-Wl,-rpath,{}", linked_dir.display()),
         ],

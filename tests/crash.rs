@@ -12,7 +12,30 @@ use tempfile::TempDir;
 use common::*;
 
 /// Lets the traced program run under its probes for a while before the test acts.
-const WARM_UP: Duration = Duration::from_millis(1000);
+/// How long a recording runs after the program started (its marker file appeared) before the
+/// test does what it tests.
+const WARM_UP: Duration = Duration::from_millis(300);
+
+/// Starts `utrace record` on `loop ARGS` writing `data`, and returns once the program runs (it
+/// creates its marker first thing), so under emulation too (tools/vm-test.sh, where utrace takes
+/// seconds to start) the recording is under way, plus [`WARM_UP`].
+fn start_recording_loop(data: &Path, program: &Path, args: &[&str]) -> std::process::Child {
+    let marker = data.with_file_name("loop-started");
+    let marker_arg = format!("--marker={}", marker.display());
+    let mut args = args.to_vec();
+    args.push(&marker_arg);
+    let recorder = spawn_record(data, program, &args);
+    let started = Instant::now();
+    while !marker.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the program did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(WARM_UP);
+    recorder
+}
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
@@ -33,8 +56,7 @@ fn a_killed_recorder_leaves_the_program_running_and_a_readable_file() {
     let dir = TempDir::new().unwrap();
     let data = dir.path().join("utrace.data");
     let program = compile("loop.c", "loop", &[]);
-    let recorder = spawn_record(&data, &program, &["3"]);
-    std::thread::sleep(WARM_UP);
+    let recorder = start_recording_loop(&data, &program, &["3"]);
     send_signal(recorder.id(), libc::SIGKILL);
     // The program keeps the pipes open: this returns once it has finished too.
     let output = recorder.wait_with_output().unwrap();
@@ -68,8 +90,7 @@ fn sigterm_is_forwarded_and_the_recording_completes() {
     let dir = TempDir::new().unwrap();
     let data = dir.path().join("utrace.data");
     let program = compile("loop.c", "loop", &[]);
-    let recorder = spawn_record(&data, &program, &["20"]);
-    std::thread::sleep(WARM_UP);
+    let recorder = start_recording_loop(&data, &program, &["20"]);
     send_signal(recorder.id(), libc::SIGTERM);
     let output = recorder.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -95,8 +116,7 @@ fn a_second_sigterm_stops_at_once_with_a_complete_file() {
     let dir = TempDir::new().unwrap();
     let data = dir.path().join("utrace.data");
     let program = compile("loop.c", "loop", &[]);
-    let mut recorder = spawn_record(&data, &program, &["4", "--stay"]);
-    std::thread::sleep(WARM_UP);
+    let mut recorder = start_recording_loop(&data, &program, &["4", "--stay"]);
     send_signal(recorder.id(), libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(200));
     let second = Instant::now();

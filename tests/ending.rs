@@ -106,12 +106,18 @@ impl BusyRecording {
         let untraced = untraced_rate(&busy);
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("busy.data");
+        // Where each probe goes on its own (before 6.6), a killed recorder takes seconds to go:
+        // busy must outlast it and the second after.
+        let seconds = match kernel_lacks("uprobe_multi") {
+            false => "5",
+            true => "30",
+        };
         let mut recorder = utrace()
             .args(["record", "-o"])
             .arg(&data)
             .arg("--")
             .arg(&busy)
-            .arg("5")
+            .arg(seconds)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -135,6 +141,8 @@ fn assert_own_speed_again(rates: &mut Rates, untraced: f64, traced: f64) {
         "tracing did not slow busy down ({traced:.0} calls/s traced, {untraced:.0} untraced): \
          the test shows nothing"
     );
+    // The rates busy wrote while the recorder went are not the ones after.
+    rates.skip_written();
     rates.next(10);
     let after = rates.median(7);
     assert!(
@@ -159,10 +167,11 @@ fn killing_the_recorder_frees_the_program_at_once() {
     rates.next(3);
     let traced = rates.median(5);
     send_signal(recorder.id(), libc::SIGKILL);
-    let took = ended_within(&mut recorder, Duration::from_secs(2));
+    let took = ended_within(&mut recorder, recorder_exit_bound());
     assert!(
         took.is_some(),
-        "the recorder was still there 2 s after kill -9"
+        "the recorder was still there {:?} after kill -9",
+        recorder_exit_bound()
     );
     assert_own_speed_again(&mut rates, untraced, traced);
     // The program goes on to its end, and the file reads up to its last chunk.

@@ -15,7 +15,7 @@ use common::*;
 /// `usestrings`, linked with `libstrings.so` (found through an `$ORIGIN` runpath). The library
 /// keeps its tail calls (the tests' flags turn them off).
 fn usestrings() -> PathBuf {
-    compile(
+    let library = compile(
         "libstrings.c",
         "libstrings.so",
         &[
@@ -25,18 +25,7 @@ fn usestrings() -> PathBuf {
             "-foptimize-sibling-calls",
         ],
     );
-    let dir = build_dir().to_str().unwrap().to_string();
-    compile(
-        "usestrings.c",
-        "usestrings",
-        &[
-            "-fno-builtin",
-            "-L",
-            &dir,
-            "-lstrings",
-            "-Wl,-rpath,$ORIGIN",
-        ],
-    )
+    compile_against("usestrings.c", "usestrings", &["-fno-builtin"], &library)
 }
 
 /// The calls per `file:function` of a recording, the file by its name.

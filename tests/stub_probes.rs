@@ -12,13 +12,8 @@ use common::*;
 
 /// `uselib`, linked with `libcount.so` (found through an `$ORIGIN` runpath).
 fn uselib() -> PathBuf {
-    compile("libcount.c", "libcount.so", &["-shared", "-fPIC"]);
-    let dir = build_dir().to_str().unwrap().to_string();
-    compile(
-        "uselib.c",
-        "uselib",
-        &["-L", &dir, "-lcount", "-Wl,-rpath,$ORIGIN"],
-    )
+    let library = compile("libcount.c", "libcount.so", &["-shared", "-fPIC"]);
+    compile_against("uselib.c", "uselib", &[], &library)
 }
 
 /// The program's own counts, but for `lib_outer@plt`: a stub not probed under `--nest-lib`.

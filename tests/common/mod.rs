@@ -69,57 +69,130 @@ pub fn build_dir() -> &'static Path {
 }
 
 /// Compiles `test/<source>` (C or C++ by its extension) with `extra` flags into a binary named
-/// `name`, once per test binary, and returns its path. Tests run in parallel: a program is never
-/// rebuilt under a test that traces it (probes sit on the file that was there at attach).
+/// `name`, and returns its path. See [`built_once`] for where it goes.
 pub fn compile(source: &str, name: &str, extra: &[&str]) -> PathBuf {
-    static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
-    let mut built = BUILT
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(path) = built.get(name) {
-        return path.clone();
-    }
-    let source_path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("test")
-        .join(source);
-    let output = build_dir().join(name);
     let compiler = if source.ends_with(".cpp") {
         "c++"
     } else {
         "cc"
     };
+    let source_path = test_source(source);
     // `extra` goes after the source, where libraries (`-lname`) must stand.
-    let status = Command::new(compiler)
-        .args(C_FLAGS)
-        .arg("-o")
-        .arg(&output)
-        .arg(&source_path)
-        .args(extra)
-        .status()
-        .unwrap_or_else(|e| panic!("running {compiler} (install gcc/g++): {e}"));
-    assert!(
-        status.success(),
-        "{compiler} failed on {}",
-        source_path.display()
-    );
-    built.insert(name.to_string(), output.clone());
-    output
+    let mut command = Command::new(compiler);
+    command.args(C_FLAGS).arg(&source_path).args(extra);
+    built_once(command, &source_path, name)
+}
+
+/// Compiles `test/<source>` like [`compile`], linked with `library` (a shared library built by
+/// [`compile`]), which it finds beside itself through an `$ORIGIN` runpath, as the loader does.
+pub fn compile_against(source: &str, name: &str, extra: &[&str], library: &Path) -> PathBuf {
+    let dir = library
+        .parent()
+        .expect("in a directory")
+        .to_str()
+        .expect("UTF-8");
+    let file = library
+        .file_name()
+        .expect("a file")
+        .to_str()
+        .expect("UTF-8");
+    let stem = file
+        .strip_prefix("lib")
+        .and_then(|rest| rest.strip_suffix(".so"))
+        .expect("a libNAME.so");
+    let link = format!("-l{stem}");
+    let mut args = extra.to_vec();
+    args.extend(["-L", dir, &link, "-Wl,-rpath,$ORIGIN"]);
+    let program = compile(source, name, &args);
+    match std::fs::hard_link(library, program.with_file_name(file)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => panic!("placing {file} beside {}: {e}", program.display()),
+    }
+    program
 }
 
 /// Compiles `test/<source>` with `rustc -O` (panic=unwind, the default) into `name`.
 pub fn compile_rust(source: &str, name: &str) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let source_path = test_source(source);
+    let mut command = Command::new("rustc");
+    command
+        .args(["-O", "--edition=2021", "-C", "panic=unwind"])
+        .arg(&source_path);
+    built_once(command, &source_path, name)
+}
+
+fn test_source(source: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("test")
-        .join(source);
-    let output = build_dir().join(name);
-    let status = Command::new("rustc")
-        .args(["-O", "--edition=2021", "-C", "panic=unwind", "-o"])
-        .arg(&output)
-        .arg(&source)
+        .join(source)
+}
+
+/// Runs `compiler` (its arguments given, but for `-o OUTPUT`) on `source` into a program named
+/// `name`, unless a program built the same way is there already, and returns its path.
+///
+/// Programs are kept by what they are built from (the compiler's command line, the source and the
+/// headers of `test/`), under the target directory, and never rebuilt once there: tests run in
+/// parallel, and a program rebuilt under a test that traces it would lose its probes (they sit on
+/// the file that was there at attach). A new one is linked into place only if none is there. So a
+/// guest kernel booted with this machine's files (tools/vm-test.sh) runs the programs the host's
+/// tests compiled, rather than compiling them again under emulation.
+fn built_once(mut compiler: Command, source: &Path, name: &str) -> PathBuf {
+    // One build at a time in this test binary: its tests often ask for the same program.
+    static BUILDING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = BUILDING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let key = build_key(&compiler, source);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("test-programs")
+        .join(format!("{key:016x}"));
+    let program = dir.join(name);
+    if program.exists() {
+        return program;
+    }
+    std::fs::create_dir_all(&dir).expect("creating the test program directory");
+    let building = dir.join(format!(".{name}.{}", std::process::id()));
+    let status = compiler
+        .arg("-o")
+        .arg(&building)
         .status()
-        .unwrap_or_else(|e| panic!("running rustc: {e}"));
-    assert!(status.success(), "rustc failed on {}", source.display());
-    output
+        .unwrap_or_else(|e| panic!("running {compiler:?} (install gcc, g++ and rustc): {e}"));
+    assert!(status.success(), "{compiler:?} failed");
+    // Another test binary may have linked the same program meanwhile: theirs stays.
+    match std::fs::hard_link(&building, &program) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => panic!("placing {}: {e}", program.display()),
+    }
+    let _ = std::fs::remove_file(&building);
+    program
+}
+
+/// What a program is built from, hashed (FNV-1a): the command line, the source and every header
+/// of `test/`.
+fn build_key(compiler: &Command, source: &Path) -> u64 {
+    let mut hash: u64 = 0xcbf29ce484222325;
+    let mut add = |bytes: &[u8]| {
+        for &byte in bytes.iter().chain([0u8].iter()) {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x100000001b3);
+        }
+    };
+    add(compiler.get_program().as_encoded_bytes());
+    for arg in compiler.get_args() {
+        add(arg.as_encoded_bytes());
+    }
+    add(&std::fs::read(source).expect("reading the test program's source"));
+    let mut headers: Vec<PathBuf> = std::fs::read_dir(source.parent().expect("in test/"))
+        .expect("listing test/")
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "h"))
+        .collect();
+    headers.sort();
+    for header in headers {
+        add(&std::fs::read(header).expect("reading a header of test/"));
+    }
+    hash
 }
 
 /// The `calls <count> <name>` lines a test program prints about itself.
@@ -746,8 +819,41 @@ pub fn kill_recorder(pid: u32, wait: impl FnOnce()) {
     send_signal(pid, libc::SIGKILL);
     wait();
     assert!(
-        killed_at.elapsed() < std::time::Duration::from_secs(2),
+        killed_at.elapsed() < recorder_exit_bound(),
         "the recorder took {:?} to go after kill -9",
         killed_at.elapsed()
     );
+}
+
+/// The kernel's features as `record -d` says them: `name yes|no` pairs.
+pub fn kernel_features() -> &'static str {
+    static FEATURES: OnceLock<String> = OnceLock::new();
+    FEATURES.get_or_init(|| {
+        let output = utrace()
+            .args(["record", "-d", "-o", "/dev/null", "--", "true"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        stderr
+            .lines()
+            .find_map(|line| line.strip_prefix("utrace: kernel features: "))
+            .unwrap_or_else(|| panic!("no feature line in {stderr}"))
+            .to_owned()
+    })
+}
+
+/// Whether the kernel lacks `feature`, as `record -d` names it.
+pub fn kernel_lacks(feature: &str) -> bool {
+    kernel_features().contains(&format!("{feature} no"))
+}
+
+/// How long a recorder killed with SIGKILL may take to go: 2 s, where its probes go with its
+/// `uprobe_multi` links; where the kernel has none (before 6.6), each probe is a perf event whose
+/// release waits for two grace periods, one probe after another (the kernel's event_mutex), about
+/// 60-80 ms each here and more under emulation: the tests' programs have up to a hundred.
+pub fn recorder_exit_bound() -> std::time::Duration {
+    match kernel_lacks("uprobe_multi") {
+        false => std::time::Duration::from_secs(2),
+        true => std::time::Duration::from_secs(30),
+    }
 }

@@ -54,7 +54,7 @@ done
 } >"$run/environment"
 status=0
 timeout -k 10 "$timeout" qemu-system-x86_64 \
-  -accel tcg,thread=multi -cpu max -smp "${UTRACE_VM_CPUS:-2}" -m "${UTRACE_VM_MEMORY:-3G}" \
+  -accel "tcg,thread=${UTRACE_VM_TCG_THREAD:-single}" -cpu max -smp "${UTRACE_VM_CPUS:-2}" -m "${UTRACE_VM_MEMORY:-3G}" \
   -display none -serial stdio -monitor none -no-reboot -net none \
   -kernel "$kernel/vmlinuz" -initrd "$kernel/initramfs.gz" \
   -append "console=ttyS0 quiet loglevel=3 panic=-1 utrace.run=$run" \

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Runs the kernels' subset of the test suite in a guest of each of Debian's kernels (6.12, 6.1,
+# 5.10: tools/vm/), as root, with UTRACE_REQUIRE_BPF=1: the test binaries and the programs they
+# trace are built here, on the host (compiling under emulation is 15-25x slower), and run there.
+# Fetches the kernels first if they are missing. .ci/run runs it after the host's tests.
+#
+# Usage: tools/vm-test.sh [SERIES...]   (default: 6.12 6.1 5.10)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+series=("$@")
+((${#series[@]})) || series=(6.12 6.1 5.10)
+
+# The subset: what every kernel must do (exact counts, threads, C++ exceptions and Rust panics,
+# -p attach and detach, kill -9 of the recorder, dlopen, --follow, arguments, kernel events),
+# as TEST-FILE TEST-NAME lines.
+subset=(
+  "record sample_sort_counts_are_exact"
+  "record recursion_pointers_plt_and_threads_are_counted_exactly"
+  "record cpp_methods_templates_and_virtual_calls_are_counted_exactly"
+  "record exit_codes_and_signals_pass_through"
+  "exceptions exceptions_unwind_through_traced_frames_with_uretprobes"
+  "exceptions exceptions_unwind_through_traced_frames_with_ret_probes"
+  "exceptions threads_throwing_at_the_same_time_unwind_with_uretprobes"
+  "exceptions panics_unwind_through_traced_frames_with_uretprobes"
+  "exceptions a_killed_recorder_leaves_the_started_program_to_end_as_untraced"
+  "exceptions a_killed_recorder_leaves_the_attached_process_running"
+  "exceptions an_attached_process_throws_on_after_utrace_leaves"
+  "attach a_running_process_is_traced_and_keeps_running_after_detach"
+  "attach nested_library_functions_are_counted_exactly"
+  "attach a_library_loaded_with_dlopen_is_counted_exactly"
+  "ending killing_the_recorder_frees_the_program_at_once"
+  "crash a_killed_recorder_leaves_the_program_running_and_a_readable_file"
+  "follow follow_traces_a_forked_child_that_execs_another_program"
+  "follow follow_traces_a_forked_child_running_the_same_program"
+  "follow a_killed_recorder_lets_a_child_held_at_its_fork_go"
+  "pairing longjmp_across_traced_frames_closes_them_where_it_lands"
+  "pairing recursion_deeper_than_the_uretprobe_limit_counts_every_call"
+  "arguments arguments_and_return_values_are_what_the_program_saw"
+  "kernel_events system_calls_are_calls_under_the_function_that_made_them_with_their_return_values"
+  "kernel_events follow_puts_a_childs_system_calls_and_off_cpu_time_under_its_pid"
+  "kernels what_the_kernel_lacks_is_refused_before_anything_runs"
+)
+
+tools/vm/kernels.sh "${series[@]}"
+
+# The test binaries, by test file.
+declare -A binaries
+while read -r name path; do
+  binaries[$name]="$path"
+done < <(cargo test --release --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("reason") == "compiler-artifact" and message.get("executable") \
+            and message["target"]["kind"] == ["test"]:
+        print(message["target"]["name"], message["executable"])
+')
+
+# One script for the guest (which sees this machine's files, but not its /tmp): each test binary
+# with its tests of the subset.
+mkdir -p target/vm-test
+script="$PWD/target/vm-test/subset.sh"
+{
+  echo 'status=0'
+  declare -A tests
+  for line in "${subset[@]}"; do
+    read -r file test <<<"$line"
+    tests[$file]+=" $test"
+  done
+  for file in "${!tests[@]}"; do
+    binary="${binaries[$file]:?no test binary for tests/$file.rs}"
+    echo "$binary --exact --color never --test-threads=2 ${tests[$file]} || status=1"
+  done
+  echo 'exit $status'
+} >"$script"
+
+failed=()
+for s in "${series[@]}"; do
+  started=$SECONDS
+  echo "tools/vm-test.sh: Linux $s ($(cat "${UTRACE_VM_DIR:-/var/cache/utrace-vm}/$s/version"))" >&2
+  if UTRACE_REQUIRE_BPF=1 tools/vm/run.sh --timeout 2400 "$s" sh "$script"; then
+    echo "tools/vm-test.sh: Linux $s passed in $((SECONDS - started)) s" >&2
+  else
+    echo "tools/vm-test.sh: Linux $s FAILED after $((SECONDS - started)) s" >&2
+    failed+=("$s")
+  fi
+done
+if ((${#failed[@]})); then
+  echo "tools/vm-test.sh: failed on Linux ${failed[*]}" >&2
+  exit 1
+fi
