@@ -79,6 +79,42 @@ fn cpp_methods_templates_and_virtual_calls_are_counted_exactly() {
     );
 }
 
+/// Function templates chosen by `enable_if` in their return type (the program's own, and
+/// libstdc++'s `std::__relocate_a_1` and `std::__fill_a1` run as functions of the program when
+/// it is built with `-fno-inline`) read as c++filt prints them, in a recording that traces
+/// libstdc++ too: no name stays mangled.
+#[test]
+fn cpp_names_with_expressions_read_as_cplusplus_filt_prints_them() {
+    if !bpf_available("cpp_names_with_expressions_read_as_cplusplus_filt_prints_them") {
+        return;
+    }
+    let sfinae = compile("sfinae.cpp", "sfinae", &["-fno-inline"]);
+    let recording = record_unchanged(&sfinae, &["1000"], &["--nest-lib", "libstdc++*"]);
+    let traced = recording.traced_counts();
+    assert_counts_match(&own_counts(&recording.output.stdout), &traced);
+    let mangled: Vec<&String> = traced
+        .keys()
+        .filter(|name| name.starts_with("_Z"))
+        .collect();
+    assert!(mangled.is_empty(), "names left mangled: {mangled:?}");
+    // Their calls are libstdc++'s business (one `std::fill`; a relocation per growth of the
+    // vector); their names are c++filt's, up to the clone suffix GCC may add.
+    for name in [
+        "std::enable_if<std::__is_bitwise_relocatable<long, void>::value, long*>::type \
+         std::__relocate_a_1<long, long>(long*, long*, long*, std::allocator<long>&)",
+        "__gnu_cxx::__enable_if<std::__is_scalar<int>::__value, void>::__type \
+         std::__fill_a1<int*, int>(int*, int*, int const&)",
+    ] {
+        assert!(
+            traced
+                .iter()
+                .any(|(traced, &calls)| traced.starts_with(name) && calls > 0),
+            "{name} not called in the recording: {:?}",
+            traced.keys().collect::<Vec<_>>()
+        );
+    }
+}
+
 #[test]
 fn exit_codes_and_signals_pass_through() {
     if !bpf_available("exit_codes_and_signals_pass_through") {

@@ -34,6 +34,40 @@ fn stripped_programs_are_traced_through_their_plt_stubs() {
     );
 }
 
+/// Debian's `dash` calls `_setjmp` through its PLT before each command it runs: every call
+/// returns, timed, and nothing nests under it (a stripped program's stubs call nothing it
+/// traces, so its tree is flat).
+#[test]
+fn setjmp_in_dash_returns() {
+    if !bpf_available("setjmp_in_dash_returns") {
+        return;
+    }
+    let recording = record_unchanged(
+        Path::new("/usr/bin/dash"),
+        &["-c", "for i in 1 2 3; do echo $i; done"],
+        &[],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&recording.output.stdout),
+        "1\n2\n3\n"
+    );
+    let json = recording.json();
+    let setjmp = json["functions"]
+        .as_array()
+        .expect("functions array")
+        .iter()
+        .find(|f| f["name"] == "_setjmp@plt")
+        .expect("_setjmp@plt called");
+    assert!(setjmp["calls"].as_u64() > Some(0), "{setjmp}");
+    assert_eq!(setjmp["unknown_time_calls"], 0, "{setjmp}");
+    let tree = recording.report(&["--format=replay"]);
+    let nested: Vec<&str> = tree.lines().filter(|line| line.ends_with('{')).collect();
+    assert!(
+        nested.is_empty(),
+        "calls nested under others: {nested:?}\n{tree}"
+    );
+}
+
 /// `--nest-lib` on a stripped program: its stubs and the library's functions. (`write` itself
 /// is left out: a traced library function at the site a PLT call lands on hides that call.)
 #[test]

@@ -176,6 +176,53 @@ __cxa_finalize@plt();",
     );
 }
 
+/// A stripped program's setjmp is seen only as `_setjmp@plt` and `__sigsetjmp@plt`: its exit is
+/// probed after each call of the stub, found from the program's `.eh_frame` as it would be from
+/// its symbols, so each setjmp returns before what follows it, which would otherwise nest under
+/// the first one. Its second returns, after the longjmps, match no open call (the note).
+#[test]
+fn setjmp_in_a_stripped_program_returns_before_what_follows() {
+    if !bpf_available("setjmp_in_a_stripped_program_returns_before_what_follows") {
+        return;
+    }
+    let program = compile("longjmp.c", "longjmp-stripped", &["-s"]);
+    for (exits, finalize, unfinished) in [
+        ("--exit-probes=uretprobe", "", ""),
+        (
+            "--exit-probes=ret",
+            " /* no exit */",
+            " 1 unfinished call (no exit seen: timed up to the end of the trace or to an outer \
+             return);",
+        ),
+    ] {
+        let recording = record_unchanged(&program, &["4"], &[exits]);
+        // Only the PLT stubs are known: their counts are exact.
+        let mut own = own_counts(&recording.output.stdout);
+        own.retain(|name, _| name.ends_with("@plt"));
+        assert_counts_match(&own, &recording.traced_counts());
+        let printf = "printf@plt();\n".repeat(11);
+        assert_eq!(
+            tree(&recording, &[]),
+            format!(
+                "\
+strtoul@plt();
+_setjmp@plt();
+longjmp@plt(); /* time unknown */
+__sigsetjmp@plt();
+siglongjmp@plt(); /* time unknown */
+_setjmp@plt();
+longjmp@plt(); /* time unknown */
+__sigsetjmp@plt();
+{printf}__cxa_finalize@plt();{finalize}
+
+# note: 3 unmatched exits ignored (calls already running when tracing started, or setjmp \
+                 returning again);{unfinished} 3 {NOTE_UNKNOWN}"
+            ),
+            "{exits}"
+        );
+    }
+}
+
 /// `--max-depth` at record time and at report time show the same calls, counted the same, in
 /// the same tree; the times differ as the README says (the probes of the hidden calls ran at
 /// record time, and a file that does not hold them cannot have their cost taken out).

@@ -6,8 +6,9 @@ set -euo pipefail
 # server tests/debug_files.rs fetches a debug file from; xz-utils: MiniDebugInfo made as Fedora does;
 # systemtap-sdt-dev: <sys/sdt.h> for test/usdt.c (tests/kernel_events.rs); bpftrace: the reference
 # count tests/stripped_programs.rs holds _int_malloc's to; python3-dev and uftrace: the benchmark's
-# real programs (tools/bench/real_programs.sh).
-packages=(clang libelf-dev zlib1g-dev pkg-config gcc g++ make binutils graphviz golang-go libc6-dbg debuginfod xz-utils systemtap-sdt-dev bpftrace python3-dev uftrace)
+# real programs (tools/bench/real_programs.sh); libiberty-dev: the C++ demangler utrace links
+# (src/elf/demangle.rs).
+packages=(clang libelf-dev zlib1g-dev pkg-config libiberty-dev gcc g++ make binutils graphviz golang-go libc6-dbg debuginfod xz-utils systemtap-sdt-dev bpftrace python3-dev uftrace)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

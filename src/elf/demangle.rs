@@ -1,14 +1,37 @@
-//! Demangled names: Rust (legacy and v0) with `rustc-demangle`, C++ with `cpp_demangle`.
+//! Demangled names: Rust (legacy and v0) with `rustc-demangle`, C++ with libiberty's
+//! demangler, the one `c++filt` runs.
+//!
+//! C++ names must read exactly as `c++filt` prints them (test/README.md), and no pure-Rust
+//! demangler does: `cpp_demangle` 0.5.1 gives up on expressions in template arguments
+//! (`enable_if` return types) and prints other names wrong without failing (a repeated
+//! parameter dropped, `&` put before `::` of a nested name). libiberty's `cp-demangle.c` is
+//! binutils' own, in C (no C++ runtime), reentrant, and its licence lets it be linked into any
+//! program. It comes as a static library with Debian's `libiberty-dev`.
 
-use cpp_demangle::DemangleOptions;
+use std::ffi::{c_char, c_int, CStr, CString};
+
+/// `demangle.h`: function parameters, `const`/`volatile`, and the standard substitutions in
+/// full (`std::basic_string<char, std::char_traits<char>, std::allocator<char> >` for `Ss`):
+/// the options `c++filt` passes.
+const DMGL_PARAMS: c_int = 1 << 0;
+const DMGL_ANSI: c_int = 1 << 1;
+const DMGL_VERBOSE: c_int = 1 << 3;
+const CPLUSPLUS_FILT_OPTIONS: c_int = DMGL_PARAMS | DMGL_ANSI | DMGL_VERBOSE;
+
+#[link(name = "iberty")]
+extern "C" {
+    /// The demangled text of a `_Z` (or `_GLOBAL_`) name as a string from `malloc`, or null
+    /// when the name is not one it can demangle.
+    fn cplus_demangle_v3(mangled: *const c_char, options: c_int) -> *mut c_char;
+}
 
 /// The readable name of a symbol, or the symbol itself when it is not mangled or cannot be
 /// demangled.
 ///
 /// - Rust legacy (`_ZN...17h<hash>E`) and v0 (`_R...`): the path without the hash or crate
 ///   disambiguators (`rustc-demangle`'s alternate format).
-/// - C++ (`_Z...`): as `c++filt` prints it, as far as `cpp_demangle` allows. GCC clone suffixes
-///   read as `c++filt` shows them: `foo(int) [clone .constprop.0]`.
+/// - C++ (`_Z...`): as `c++filt` prints it, GCC clone suffixes included:
+///   `foo(int) [clone .constprop.0]`.
 /// - A suffix the demanglers reject (`.part.0` after a Rust name, a symbol version `@VERS`):
 ///   the base is demangled and the suffix kept as it is.
 pub fn demangle(raw: &str) -> String {
@@ -40,11 +63,21 @@ fn demangle_whole(raw: &str) -> Option<String> {
 }
 
 fn demangle_cpp(raw: &str) -> Option<String> {
-    let symbol = cpp_demangle::Symbol::new(raw.as_bytes()).ok()?;
-    // c++filt prints template literals as `0ul`; cpp_demangle can print `(unsigned long)0` or
-    // `0`. The shorter form reads closer to c++filt.
-    let options = DemangleOptions::new().hide_expression_literal_types();
-    let name = symbol.demangle_with_options(&options).ok()?;
+    let mangled = CString::new(raw).ok()?;
+    // SAFETY: `mangled` is NUL-terminated and outlives the call, which only reads it and keeps
+    // no pointer into it; the demangler keeps all its state on its own stack, so threads may
+    // call it at once.
+    let demangled = unsafe { cplus_demangle_v3(mangled.as_ptr(), CPLUSPLUS_FILT_OPTIONS) };
+    if demangled.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null result is a NUL-terminated string from `malloc`, ours, freed only
+    // below.
+    let name = unsafe { CStr::from_ptr(demangled) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: that string, read and no longer borrowed, freed once.
+    unsafe { libc::free(demangled.cast()) };
     (!name.is_empty()).then_some(name)
 }
 
@@ -108,6 +141,32 @@ mod tests {
             (
                 "_ZSt17__throw_bad_allocv@GLIBCXX_3.4",
                 "std::__throw_bad_alloc()@GLIBCXX_3.4",
+            ),
+            // expressions in template arguments: `enable_if` return types of libstdc++'s
+            // templates, instantiated in the program (`std::vector` growth, `std::fill`)
+            (
+                "_ZSt14__relocate_a_1IllENSt9enable_ifIXsrSt24__is_bitwise_relocatableIT_vE5valueEPS2_E4typeES4_S4_S4_RSaIT0_E",
+                "std::enable_if<std::__is_bitwise_relocatable<long, void>::value, long*>::type \
+                 std::__relocate_a_1<long, long>(long*, long*, long*, std::allocator<long>&)",
+            ),
+            (
+                "_ZSt9__fill_a1IPiiEN9__gnu_cxx11__enable_ifIXsrSt11__is_scalarIT0_E7__valueEvE6__typeET_S8_RKS4_",
+                "__gnu_cxx::__enable_if<std::__is_scalar<int>::__value, void>::__type \
+                 std::__fill_a1<int*, int>(int*, int*, int const&)",
+            ),
+            // an empty parameter pack
+            (
+                "_ZSt10_ConstructIiJEEvPT_DpOT0_",
+                "void std::_Construct<int>(int*)",
+            ),
+            // a constructor template's parameter repeated by substitution
+            ("_ZN1AC1IiEET_S1_", "A::A<int>(int, int)"),
+            // a reference to a name nested in a substitution
+            ("_ZN1A1fENS_1BERNS0_1CE", "A::f(A::B, A::B::C&)"),
+            // standard substitutions in full, `decltype(nullptr)`
+            (
+                "_ZNSolsEDn",
+                "std::basic_ostream<char, std::char_traits<char> >::operator<<(decltype(nullptr))",
             ),
         ];
         for (mangled, expected) in cases {

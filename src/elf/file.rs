@@ -7,6 +7,7 @@ use goblin::elf::header::{self, Header, ET_DYN};
 use goblin::elf::Elf;
 
 use super::debug_file::{DebugLinks, DebugLookup, SymbolSource};
+use super::frames::EhFrameSection;
 use super::mapped::{FileBytes, MappedFile};
 use super::plt::{self, PltStub};
 use super::prototypes::{self, DwarfError, Prototype};
@@ -63,6 +64,8 @@ pub struct ElfFile {
     /// The code sections outside the PLT (`.text`, `.init`...), as (address, size): all the
     /// code, where function symbols may leave some out (a stripped library's local functions).
     pub(super) code_sections: Vec<(u64, u64)>,
+    /// Its call frame information, where code starts and ends without symbols.
+    eh_frame: Option<EhFrameSection>,
     /// The file has a `.go.buildinfo` section: the Go toolchain built it.
     pub(super) go_buildinfo: bool,
     /// The USDT probe sites of `.note.stapsdt`.
@@ -99,6 +102,7 @@ impl ElfFile {
         let stubs = plt::stubs(&elf, &bytes, &symbols);
         let stubs_in_data = plt_calls::stubs_in_data(&elf, &stubs);
         let code_sections = plt_calls::code_sections(&elf);
+        let eh_frame = EhFrameSection::of(&elf);
         let entry = elf.entry;
         let position_independent = elf.header.e_type == ET_DYN;
         let segments = ExecutableSegments::new(&elf.program_headers);
@@ -120,6 +124,7 @@ impl ElfFile {
             stubs,
             stubs_in_data,
             code_sections,
+            eh_frame,
             go_buildinfo,
             usdt_notes,
             debug_links,
@@ -305,6 +310,36 @@ impl ElfFile {
         }
     }
 
+    /// The code a stripped file (only `.dynsym`'s symbols) has no symbol for, as (address, size)
+    /// ranges: the FDEs of its `.eh_frame` that start in a code section (not the PLT's) outside
+    /// `covered`, the ranges of its symbols. Empty for a file with a symbol table, whose
+    /// symbols cover its code. A call frame information that cannot be read is warned of, and
+    /// gives what was read before the damage.
+    pub(super) fn code_without_symbols(&self, covered: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let Some(eh_frame) = self
+            .eh_frame
+            .filter(|_| self.symbol_source == SymbolSource::DynsymOnly)
+        else {
+            return Vec::new();
+        };
+        let ranges = eh_frame.code_ranges(&self.bytes).unwrap_or_else(|error| {
+            log::warn!(
+                "the call frame information (.eh_frame) of {} is not read: {error}; the \
+                 returns of its PLT calls from code without symbols are not seen",
+                self.path.display()
+            );
+            Vec::new()
+        });
+        let mut covered = covered.to_vec();
+        covered.sort_unstable();
+        ranges
+            .into_iter()
+            .filter(|&(start, _)| {
+                inside(&self.code_sections, start) && !inside_sorted(&covered, start)
+            })
+            .collect()
+    }
+
     /// For each of `ranges` ((first, last, tag): addresses, not overlapping) that a direct jump
     /// or call anywhere in the file's code targets: (tag, one such target).
     pub(super) fn branches_into(&self, ranges: &[(u64, u64, usize)]) -> Vec<(usize, u64)> {
@@ -336,6 +371,21 @@ impl ElfFile {
             .file_offset(address)
             .map_or(&[][..], |offset| self.code_at(offset, size))
     }
+}
+
+/// Whether `address` lies in one of `ranges` ((address, size)).
+fn inside(ranges: &[(u64, u64)], address: u64) -> bool {
+    ranges
+        .iter()
+        .any(|&(start, size)| (start..start.saturating_add(size)).contains(&address))
+}
+
+/// [`inside`] for `ranges` sorted by address and not overlapping.
+fn inside_sorted(ranges: &[(u64, u64)], address: u64) -> bool {
+    let after = ranges.partition_point(|&(start, _)| start <= address);
+    after
+        .checked_sub(1)
+        .is_some_and(|i| inside(&ranges[i..=i], address))
 }
 
 /// The file's bytes, mapped; read where it cannot be mapped (an empty file: the parser says what

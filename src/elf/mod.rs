@@ -20,6 +20,7 @@
 //!   instead of on the stub's jump, which the kernel single-steps;
 //! - `returns`: the instructions that leave each function, where exit probes go when no
 //!   uretprobe may touch the stack;
+//! - `frames`: where code starts and ends by `.eh_frame`, for a file without symbols;
 //! - `unwinder`: where the stack unwinder's entry points are;
 //! - `prototypes`: how DWARF says each function's parameters and return value are shown
 //!   (`-a/--auto-args`);
@@ -33,6 +34,7 @@ pub mod debug_file;
 pub mod debuginfod;
 mod demangle;
 mod file;
+mod frames;
 mod go;
 pub mod ldcache;
 pub mod loader;
@@ -292,6 +294,7 @@ impl ElfFile {
         let mut code_symbols: Vec<(u64, u64)> =
             defined.iter().map(|f| (f.address, f.size)).collect();
         code_symbols.extend(&cold);
+        code_symbols.extend(self.code_without_symbols(&code_symbols));
         let code = |address: u64, size: u64| self.code_at_address(address, size);
         let index = returns::CodeIndex::new(starts, cold.into_iter().collect(), code);
         let stubs = functions

@@ -78,6 +78,41 @@ fn exits_get_uretprobes_unless_the_function_saves_its_return_address() {
     );
 }
 
+/// A stripped program's stubs are called from code no symbol describes: their calls, and so
+/// the exits of setjmp's stub (and of every stub under `--exit-probes=ret`), are found from its
+/// `.eh_frame`, where they are in the same program with its symbols.
+#[test]
+fn a_stripped_program_has_its_stubs_exits_where_its_symbols_would_put_them() {
+    let dir = TempDir::new().unwrap();
+    let program = planned_program(&dir, "planned", &[]);
+    let stripped = planned_program(&dir, "planned-stripped", &["-s"]);
+    for policy in [ExitPolicy::Uretprobe, ExitPolicy::Ret] {
+        let options = || PlanOptions {
+            exits: Some(policy),
+            ..PlanOptions::default()
+        };
+        let with_symbols = plan_of(&program, options()).unwrap();
+        let without = plan_of(&stripped, options()).unwrap();
+        let (with_symbols, without) = (with_symbols.plan(), without.plan());
+        assert!(stub_count(without) > 5, "{:?}", names(&without.table));
+        let ExitProbe::Sites(sites) = exit_of(without, "_setjmp@plt") else {
+            panic!("{:?}", exit_of(without, "_setjmp@plt"));
+        };
+        assert_eq!(sites.len(), 1, "{policy:?}: one call of _setjmp, in jumps");
+        // The same stub at the same offset (one named after the program's own ifunc with
+        // symbols, after its resolver's address without).
+        let exit_at = |offset: u64| {
+            let mut functions = with_symbols.table.functions.iter();
+            let id = functions.position(|f| f.offset == offset && f.kind == FunctionKind::Plt);
+            &with_symbols.exits[id.expect("the stub planned with symbols too")]
+        };
+        for (id, stub) in without.table.functions.iter().enumerate() {
+            let exit = &without.exits[id];
+            assert_eq!(exit, exit_at(stub.offset), "{policy:?}: {}", stub.name);
+        }
+    }
+}
+
 #[test]
 fn ret_probes_sit_on_the_exits_where_they_can() {
     let dir = TempDir::new().unwrap();
