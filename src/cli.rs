@@ -102,9 +102,23 @@ impl Command {
     }
 }
 
-/// What to trace and how: the flags `record` and `live` share.
+/// What to trace and how: the flags `record` and `live` share. The filters are the report's, but
+/// here `-f` and `--no-function` decide which functions get probes, and the others which calls
+/// are kept: their help says so.
 #[derive(Args)]
 #[command(group = clap::ArgGroup::new("target").required(true).args(["command", "pid", "args"]))]
+#[command(mut_arg("functions", |arg| arg.help(
+    "Probe only the functions matching GLOB (`*`, `?`, `[...]`); repeatable, or a comma list. \
+     The others get no probes: their calls are neither counted nor timed, and their time counts \
+     in their traced caller's self time")))]
+#[command(mut_arg("no_functions", |arg| arg.help(
+    "Leave the functions matching GLOB without probes; repeatable, or a comma list")))]
+#[command(mut_arg("max_depth", |arg| arg.help(
+    "Keep only calls at most N deep (1: the outermost calls of each thread)")))]
+#[command(mut_arg("time_filter", |arg| arg.help(
+    "Keep only calls that last at least DURATION (500ns, 2us, 1.5ms, 1s)")))]
+#[command(mut_arg("tid_filter", |arg| arg.help(
+    "Keep only the calls of thread TID; repeatable, or a comma list")))]
 pub struct TraceArgs {
     /// The command to run and trace, split into words like a shell would.
     #[arg(short = 'c', long = "command", value_name = "CMD")]
@@ -199,7 +213,7 @@ pub struct TraceArgs {
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub debug: u8,
     /// Functions left out by -f/--no-function get no probes at all; the depth, time and thread
-    /// filters decide which calls are kept.
+    /// filters decide which calls are kept (the help of each says so: see above).
     #[command(flatten)]
     pub filter: FilterArgs,
 }
@@ -568,6 +582,33 @@ mod tests {
             message(&["utrace", "report", "--zzzzzz"]),
             "unexpected argument '--zzzzzz' found (see --help)"
         );
+    }
+
+    /// The help of `record` (and `live`) says what `-f` does there: it decides which functions
+    /// get probes, where `report`'s shows or hides them.
+    #[test]
+    fn record_help_says_that_f_decides_the_probes() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        for subcommand in ["record", "live"] {
+            let help = cli
+                .find_subcommand_mut(subcommand)
+                .unwrap()
+                .render_help()
+                .to_string();
+            let line = |flag: &str| {
+                let found = help.lines().find(|line| line.contains(flag));
+                found.unwrap_or_else(|| panic!("{flag} in {help}")).to_owned()
+            };
+            assert!(
+                line("--function <GLOB>").contains("Probe only the functions matching GLOB"),
+                "{subcommand}: {help}"
+            );
+            assert!(line("--no-function <GLOB>").contains("without probes"));
+            assert!(line("--max-depth <N>").contains("Keep only calls"));
+        }
+        let report = cli.find_subcommand_mut("report").unwrap().render_help();
+        assert!(report.to_string().contains("Show only functions matching GLOB"));
     }
 
     #[test]
