@@ -129,7 +129,8 @@ pub struct TraceArgs {
     /// The command and its arguments, as separate words (instead of -c).
     #[arg(value_name = "COMMAND", trailing_var_arg = true)]
     pub args: Vec<String>,
-    /// Stop tracing after this long (e.g. 5s, 250ms, 2m); a started command runs on.
+    /// Stop tracing after this long (5 or 5s, 250ms, 2m; a bare number is seconds); a started
+    /// command runs on.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Also trace the functions inside the shared libraries whose file name matches the glob
@@ -513,14 +514,17 @@ impl InfoArgs {
     }
 }
 
-/// Parses a recording's length: a duration with its unit (`5s`, `250ms`, `2m`), since a bare
-/// number of nanoseconds is never what was meant here.
+/// Parses a recording's length: a duration with its unit (`5s`, `250ms`, `2m`), or a bare
+/// number of seconds (`5`, `1.5`), as `timeout` and `sleep` take it: a bare number of
+/// nanoseconds is never what was meant here.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration like 5s, 250ms or 2m");
-    if text.trim().ends_with(|c: char| c.is_ascii_digit()) {
-        return Err(bad());
-    }
-    utrace::filter::parse_duration(text)
+    let bad = || format!("{text:?} is not a duration like 5 (seconds), 5s, 250ms or 2m");
+    let text = text.trim();
+    let with_unit = match text.ends_with(|c: char| c.is_ascii_digit()) {
+        true => format!("{text}s"),
+        false => text.to_owned(),
+    };
+    utrace::filter::parse_duration(&with_unit)
         .map(Duration::from_nanos)
         .ok_or_else(bad)
 }
@@ -618,7 +622,10 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
-        assert!(parse_duration("5").is_err());
+        // A bare number is seconds, as `timeout 5` and `sleep 5` take it.
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration(" 1.5 "), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("5x").is_err());
     }
 }
