@@ -602,7 +602,9 @@ mod tests {
                 .to_string();
             let line = |flag: &str| {
                 let found = help.lines().find(|line| line.contains(flag));
-                found.unwrap_or_else(|| panic!("{flag} in {help}")).to_owned()
+                found
+                    .unwrap_or_else(|| panic!("{flag} in {help}"))
+                    .to_owned()
             };
             assert!(
                 line("--function <GLOB>").contains("Probe only the functions matching GLOB"),
@@ -612,7 +614,9 @@ mod tests {
             assert!(line("--max-depth <N>").contains("Keep only calls"));
         }
         let report = cli.find_subcommand_mut("report").unwrap().render_help();
-        assert!(report.to_string().contains("Show only functions matching GLOB"));
+        assert!(report
+            .to_string()
+            .contains("Show only functions matching GLOB"));
     }
 
     #[test]

@@ -43,6 +43,7 @@ use std::str::FromStr;
 use thiserror::Error;
 
 use super::distribution::Distributions;
+use crate::diagnostics::plural;
 use crate::fast_hash::FastHashMap;
 use crate::probe_cost::Resolutions;
 use crate::replay::{CallSink, FinishedCall, ReplayStats};
@@ -665,10 +666,6 @@ pub(crate) fn replay_note(replay: &ReplayStats) -> Option<String> {
         ));
     }
     (!parts.is_empty()).then(|| parts.join("; "))
-}
-
-pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// A duration in nanoseconds, shown in the largest unit it reaches: below 1 µs as whole
