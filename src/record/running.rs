@@ -11,8 +11,23 @@ pub enum RunningProcessError {
     NoSuchProcess(u32),
     #[error("pid {0} has no executable (a kernel thread?): nothing to trace")]
     NoExecutable(u32),
-    #[error("cannot read /proc/{pid}: {source} (tracing another user's process needs root)")]
+    #[error(
+        "cannot read /proc/{pid}: permission denied (tracing another user's process needs root)"
+    )]
+    NotPermitted { pid: u32 },
+    /// The source is said after the message, once: an error chain prints it.
+    #[error("cannot read /proc/{pid}")]
     Proc { pid: u32, source: io::Error },
+}
+
+impl RunningProcessError {
+    /// Reading `/proc/PID` (or opening the pidfd) failed with `error`.
+    fn reading(pid: u32, error: io::Error) -> RunningProcessError {
+        match error.raw_os_error() {
+            Some(libc::EACCES | libc::EPERM) => RunningProcessError::NotPermitted { pid },
+            _ => RunningProcessError::Proc { pid, source: error },
+        }
+    }
 }
 
 /// A running process, watched through a pidfd so its end is seen without polling /proc.
@@ -31,7 +46,7 @@ impl RunningProcess {
             let error = io::Error::last_os_error();
             return Err(match error.raw_os_error() {
                 Some(libc::ESRCH) | Some(libc::EINVAL) => RunningProcessError::NoSuchProcess(pid),
-                _ => RunningProcessError::Proc { pid, source: error },
+                _ => RunningProcessError::reading(pid, error),
             });
         }
         // SAFETY: the descriptor was just created and nobody else owns it.
@@ -41,7 +56,7 @@ impl RunningProcess {
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
                 return Err(RunningProcessError::NoExecutable(pid))
             }
-            Err(source) => return Err(RunningProcessError::Proc { pid, source }),
+            Err(error) => return Err(RunningProcessError::reading(pid, error)),
         };
         Ok(RunningProcess {
             pid,
