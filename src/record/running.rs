@@ -69,6 +69,27 @@ impl RunningProcess {
         self.pid
     }
 
+    /// What `ps` calls the process: its `/proc/PID/comm` (the name it was started as, a symlink's
+    /// name as `redis-server` for `redis-check-rdb`, or the name it gave itself; at most 15
+    /// bytes), in full from its argv[0] (the first word of a rewritten title) where that begins
+    /// with it. `None` when neither can be read.
+    pub fn name(&self) -> Option<String> {
+        let comm = std::fs::read_to_string(format!("/proc/{}/comm", self.pid)).ok();
+        let comm = comm.as_deref().map(|comm| comm.trim_end_matches('\n'));
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", self.pid)).unwrap_or_default();
+        let argv0 = cmdline
+            .split(|&b| b == 0 || b == b' ')
+            .next()
+            .unwrap_or_default();
+        let argv0 = String::from_utf8_lossy(argv0);
+        let argv0 = argv0.rsplit('/').next().unwrap_or_default();
+        match comm {
+            Some(comm) if !comm.is_empty() && argv0.starts_with(comm) => Some(argv0.to_owned()),
+            Some(comm) if !comm.is_empty() => Some(comm.to_owned()),
+            _ => (!argv0.is_empty()).then(|| argv0.to_owned()),
+        }
+    }
+
     /// Sends `signal` through the pidfd, which cannot reach a process that reused the pid.
     pub fn signal(&self, signal: libc::c_int) {
         // SAFETY: pidfd_send_signal takes a descriptor, a signal, a null siginfo and flags; it

@@ -201,16 +201,17 @@ impl Session {
         &self.planner.plan().table
     }
 
-    /// The traced file's name, for messages.
-    /// The program's name: as the user named the command (a symlink's name, as `redis-server`
-    /// for `redis-check-rdb`), else its executable's file name.
+    /// The program's name, for messages: as the user named the command (a symlink's name, as
+    /// `redis-server` for `redis-check-rdb`), or as `ps` names a running process; else its
+    /// executable's file name.
     pub fn program_name(&self, spec: &TargetSpec) -> String {
-        let named = match spec {
-            TargetSpec::Command(command) => command.first().map(String::as_str),
-            TargetSpec::Pid(_) => None,
+        let named = match (spec, &self.target) {
+            (TargetSpec::Command(command), _) => command.first().cloned(),
+            (TargetSpec::Pid(_), Target::Running(process)) => process.name(),
+            (TargetSpec::Pid(_), Target::Started(_)) => None,
         };
-        let path = named.unwrap_or(self.planner.plan().files[0].path.as_str());
-        path.rsplit('/').next().unwrap_or(path).to_owned()
+        let path = named.unwrap_or_else(|| self.planner.plan().files[0].path.clone());
+        path.rsplit('/').next().unwrap_or(&path).to_owned()
     }
 
     /// Traces until the target ends, `--duration` passes or a signal says stop, handing the
