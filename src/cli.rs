@@ -226,6 +226,10 @@ pub struct RecordArgs {
     /// Where to write the trace.
     #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
     pub output: PathBuf,
+    /// Stop recording once the file reaches SIZE (K, M and G suffixes); a started command runs
+    /// on, untraced. Without it, a warning comes once the file passes 1G.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_size: Option<u64>,
     /// Also unwind the user stack (frame pointers) at each call of the traced functions
     /// matching GLOB; `report --format=stacks` shows the distinct stacks. Repeatable, and GLOB
     /// may be a comma-separated list.
@@ -241,6 +245,7 @@ impl RecordArgs {
         Ok(RecordOptions {
             trace,
             output: self.output,
+            max_size: self.max_size,
         })
     }
 }

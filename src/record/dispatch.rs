@@ -160,6 +160,9 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             }
             let pending = self.inbox.events.borrow().len() as u64;
             progress.update(self.events + pending, self.loaded.lost_events());
+            if drain.is_full() {
+                break self.target_end.map_or(Stop::Asked, Stop::Ended);
+            }
             if let Some(stop) = self.stop_asked(started, &mut watch)? {
                 break stop;
             }

@@ -81,7 +81,7 @@ pub enum SessionMode {
 pub enum Stop {
     /// The process ended; its status when it was ours.
     Ended(Option<ExitStatus>),
-    /// `--duration` passed, or a signal asked to stop.
+    /// `--duration` passed, `--max-size` was reached, or a signal asked to stop.
     Asked,
     /// A second signal (this one): stop without waiting for anything.
     Interrupted(libc::c_int),
@@ -133,6 +133,12 @@ pub trait Drain {
     /// `count` more events were lost (the ring buffer was full) since the events taken before:
     /// live mode marks the place in its tree. The file's statistics count them anyway.
     fn events_lost(&mut self, _count: u64) {}
+
+    /// Whether it has taken all it was allowed to (`record --max-size`): the recording stops
+    /// there, as when `--duration` passes.
+    fn is_full(&self) -> bool {
+        false
+    }
 }
 
 impl Session {
