@@ -158,6 +158,10 @@ pub struct ReplayStats {
     /// Durations that the probe-cost correction would have made negative, or shorter than their
     /// children's: kept at 0 or at their children's.
     pub clamped_times: u64,
+    /// The durations of every thread's outermost timed calls, added up (corrected as every
+    /// duration is): the time the trace covers, every thread counted, before any filter. No
+    /// function's total exceeds it, as each of its calls lies in one of them.
+    pub outermost_ns: u64,
 }
 
 impl ReplayStats {
@@ -251,6 +255,7 @@ impl Replayer {
             costs: &self.costs,
             spare_active: &mut self.spare_active,
             clamped: &mut self.stats.clamped_times,
+            outermost: &mut self.stats.outermost_ns,
         };
         let returned = FrameEnd::Returned {
             end_ns: ts,
@@ -361,6 +366,7 @@ impl Replayer {
             costs: &self.costs,
             spare_active: &mut self.spare_active,
             clamped: &mut self.stats.clamped_times,
+            outermost: &mut self.stats.outermost_ns,
         };
         for stack in &mut self.stacks {
             self.stats.unfinished_calls += stack.close(end_ns, sink, &mut ending);
@@ -375,6 +381,7 @@ impl Replayer {
             costs: &self.costs,
             spare_active: &mut self.spare_active,
             clamped: &mut self.stats.clamped_times,
+            outermost: &mut self.stats.outermost_ns,
         };
         for stack in self.stacks.iter_mut().filter(|stack| stack.pid == pid) {
             self.stats.unfinished_calls += stack.close(ts, sink, &mut ending);
@@ -393,6 +400,7 @@ impl Replayer {
             costs: &self.costs,
             spare_active: &mut self.spare_active,
             clamped: &mut self.stats.clamped_times,
+            outermost: &mut self.stats.outermost_ns,
         };
         while stack
             .frames
@@ -445,11 +453,13 @@ struct Frame {
 }
 
 /// What closing a frame needs besides the stack: the probe costs by function, where the
-/// counters of an emptied stack go, and the count of times clamped at 0.
+/// counters of an emptied stack go, the count of times clamped at 0, and the outermost calls'
+/// durations added up.
 struct Ending<'a> {
     costs: &'a [ProbeCost],
     spare_active: &'a mut Vec<Vec<u32>>,
     clamped: &'a mut u64,
+    outermost: &'a mut u64,
 }
 
 impl Ending<'_> {
@@ -632,6 +642,9 @@ impl CallStack {
                 *below = below.saturating_add(same);
             }
         }
+        if depth == 0 && end_ns.is_some() {
+            *ending.outermost = ending.outermost.saturating_add(duration_ns);
+        }
         let call = FinishedCall {
             function,
             tid: self.tid,
@@ -797,6 +810,7 @@ mod tests {
                 first_timestamp_ns: 0,
                 last_timestamp_ns: 120,
                 clamped_times: 0,
+                outermost_ns: 120,
             }
         );
     }

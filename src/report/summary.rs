@@ -28,11 +28,16 @@
 //! its timed recursive calls count in total in its place. The table ends with a note when there
 //! were any of either.
 //!
-//! `Total %` is the total time as a share of the time the trace covers as the report counts it:
-//! the longest of the threads' outermost timed calls added up, with the probe costs taken out as
-//! from every other figure (the first event to the last, raw, when no outermost call was timed).
-//! So `main` is near 100% whether the times are corrected or not; functions run by several
-//! threads at once can pass 100%.
+//! A figure shown as a bound is never above what was measured around it: the function's calls
+//! with their probe costs, and the whole trace ([`FunctionStats::ceilings`]). A function with no
+//! timed call shows `-` for every time; a row with calls of unknown time says how many.
+//!
+//! `Total %` is the total time as a share of the whole trace, as a line above the table says:
+//! every thread's outermost timed calls added up, before any filter, with the probe costs taken
+//! out as from every other figure (the first event to the last, raw, when no outermost call was
+//! timed: [`crate::replay::ReplayStats::outermost_ns`]). So `main` is near 100% in a program of
+//! one thread whether the times are corrected or not, a function reads the same share with or
+//! without `-f`, and none passes 100%. A total shown as a bound shows its share as one.
 //! Rows are sorted by a [`SortKey`], largest first; `--per-thread` makes one table per thread
 //! ([`GroupedSummaries`]).
 
@@ -132,6 +137,9 @@ pub struct FunctionStats {
     /// The probe costs taken out of the calls counted in `total_ns` (their raw durations less
     /// their corrected ones); 0 under `--raw-times`.
     pub probe_ns: u64,
+    /// The longest raw duration of a timed call (probe costs left in): what was measured around
+    /// every per-call figure.
+    pub max_raw_ns: u64,
 }
 
 impl FunctionStats {
@@ -154,6 +162,25 @@ impl FunctionStats {
     /// resolves `per_call_ns` for one: each call's error adds up.
     pub fn sum_resolution_ns(&self, per_call_ns: u64) -> u64 {
         CorrectedDuration::sum_resolution_ns(self.timed_calls(), per_call_ns)
+    }
+
+    /// What was measured around the function's figures, which none of them exceeds: its calls
+    /// with their probe costs (the longest one for a call's figure, all of them for a sum), and
+    /// the whole trace, `run_ns` (0 when no outermost call was timed), as every call lies in it.
+    pub fn ceilings(&self, run_ns: u64) -> Ceilings {
+        let within_run = |ns: u64| match run_ns {
+            0 => ns,
+            run_ns => ns.min(run_ns),
+        };
+        Ceilings {
+            call_ns: within_run(self.max_raw_ns),
+            sum_ns: within_run(self.raw_total_ns()),
+        }
+    }
+
+    /// The durations counted in the total, probe costs left in.
+    pub fn raw_total_ns(&self) -> u64 {
+        self.total_ns.saturating_add(self.probe_ns)
     }
 
     /// The share of the raw total time that was probe costs taken out: above
@@ -183,6 +210,8 @@ impl FunctionStats {
             self.total_ns = self.total_ns.saturating_add(call.recursion_ns);
             return;
         }
+        let raw_ns = call.end_ns - call.start_ns;
+        self.max_raw_ns = self.max_raw_ns.max(raw_ns);
         if self.timed_calls() == 0 {
             self.min_ns = call.duration_ns;
             self.max_ns = call.duration_ns;
@@ -197,11 +226,18 @@ impl FunctionStats {
         self.calls += 1;
         if !call.recursive {
             self.total_ns = self.total_ns.saturating_add(call.duration_ns);
-            let raw_ns = call.end_ns - call.start_ns;
             self.probe_ns = (self.probe_ns).saturating_add(raw_ns.saturating_sub(call.duration_ns));
         }
         self.self_ns = self.self_ns.saturating_add(call.self_ns);
     }
+}
+
+/// What was measured around each figure of a function (see [`CorrectedDuration::within`]): for
+/// one call's (average, minimum, maximum, percentiles) and for a sum (total, self time).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ceilings {
+    pub call_ns: u64,
+    pub sum_ns: u64,
 }
 
 /// How the summary table is laid out.
@@ -222,8 +258,6 @@ pub struct TableLayout<'d> {
 #[derive(Clone, Debug)]
 pub struct Summary {
     functions: Vec<FunctionStats>,
-    /// Per thread id, the durations of its outermost timed calls added up.
-    outermost_ns: FastHashMap<u32, u64>,
 }
 
 /// One line of the summary: a function that was called.
@@ -238,13 +272,7 @@ impl Summary {
     pub fn new(function_count: usize) -> Summary {
         Summary {
             functions: vec![FunctionStats::default(); function_count],
-            outermost_ns: FastHashMap::default(),
         }
-    }
-
-    /// The longest a thread's outermost timed calls lasted together: what `Total %` divides by.
-    fn longest_thread_ns(&self) -> u64 {
-        self.outermost_ns.values().copied().max().unwrap_or(0)
     }
 
     pub fn stats(&self, id: FunctionId) -> Option<&FunctionStats> {
@@ -283,7 +311,7 @@ impl Summary {
         layout: TableLayout,
         out: &mut dyn Write,
     ) -> io::Result<()> {
-        let covered_ns = covered_ns(self.longest_thread_ns(), replay);
+        let covered_ns = write_whole(replay, out)?;
         let bounds = self.write_table(table, covered_ns, layout, 0, out)?;
         write_note(replay, self.probe_dominated(), bounds, out)
     }
@@ -308,7 +336,7 @@ impl Summary {
         };
         writeln!(
             out,
-            "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}{percentile_heads}  Function",
+            "  {:>10}  {:>8}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}{percentile_heads}  Function",
             "Total time", "Total %", "Self time", "Calls", average, minimum, maximum
         )?;
         let rule = "==========";
@@ -318,7 +346,7 @@ impl Summary {
         };
         writeln!(
             out,
-            "  {rule}  =======  {rule}  {rule}  {rule}  {rule}  {rule}{percentile_rules}  ===================="
+            "  {rule}  ========  {rule}  {rule}  {rule}  {rule}  {rule}{percentile_rules}  ===================="
         )?;
         let rows = self.rows(table, layout.sort);
         let names = distinct_names(table, &rows);
@@ -327,40 +355,46 @@ impl Summary {
             let s = &row.stats;
             let call_resolution_ns = layout.resolutions.map_or(0, |r| r.of(row.id));
             let sum_resolution_ns = s.sum_resolution_ns(call_resolution_ns);
-            let mut corrected = |ns, resolution_ns| {
-                let figure = CorrectedDuration { ns, resolution_ns };
-                if figure.is_below_resolution() {
+            let ceilings = s.ceilings(span_ns);
+            // Of a function with no timed call, every time is unknown: `-`, not a 0 or a bound.
+            let timed = s.timed_calls() > 0;
+            let mut corrected = |ns, resolution_ns, ceiling_ns| {
+                let figure = CorrectedDuration::new(ns, resolution_ns).within(ceiling_ns);
+                if timed && figure.is_below_resolution() {
                     bounds = ShownBounds::Some;
                 }
-                figure
+                Shown(timed.then_some(figure))
             };
             let [total, self_time] =
-                [s.total_ns, s.self_ns].map(|ns| corrected(ns, sum_resolution_ns));
+                [s.total_ns, s.self_ns].map(|ns| corrected(ns, sum_resolution_ns, ceilings.sum_ns));
             let [average, minimum, maximum] = s
                 .spread(layout.avg_self)
-                .map(|ns| corrected(ns, call_resolution_ns));
+                .map(|ns| corrected(ns, call_resolution_ns, ceilings.call_ns));
+            let share = match total.0 {
+                Some(total) => Percent::of(total, span_ns),
+                None => Percent::Unknown,
+            };
             write!(
                 out,
-                "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}",
-                total,
-                Percent::of(s.total_ns, span_ns),
-                self_time,
+                "  {total:>10}  {share:>8}  {self_time:>10}  {:>10}  {average:>10}  {minimum:>10}  \
+                 {maximum:>10}",
                 s.calls,
-                average,
-                minimum,
-                maximum,
             )?;
             if let Some(distributions) = layout.percentiles {
                 let p = distributions.percentiles(group, row.id);
-                let [p50, p90, p99] =
-                    [p.p50_ns, p.p90_ns, p.p99_ns].map(|ns| corrected(ns, call_resolution_ns));
+                let [p50, p90, p99] = [p.p50_ns, p.p90_ns, p.p99_ns]
+                    .map(|ns| corrected(ns, call_resolution_ns, ceilings.call_ns));
                 write!(out, "  {p50:>10}  {p90:>10}  {p99:>10}")?;
             }
             let mark = match s.probe_share() > PROBE_DOMINATED {
                 true => PROBE_DOMINATED_MARK,
                 false => "",
             };
-            writeln!(out, "  {mark}{name}")?;
+            let unknown = match s.unknown_time {
+                0 => String::new(),
+                n => format!(" ({n} of unknown time)"),
+            };
+            writeln!(out, "  {mark}{name}{unknown}")?;
         }
         Ok(bounds)
     }
@@ -524,13 +558,8 @@ impl GroupedSummaries {
             .groups
             .iter()
             .any(|(group, _)| group.pid != self.groups[0].0.pid);
-        let longest_thread_ns = self
-            .groups
-            .iter()
-            .map(|(_, summary)| summary.longest_thread_ns())
-            .max()
-            .unwrap_or(0);
-        let covered_ns = covered_ns(longest_thread_ns, replay);
+        let covered_ns = write_whole(replay, out)?;
+        writeln!(out)?;
         let mut bounds = ShownBounds::None;
         for (i, (group, summary)) in self.sorted().into_iter().enumerate() {
             if i > 0 {
@@ -584,35 +613,70 @@ impl CallSink for GroupedSummaries {
     }
 }
 
-/// What `Total %` divides by: the longest thread's outermost timed calls, or the trace's raw span
-/// when none was timed.
-fn covered_ns(longest_thread_ns: u64, replay: &ReplayStats) -> u64 {
-    match longest_thread_ns {
-        0 => replay.span_ns(),
-        longest => longest,
+/// What `Total %` divides by: every thread's outermost timed calls added up, as the flame graph
+/// adds up every thread's stacks, before any filter (so a function reads the same share with or
+/// without `-f`, and none more than 100%); the trace's raw span when no outermost call was timed.
+/// Says so above the table(s), and returns it.
+fn write_whole(replay: &ReplayStats, out: &mut dyn Write) -> io::Result<u64> {
+    let threads = plural(replay.threads as u64, "thread", "threads");
+    match replay.outermost_ns {
+        0 => {
+            let span_ns = replay.span_ns();
+            let span = HumanDuration(span_ns);
+            writeln!(
+                out,
+                "  Total % is of {span}: from the first event to the last ({threads})"
+            )?;
+            Ok(span_ns)
+        }
+        outermost_ns => {
+            let whole = HumanDuration(outermost_ns);
+            writeln!(
+                out,
+                "  Total % is of {whole}: every thread's outermost calls, added up ({threads})"
+            )?;
+            Ok(outermost_ns)
+        }
     }
 }
 
-/// `part` as a percentage of `whole`, with two decimals (`99.87%`); `whole` 0 shows as `-`.
-struct Percent(Option<u64>);
+/// A share of the whole trace as the summary shows it, with two decimals (`99.87%`), `<` before
+/// a bound's (`<0.05%`, the share of a total shown as a bound), `-` when unknown (no timed call,
+/// or nothing to divide by).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Percent {
+    /// In hundredths of a percent.
+    Figure(u64),
+    Bound(u64),
+    Unknown,
+}
 
 impl Percent {
-    fn of(part: u64, whole: u64) -> Percent {
-        // In hundredths of a percent, rounded to nearest; u128 so no trace can overflow it.
-        Percent((whole > 0).then(|| {
-            let hundredths =
+    /// `total` as a share of `whole`: the figure's share, or its bound's when it shows as one.
+    fn of(total: CorrectedDuration, whole: u64) -> Percent {
+        if whole == 0 {
+            return Percent::Unknown;
+        }
+        // Rounded to nearest; u128 so no trace can overflow it.
+        let hundredths = |part: u64| {
+            let rounded =
                 (u128::from(part) * 10_000 * 2 + u128::from(whole)) / (2 * u128::from(whole));
-            u64::try_from(hundredths).unwrap_or(u64::MAX)
-        }))
+            u64::try_from(rounded).unwrap_or(u64::MAX)
+        };
+        match total.bound_ns() {
+            Some(bound_ns) => Percent::Bound(hundredths(bound_ns)),
+            None => Percent::Figure(hundredths(total.ns)),
+        }
     }
 }
 
 impl fmt::Display for Percent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut text = StackText::default();
-        match self.0 {
-            Some(h) => write!(text, "{}.{:02}%", h / 100, h % 100)?,
-            None => write!(text, "-")?,
+        match *self {
+            Percent::Figure(h) => write!(text, "{}.{:02}%", h / 100, h % 100)?,
+            Percent::Bound(h) => write!(text, "<{}.{:02}%", h / 100, h % 100)?,
+            Percent::Unknown => write!(text, "-")?,
         }
         f.pad(text.as_str())
     }
@@ -622,9 +686,6 @@ impl CallSink for Summary {
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
         if let Some(stats) = self.functions.get_mut(call.function as usize) {
             stats.add(call);
-        }
-        if call.depth == 0 && call.time_known {
-            *self.outermost_ns.entry(call.tid).or_default() += call.duration_ns;
         }
     }
 }
@@ -723,16 +784,45 @@ fn write_bound(text: &mut StackText, ns: u64) -> fmt::Result {
 
 /// A corrected duration as reports show it: as [`HumanDuration`] when it is at least what the
 /// correction resolves for it (for one call of its function, or for a sum of its calls: see
-/// [`FunctionStats::sum_resolution_ns`]), else as the bound `<` resolution (`<90 ns`), with no
-/// space after `<`, so a row still splits on spaces into the same columns, and no wider than a
-/// figure ([`write_bound`]). A resolution of 0 (raw times, kernel events) shows every figure.
+/// [`FunctionStats::sum_resolution_ns`]), else as a bound (`<90 ns`): the resolution, or what
+/// was measured around the figure when that is less (its calls with their probe costs, the
+/// whole trace: [`CorrectedDuration::within`]), so that no bound exceeds what holds it. With
+/// no space after `<`, so a row still splits on spaces into the same columns, and no wider
+/// than a figure ([`write_bound`]). A resolution of 0 (raw times, kernel events) shows every
+/// figure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CorrectedDuration {
     pub ns: u64,
     pub resolution_ns: u64,
+    /// The most the figure can be: what was measured around it. No bound shown exceeds it.
+    pub ceiling_ns: u64,
 }
 
 impl CorrectedDuration {
+    /// `ns`, resolved to `resolution_ns`, with nothing measured around it yet.
+    pub fn new(ns: u64, resolution_ns: u64) -> CorrectedDuration {
+        CorrectedDuration {
+            ns,
+            resolution_ns,
+            ceiling_ns: u64::MAX,
+        }
+    }
+
+    /// The same figure, known to be at most `ceiling_ns` (what was measured around it): its
+    /// bound is no more than that either.
+    pub fn within(self, ceiling_ns: u64) -> CorrectedDuration {
+        CorrectedDuration {
+            ceiling_ns: self.ceiling_ns.min(ceiling_ns),
+            ..self
+        }
+    }
+
+    /// The duration of `call`, whose function's calls are each resolved to `resolution_ns`,
+    /// within what the call measured, probe costs left in.
+    pub fn of_call(call: &FinishedCall, resolution_ns: u64) -> CorrectedDuration {
+        CorrectedDuration::new(call.duration_ns, resolution_ns).within(call.end_ns - call.start_ns)
+    }
+
     /// What the correction resolves for a sum of the durations of `timed_calls` calls, each
     /// resolved to `call_resolution_ns`: their errors add up.
     pub fn sum_resolution_ns(timed_calls: u64, call_resolution_ns: u64) -> u64 {
@@ -744,9 +834,11 @@ impl CorrectedDuration {
         self.ns < self.resolution_ns
     }
 
-    /// The bound shown in place of the figure, when it is below the resolution.
+    /// The bound shown in place of the figure, when it is below the resolution: the resolution,
+    /// or the ceiling when that is less.
     pub fn bound_ns(&self) -> Option<u64> {
-        self.is_below_resolution().then_some(self.resolution_ns)
+        self.is_below_resolution()
+            .then_some(self.resolution_ns.min(self.ceiling_ns))
     }
 }
 
@@ -758,6 +850,18 @@ impl fmt::Display for CorrectedDuration {
         let mut text = StackText::default();
         write_bound(&mut text, bound_ns)?;
         f.pad(text.as_str())
+    }
+}
+
+/// A figure of the summary, or `-` where it is unknown (a function with no timed call).
+struct Shown(Option<CorrectedDuration>);
+
+impl fmt::Display for Shown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(figure) => figure.fmt(f),
+            None => f.pad("-"),
+        }
     }
 }
 
