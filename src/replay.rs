@@ -35,7 +35,7 @@
 use crate::event::Event;
 use crate::fast_hash::FastHashMap;
 use crate::probe_cost::{ProbeCost, ProbeCosts};
-use crate::table::{FunctionId, FunctionTable};
+use crate::table::{FunctionId, FunctionKind, FunctionTable};
 
 /// One call that has ended (or was closed), as the replayer hands it to a [`CallSink`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -191,6 +191,9 @@ pub struct Replayer {
     /// What each function's probes add, by function id: taken out of durations. Empty when
     /// durations are raw; a function beyond it costs nothing.
     costs: Vec<ProbeCost>,
+    /// By function id, whether its calls are utrace's own time (`[utrace: stack repair]`),
+    /// taken out whole of the calls around them. Empty when durations are raw.
+    tracer_time: Vec<bool>,
     stats: ReplayStats,
 }
 
@@ -206,15 +209,20 @@ impl Replayer {
             spare_active: Vec::new(),
             events_seen: 0,
             costs: Vec::new(),
+            tracer_time: Vec::new(),
             stats: ReplayStats::default(),
         }
     }
 
     /// Takes utrace's own probe costs out of every duration and self time from now on: those of
     /// the call's own probes that lie between its timestamps, and the whole probes of the traced
-    /// calls below it (see [`crate::probe_cost`]).
+    /// calls below it (see [`crate::probe_cost`]); and the whole of the time utrace held a
+    /// thread stopped (calls of [`FunctionKind::Tracer`] functions) out of the calls around it.
     pub fn correct_probe_costs(&mut self, table: &FunctionTable, costs: &ProbeCosts) {
         self.costs = costs.by_function(table);
+        self.tracer_time = (table.functions.iter())
+            .map(|function| function.kind == FunctionKind::Tracer)
+            .collect();
     }
 
     /// Replays one event; the calls it ends go to `sink`, innermost first.
@@ -256,6 +264,7 @@ impl Replayer {
             spare_active: &mut self.spare_active,
             clamped: &mut self.stats.clamped_times,
             outermost: &mut self.stats.outermost_ns,
+            tracer_time: &self.tracer_time,
         };
         let returned = FrameEnd::Returned {
             end_ns: ts,
@@ -367,6 +376,7 @@ impl Replayer {
             spare_active: &mut self.spare_active,
             clamped: &mut self.stats.clamped_times,
             outermost: &mut self.stats.outermost_ns,
+            tracer_time: &self.tracer_time,
         };
         for stack in &mut self.stacks {
             self.stats.unfinished_calls += stack.close(end_ns, sink, &mut ending);
@@ -382,6 +392,7 @@ impl Replayer {
             spare_active: &mut self.spare_active,
             clamped: &mut self.stats.clamped_times,
             outermost: &mut self.stats.outermost_ns,
+            tracer_time: &self.tracer_time,
         };
         for stack in self.stacks.iter_mut().filter(|stack| stack.pid == pid) {
             self.stats.unfinished_calls += stack.close(ts, sink, &mut ending);
@@ -401,6 +412,7 @@ impl Replayer {
             spare_active: &mut self.spare_active,
             clamped: &mut self.stats.clamped_times,
             outermost: &mut self.stats.outermost_ns,
+            tracer_time: &self.tracer_time,
         };
         while stack
             .frames
@@ -453,13 +465,14 @@ struct Frame {
 }
 
 /// What closing a frame needs besides the stack: the probe costs by function, where the
-/// counters of an emptied stack go, the count of times clamped at 0, and the outermost calls'
-/// durations added up.
+/// counters of an emptied stack go, the count of times clamped at 0, the outermost calls'
+/// durations added up, and which functions are utrace's own time.
 struct Ending<'a> {
     costs: &'a [ProbeCost],
     spare_active: &'a mut Vec<Vec<u32>>,
     clamped: &'a mut u64,
     outermost: &'a mut u64,
+    tracer_time: &'a [bool],
 }
 
 impl Ending<'_> {
@@ -642,7 +655,9 @@ impl CallStack {
                 *below = below.saturating_add(same);
             }
         }
-        if depth == 0 && end_ns.is_some() {
+        let tracer_time = ending.tracer_time.get(function as usize) == Some(&true);
+        // utrace's own time taken out is not the program's: no part of the whole either.
+        if depth == 0 && end_ns.is_some() && !tracer_time {
             *ending.outermost = ending.outermost.saturating_add(duration_ns);
         }
         let call = FinishedCall {
@@ -671,6 +686,11 @@ impl CallStack {
         match self.frames.last_mut() {
             // Of a call of unknown time, the parent knows the time of its timed children: the rest
             // stays in the parent's self time, and no time is counted twice.
+            // utrace held the thread stopped: none of that time is the caller's, nor of any call
+            // around it, as a probe's whole cost is not.
+            Some(parent) if tracer_time => {
+                parent.probes_below_ns = parent.probes_below_ns.saturating_add(raw_ns);
+            }
             Some(parent) => {
                 let known_ns = end_ns.map_or(frame.child_ns, |_| duration_ns);
                 parent.child_ns = parent.child_ns.saturating_add(known_ns);

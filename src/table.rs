@@ -23,6 +23,11 @@ pub enum FunctionKind {
     /// A point event (`-E usdt:…`): an entry with its arguments and an exit right after it,
     /// shown as a comment line in the call tree. Not probed as user code.
     Event,
+    /// Time utrace itself held the thread stopped (`[utrace: stack repair]`: the shadow stack's
+    /// writes for a C++ exception), written by the recorder as a call where it happened. Module
+    /// `[utrace]`; not probed. Reports take it out of the calls around it, as probe costs are,
+    /// and show it as its own row.
+    Tracer,
 }
 
 impl FunctionKind {

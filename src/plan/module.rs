@@ -167,6 +167,7 @@ fn source_lines(
         .map(|f| match f.kind {
             FunctionKind::Function => lines.get(&f.address).cloned(),
             FunctionKind::Plt | FunctionKind::Kernel | FunctionKind::Event => None,
+            FunctionKind::Tracer => None,
         })
         .collect();
     log::debug!(

@@ -264,6 +264,9 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
         if self.served == self.loaded.stack_write_requests() {
             self.session.target.resume();
             self.held = false;
+            if let Some(repair) = self.session.stack_repair_function() {
+                self.inbox.pauses_ended(repair, super::monotonic_now_ns());
+            }
         }
         Ok(())
     }

@@ -207,6 +207,12 @@ impl Session {
         &self.planner.plan().table
     }
 
+    /// `[utrace: stack repair]`, when the program has an unwinder whose shadow stack the recorder
+    /// may pause a thread to repair.
+    pub fn stack_repair_function(&self) -> Option<crate::table::FunctionId> {
+        self.planner.plan().events.stack_repair
+    }
+
     /// The program's name, for messages: as the user named the command (a symlink's name, as
     /// `redis-server` for `redis-check-rdb`), or as `ps` names a running process; else its
     /// executable's file name.

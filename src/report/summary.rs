@@ -52,7 +52,7 @@ use crate::diagnostics::plural;
 use crate::fast_hash::FastHashMap;
 use crate::probe_cost::Resolutions;
 use crate::replay::{CallSink, FinishedCall, ReplayStats};
-use crate::table::{FunctionId, FunctionTable, TracedFunction};
+use crate::table::{FunctionId, FunctionKind, FunctionTable, TracedFunction};
 
 /// What the rows are sorted by, largest first (`--sort`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -370,9 +370,12 @@ impl Summary {
             let [average, minimum, maximum] = s
                 .spread(layout.avg_self)
                 .map(|ns| corrected(ns, call_resolution_ns, ceilings.call_ns));
+            // utrace's own time is no share of the program's.
             let share = match total.0 {
-                Some(total) => Percent::of(total, span_ns),
-                None => Percent::Unknown,
+                Some(total) if row.function.kind != FunctionKind::Tracer => {
+                    Percent::of(total, span_ns)
+                }
+                _ => Percent::Unknown,
             };
             write!(
                 out,
