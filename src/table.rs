@@ -10,6 +10,10 @@ use crate::value::ValueSpec;
 /// Index into [`FunctionTable::functions`].
 pub type FunctionId = u32;
 
+/// The pseudo-function of a thread's time off the CPU (uftrace's name), of kind
+/// [`FunctionKind::Kernel`].
+pub const OFF_CPU_FUNCTION: &str = "linux:schedule";
+
 /// What kind of code a traced function is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FunctionKind {
@@ -66,6 +70,13 @@ pub struct TracedFunction {
     /// [`FunctionTable::source_lines`]): tables without it read as having none.
     #[serde(skip)]
     pub source: Option<SourceLine>,
+}
+
+impl TracedFunction {
+    /// Whether its calls are a thread's time off the CPU (`-E offcpu`).
+    pub fn is_off_cpu(&self) -> bool {
+        self.kind == FunctionKind::Kernel && self.name == OFF_CPU_FUNCTION
+    }
 }
 
 /// The source line of a function's entry: the line-table row at its entry address, as

@@ -224,7 +224,9 @@ fn assert_probe_shares(recording: &Recording) {
             .lines()
             .find(|line| line.ends_with(&format!(" {name}")));
         let row = row.unwrap_or_else(|| panic!("no {name}: {summary}"));
-        assert_eq!(row.ends_with(&format!("  * {name}")), mark, "{row}");
+        // `~` may follow `*`: a few long calls (preempted) carry the function.
+        let starred = [format!("  * {name}"), format!("  * ~ {name}")];
+        assert_eq!(starred.iter().any(|end| row.ends_with(end)), mark, "{row}");
     }
     let count = marked.values().filter(|&&mark| mark).count();
     let note = match count {

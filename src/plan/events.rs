@@ -25,8 +25,7 @@ pub const TRACER_MODULE: &str = "[utrace]";
 /// The pseudo-function of the time utrace holds a thread stopped to write its stack (the shadow
 /// stack's repair, for C++ exceptions and Rust panics).
 pub const STACK_REPAIR_FUNCTION: &str = "[utrace: stack repair]";
-/// The pseudo-function of a thread's time off the CPU (uftrace's name).
-pub const OFF_CPU_FUNCTION: &str = "linux:schedule";
+pub use crate::table::OFF_CPU_FUNCTION;
 /// The most arguments of a USDT probe captured (`<sys/sdt.h>` passes at most 12).
 pub const USDT_ARGUMENTS_MAX: usize = 12;
 /// System call numbers the BPF side can trace: its map's size.

@@ -120,6 +120,17 @@ pub const PROBE_DOMINATED: f64 = 0.5;
 /// How the summary marks such a function's name.
 const PROBE_DOMINATED_MARK: &str = "* ";
 
+/// How many times its average a function's longest call must be, over at least [`SKEWED_CALLS`]
+/// timed calls (probe costs left in both), for the summary to mark it as carried by a few long
+/// calls when the time off the CPU is not known: a thread preempted inside a function of 500 ns
+/// makes a call of milliseconds (redis's `LRU_CLOCK`: p50 `<471 ns`, average 13 µs, maximum
+/// 12 ms).
+const SKEWED_RATIO: u64 = 10;
+const SKEWED_CALLS: u64 = 20;
+
+/// How the summary marks a function whose average a few long calls carry.
+const SKEWED_MARK: &str = "~ ";
+
 /// The figures of one function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FunctionStats {
@@ -140,6 +151,12 @@ pub struct FunctionStats {
     /// The longest raw duration of a timed call (probe costs left in): what was measured around
     /// every per-call figure.
     pub max_raw_ns: u64,
+    /// The time the calls counted in `total_ns` spent off the CPU, taken out of them (`-E
+    /// offcpu`).
+    pub off_cpu_ns: u64,
+    /// Whether a call of it ran inside another of it (recursion): then its longest call holds
+    /// the others.
+    pub recursive: bool,
 }
 
 impl FunctionStats {
@@ -178,6 +195,17 @@ impl FunctionStats {
         }
     }
 
+    /// Whether a few long calls carry the average: the longest call is [`SKEWED_RATIO`] times
+    /// the average or more (probe costs left in both), over [`SKEWED_CALLS`] timed calls or more,
+    /// none inside another (a recursion's outermost call holds the others).
+    pub fn is_skewed(&self) -> bool {
+        let timed = self.timed_calls();
+        let average_raw_ns = self.raw_total_ns().checked_div(timed).unwrap_or(0);
+        timed >= SKEWED_CALLS
+            && !self.recursive
+            && self.max_raw_ns >= average_raw_ns.saturating_mul(SKEWED_RATIO)
+    }
+
     /// The durations counted in the total, probe costs left in.
     pub fn raw_total_ns(&self) -> u64 {
         self.total_ns.saturating_add(self.probe_ns)
@@ -212,6 +240,7 @@ impl FunctionStats {
         }
         let raw_ns = call.end_ns - call.start_ns;
         self.max_raw_ns = self.max_raw_ns.max(raw_ns);
+        self.recursive |= call.recursive;
         if self.timed_calls() == 0 {
             self.min_ns = call.duration_ns;
             self.max_ns = call.duration_ns;
@@ -226,7 +255,12 @@ impl FunctionStats {
         self.calls += 1;
         if !call.recursive {
             self.total_ns = self.total_ns.saturating_add(call.duration_ns);
-            self.probe_ns = (self.probe_ns).saturating_add(raw_ns.saturating_sub(call.duration_ns));
+            self.off_cpu_ns = self.off_cpu_ns.saturating_add(call.off_cpu_ns);
+            // Of what was taken out, the probes' costs: not the time off the CPU or stopped.
+            let probes_ns = raw_ns
+                .saturating_sub(call.duration_ns)
+                .saturating_sub(call.off_cpu_ns + call.stopped_ns);
+            self.probe_ns = self.probe_ns.saturating_add(probes_ns);
         }
         self.self_ns = self.self_ns.saturating_add(call.self_ns);
     }
@@ -252,6 +286,21 @@ pub struct TableLayout<'d> {
     /// Below what each function's per-call figures are shown as a bound; `None` under raw
     /// times.
     pub resolutions: Option<&'d Resolutions>,
+    /// What is known of the time off the CPU: with it taken out, an `Off-CPU` column; without
+    /// it known, the rows a few long calls carry are marked.
+    pub off_cpu: OffCpu,
+}
+
+/// What a report knows of the time the threads spent off the CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OffCpu {
+    /// Not recorded (no `-E offcpu`).
+    #[default]
+    Unknown,
+    /// Recorded, left in the calls (`--raw-times`).
+    Recorded,
+    /// Recorded, and taken out of the calls it fell in (see [`FinishedCall::off_cpu_ns`]).
+    TakenOut,
 }
 
 /// Collects [`FunctionStats`] per function id; a [`CallSink`].
@@ -312,11 +361,12 @@ impl Summary {
         out: &mut dyn Write,
     ) -> io::Result<()> {
         let covered_ns = write_whole(replay, out)?;
-        let bounds = self.write_table(table, covered_ns, layout, 0, out)?;
-        write_note(replay, self.probe_dominated(), bounds, out)
+        let marks = self.write_table(table, covered_ns, layout, 0, out)?;
+        write_note(replay, self.probe_dominated(), marks, out)
     }
 
-    /// Writes the table; says whether any figure was shown as a bound.
+    /// Writes the table; says whether any figure was shown as a bound, and how many rows are
+    /// marked as carried by a few long calls.
     fn write_table(
         &self,
         table: &FunctionTable,
@@ -324,7 +374,7 @@ impl Summary {
         layout: TableLayout,
         group: u32,
         out: &mut dyn Write,
-    ) -> io::Result<ShownBounds> {
+    ) -> io::Result<TableMarks> {
         let [average, minimum, maximum] = if layout.avg_self {
             ["Avg self", "Min self", "Max self"]
         } else {
@@ -334,9 +384,14 @@ impl Summary {
             Some(_) => format!("  {:>10}  {:>10}  {:>10}", "P50", "P90", "P99"),
             None => String::new(),
         };
+        let (off_cpu_head, off_cpu_rule) = match layout.off_cpu {
+            OffCpu::TakenOut => (format!("  {:>10}", "Off-CPU"), "  =========="),
+            OffCpu::Unknown | OffCpu::Recorded => (String::new(), ""),
+        };
         writeln!(
             out,
-            "  {:>10}  {:>8}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}{percentile_heads}  Function",
+            "  {:>10}  {:>8}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}{percentile_heads}{off_cpu_head}  \
+             Function",
             "Total time", "Total %", "Self time", "Calls", average, minimum, maximum
         )?;
         let rule = "==========";
@@ -346,11 +401,13 @@ impl Summary {
         };
         writeln!(
             out,
-            "  {rule}  ========  {rule}  {rule}  {rule}  {rule}  {rule}{percentile_rules}  ===================="
+            "  {rule}  ========  {rule}  {rule}  {rule}  {rule}  {rule}{percentile_rules}{off_cpu_rule}  \
+             ===================="
         )?;
         let rows = self.rows(table, layout.sort);
         let names = distinct_names(table, &rows);
         let mut bounds = ShownBounds::None;
+        let mut skewed = 0;
         for (row, name) in rows.iter().zip(names) {
             let s = &row.stats;
             let call_resolution_ns = layout.resolutions.map_or(0, |r| r.of(row.id));
@@ -370,11 +427,14 @@ impl Summary {
             let [average, minimum, maximum] = s
                 .spread(layout.avg_self)
                 .map(|ns| corrected(ns, call_resolution_ns, ceilings.call_ns));
-            // utrace's own time is no share of the program's.
+            // Time taken out of the program's calls (utrace's stops, time off the CPU) is no
+            // share of it.
+            let apart = match row.function.kind {
+                FunctionKind::Tracer => layout.resolutions.is_some(),
+                _ => layout.off_cpu == OffCpu::TakenOut && row.function.is_off_cpu(),
+            };
             let share = match total.0 {
-                Some(total) if row.function.kind != FunctionKind::Tracer => {
-                    Percent::of(total, span_ns)
-                }
+                Some(total) if !apart => Percent::of(total, span_ns),
                 _ => Percent::Unknown,
             };
             write!(
@@ -389,17 +449,30 @@ impl Summary {
                     .map(|ns| corrected(ns, call_resolution_ns, ceilings.call_ns));
                 write!(out, "  {p50:>10}  {p90:>10}  {p99:>10}")?;
             }
+            if layout.off_cpu == OffCpu::TakenOut {
+                let off_cpu = CorrectedDuration::new(s.off_cpu_ns, 0);
+                let off_cpu = Shown((timed && !apart).then_some(off_cpu));
+                write!(out, "  {off_cpu:>10}")?;
+            }
             let mark = match s.probe_share() > PROBE_DOMINATED {
                 true => PROBE_DOMINATED_MARK,
+                false => "",
+            };
+            // Where the time off the CPU is not taken out, it may be what carries a function.
+            let skew = match layout.off_cpu == OffCpu::Unknown && s.is_skewed() {
+                true => {
+                    skewed += 1;
+                    SKEWED_MARK
+                }
                 false => "",
             };
             let unknown = match s.unknown_time {
                 0 => String::new(),
                 n => format!(" ({n} of unknown time)"),
             };
-            writeln!(out, "  {mark}{name}{unknown}")?;
+            writeln!(out, "  {mark}{skew}{name}{unknown}")?;
         }
-        Ok(bounds)
+        Ok(TableMarks { bounds, skewed })
     }
 
     /// How many functions' times are marked as mostly probe cost.
@@ -452,12 +525,20 @@ enum ShownBounds {
     Some,
 }
 
+/// What a table marked, for the notes under it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TableMarks {
+    bounds: ShownBounds,
+    /// Rows marked as carried by a few long calls ([`FunctionStats::is_skewed`]).
+    skewed: u64,
+}
+
 /// The notes under the table(s): the replay's, the clamped times, what the `*` of
 /// `probe_dominated` rows means, and what a bound is when `bounds` were shown.
 fn write_note(
     replay: &ReplayStats,
     probe_dominated: u64,
-    bounds: ShownBounds,
+    marks: TableMarks,
     out: &mut dyn Write,
 ) -> io::Result<()> {
     // The clamps only here: calls shorter than their probes' measured cost are common (the cost
@@ -477,7 +558,15 @@ fn write_note(
             plural(probe_dominated, "function", "functions")
         )
     });
-    let bounded = (bounds == ShownBounds::Some).then(|| {
+    let skewed = (marks.skewed > 0).then(|| {
+        format!(
+            "~ marks {} whose longest call is at least {SKEWED_RATIO} times its average: a few \
+             long calls carry it, as when the thread is preempted or waits inside them (record \
+             with -E offcpu to take the time off the CPU out)",
+            plural(marks.skewed, "function", "functions")
+        )
+    });
+    let bounded = (marks.bounds == ShownBounds::Some).then(|| {
         "<N is a time below N, what the probe-cost correction resolves (how much the probes' \
          own cost varies from call to call; for a total or self time, that times its calls): \
          less than N, how much less is not known (json: below_resolution)"
@@ -486,6 +575,7 @@ fn write_note(
     let notes: Vec<String> = (replay_note(replay).into_iter())
         .chain(clamped)
         .chain(marked)
+        .chain(skewed)
         .chain(bounded)
         .collect();
     if !notes.is_empty() {
@@ -563,7 +653,10 @@ impl GroupedSummaries {
             .any(|(group, _)| group.pid != self.groups[0].0.pid);
         let covered_ns = write_whole(replay, out)?;
         writeln!(out)?;
-        let mut bounds = ShownBounds::None;
+        let mut marks = TableMarks {
+            bounds: ShownBounds::None,
+            skewed: 0,
+        };
         for (i, (group, summary)) in self.sorted().into_iter().enumerate() {
             if i > 0 {
                 writeln!(out)?;
@@ -587,12 +680,14 @@ impl GroupedSummaries {
                 Grouping::Thread => group.tid,
                 Grouping::Process => group.pid,
             };
-            if summary.write_table(table, covered_ns, layout, key, out)? == ShownBounds::Some {
-                bounds = ShownBounds::Some;
+            let table_marks = summary.write_table(table, covered_ns, layout, key, out)?;
+            if table_marks.bounds == ShownBounds::Some {
+                marks.bounds = ShownBounds::Some;
             }
+            marks.skewed += table_marks.skewed;
         }
         let marked = self.groups.iter().map(|(_, s)| s.probe_dominated()).sum();
-        write_note(replay, marked, bounds, out)
+        write_note(replay, marked, marks, out)
     }
 }
 

@@ -434,6 +434,8 @@ fn report_flame_graph_merges_paths_that_read_the_same() {
             end_ns: self_ns,
             duration_ns: self_ns,
             self_ns,
+            off_cpu_ns: 0,
+            stopped_ns: 0,
             depth: stack.len() as u32 - 1,
             complete: true,
             time_known: true,
@@ -1497,6 +1499,8 @@ fn timed_call(function: FunctionId, duration_ns: u64) -> FinishedCall {
         end_ns: duration_ns,
         duration_ns,
         self_ns: duration_ns,
+        off_cpu_ns: 0,
+        stopped_ns: 0,
         depth: 0,
         complete: true,
         time_known: true,
@@ -1658,4 +1662,138 @@ fn report_stacks_and_graph_count_only_the_calls_they_show() {
         let expected = if format == Format::Stacks { 4 } else { 1 };
         assert_eq!(outcome.calls, expected, "{format}");
     }
+}
+
+/// A trace of `main` calling `tiny` twenty times on thread 7, one of them preempted for 1 ms
+/// (`linux:schedule` under it, as `-E offcpu` records it), and the table it is of.
+fn preempted_events() -> (FunctionTable, Vec<Event>) {
+    let mut table = FunctionTable::of_names(&["main", "tiny", "linux:schedule"]);
+    table.functions[2].kind = FunctionKind::Kernel;
+    let mut events = vec![Event::entry(0, 7, 0)];
+    for i in 0..20u64 {
+        let start = 10_000 + i * 10_000;
+        events.push(Event::entry(start, 7, 1));
+        if i == 4 {
+            events.push(Event::entry(start + 200, 7, 2));
+            events.push(Event::exit(start + 1_000_200, 7, 2));
+            events.push(Event::exit(start + 1_000_500, 7, 1));
+        } else {
+            events.push(Event::exit(start + 500, 7, 1));
+        }
+    }
+    events.push(Event::exit(3_000_000, 7, 0));
+    (table, events)
+}
+
+/// The report of `events` of `table` in `format`.
+fn report_of_table(
+    table: &FunctionTable,
+    events: &[Event],
+    format: Format,
+    options: &ReportOptions,
+) -> String {
+    let mut out = Vec::new();
+    write_report(
+        format,
+        options,
+        |_| sort_info(),
+        table,
+        &mut IterBlocks::new([events]),
+        &mut out,
+    )
+    .unwrap_or_else(|e| panic!("{format} report failed: {e}"));
+    String::from_utf8(out).unwrap()
+}
+
+/// Probe costs of nothing, known exactly: the times as measured, corrected.
+fn costs_of_nothing() -> ReportOptions {
+    use crate::probe_cost::{ProbeCost, ProbeCosts};
+    let cost = ProbeCost {
+        inside_ns: 0,
+        full_ns: 0,
+        inside_spread_ns: Some(1),
+    };
+    ReportOptions {
+        probe_costs: Some(ProbeCosts {
+            classes: vec![(Default::default(), cost)],
+        }),
+        ..ReportOptions::default()
+    }
+}
+
+/// Time off the CPU (`-E offcpu`) is taken out of the calls it fell in, and shown in its own
+/// column: tiny's preempted call counts its 500 ns, not 1 ms; `linux:schedule` keeps its row, with
+/// no share of the program. `--raw-times` shows the times as measured, with no column.
+#[test]
+fn report_takes_time_off_the_cpu_out_of_the_calls_it_fell_in() {
+    let (table, events) = preempted_events();
+    let text = report_of_table(&table, &events, Format::Summary, &costs_of_nothing());
+    let words = |name: &str| {
+        let row = text.lines().find(|l| l.ends_with(&format!("  {name}")));
+        let row = row.unwrap_or_else(|| panic!("{name}: {text}"));
+        row.split_whitespace().collect::<Vec<_>>()
+    };
+    assert!(text.contains("Maximum     Off-CPU  Function"), "{text}");
+    // Total, Total %, Self, Calls, Average, Minimum, Maximum, Off-CPU.
+    assert_eq!(
+        words("tiny"),
+        [
+            "10.000", "us", "0.50%", "10.000", "us", "20", "500", "ns", "500", "ns", "500", "ns",
+            "1.000", "ms", "tiny"
+        ],
+        "{text}"
+    );
+    // main's 3 ms less the 1 ms off the CPU.
+    assert_eq!(words("main")[..3], ["2.000", "ms", "100.00%"], "{text}");
+    assert_eq!(words("linux:schedule")[2], "-", "{text}");
+    assert_eq!(words("linux:schedule")[12], "-", "{text}");
+    let json: serde_json::Value = serde_json::from_str(&report_of_table(
+        &table,
+        &events,
+        Format::Json,
+        &costs_of_nothing(),
+    ))
+    .unwrap();
+    let tiny = &json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "tiny")
+        .unwrap();
+    assert_eq!(
+        (&tiny["total_ns"], &tiny["off_cpu_ns"]),
+        (&10_000.into(), &1_000_000.into())
+    );
+
+    let raw = report_of_table(&table, &events, Format::Summary, &ReportOptions::default());
+    assert!(!raw.contains("Off-CPU"), "{raw}");
+    // As measured, the preempted call is tiny's; the time off the CPU is known: no mark.
+    let tiny = raw.lines().find(|l| l.ends_with("  tiny")).unwrap();
+    assert!(tiny.trim_start().starts_with("1.010 ms"), "{raw}");
+}
+
+/// Where the time off the CPU is not known, a function whose average a few long calls carry
+/// is marked: tiny's twenty calls of 500 ns, one of them 1 ms, average 50 µs.
+#[test]
+fn report_marks_functions_a_few_long_calls_carry() {
+    let (mut table, events) = preempted_events();
+    // Recorded without -E offcpu: the interval is unknown, tiny's call lasted 1 ms.
+    let events: Vec<Event> = events
+        .into_iter()
+        .filter(|e| e.function_id() != 2)
+        .collect();
+    table.functions.pop();
+    let text = report_of_table(&table, &events, Format::Summary, &costs_of_nothing());
+    assert!(text.contains("  ~ tiny\n"), "{text}");
+    assert!(text.lines().any(|l| l.ends_with("  main")), "{text}");
+    assert!(
+        text.contains(
+            "note: ~ marks 1 function whose longest call is at least 10 times its average"
+        ),
+        "{text}"
+    );
+    // With the time off the CPU taken out, nothing is marked.
+    let (table, events) = preempted_events();
+    let text = report_of_table(&table, &events, Format::Summary, &costs_of_nothing());
+    assert!(!text.contains('~'), "{text}");
 }
