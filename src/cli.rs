@@ -120,9 +120,23 @@ impl Command {
     }
 }
 
-/// What to trace and how: the flags `record` and `live` share.
+/// What to trace and how: the flags `record` and `live` share. The filters are the report's, but
+/// here `-f` and `--no-function` decide which functions get probes, and the others which calls
+/// are kept: their help says so.
 #[derive(Args)]
 #[command(group = clap::ArgGroup::new("target").required(true).args(["command", "pid", "args"]))]
+#[command(mut_arg("functions", |arg| arg.help(
+    "Probe only the functions matching GLOB (`*`, `?`, `[...]`); repeatable, or a comma list. \
+     The others get no probes: their calls are neither counted nor timed, and their time counts \
+     in their traced caller's self time")))]
+#[command(mut_arg("no_functions", |arg| arg.help(
+    "Leave the functions matching GLOB without probes; repeatable, or a comma list")))]
+#[command(mut_arg("max_depth", |arg| arg.help(
+    "Keep only calls at most N deep (1: the outermost calls of each thread)")))]
+#[command(mut_arg("time_filter", |arg| arg.help(
+    "Keep only calls that last at least DURATION (500ns, 2us, 1.5ms, 1s)")))]
+#[command(mut_arg("tid_filter", |arg| arg.help(
+    "Keep only the calls of thread TID; repeatable, or a comma list")))]
 pub struct TraceArgs {
     /// The command to run and trace, split into words like a shell would.
     #[arg(short = 'c', long = "command", value_name = "CMD")]
@@ -133,7 +147,8 @@ pub struct TraceArgs {
     /// The command and its arguments, as separate words (instead of -c).
     #[arg(value_name = "COMMAND", trailing_var_arg = true)]
     pub args: Vec<String>,
-    /// Stop tracing after this long (e.g. 5s, 250ms, 2m); a started command runs on.
+    /// Stop tracing after this long (5 or 5s, 250ms, 2m; a bare number is seconds); a started
+    /// command runs on.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Also trace the functions inside the shared libraries whose file name matches the glob
@@ -217,7 +232,7 @@ pub struct TraceArgs {
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub debug: u8,
     /// Functions left out by -f/--no-function get no probes at all; the depth, time and thread
-    /// filters decide which calls are kept.
+    /// filters decide which calls are kept (the help of each says so: see above).
     #[command(flatten)]
     pub filter: FilterArgs,
 }
@@ -229,6 +244,10 @@ pub struct RecordArgs {
     /// Where to write the trace.
     #[arg(short, long, value_name = "FILE", default_value = "utrace.data")]
     pub output: PathBuf,
+    /// Stop recording once the file reaches SIZE (K, M and G suffixes); a started command runs
+    /// on, untraced. Without it, a warning comes once the file passes 1G.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_size: Option<u64>,
     /// Also unwind the user stack (frame pointers) at each call of the traced functions
     /// matching GLOB; `report --format=stacks` shows the distinct stacks. Repeatable, and GLOB
     /// may be a comma-separated list.
@@ -244,6 +263,7 @@ impl RecordArgs {
         Ok(RecordOptions {
             trace,
             output: self.output,
+            max_size: self.max_size,
         })
     }
 }
@@ -517,14 +537,17 @@ impl InfoArgs {
     }
 }
 
-/// Parses a recording's length: a duration with its unit (`5s`, `250ms`, `2m`), since a bare
-/// number of nanoseconds is never what was meant here.
+/// Parses a recording's length: a duration with its unit (`5s`, `250ms`, `2m`), or a bare
+/// number of seconds (`5`, `1.5`), as `timeout` and `sleep` take it: a bare number of
+/// nanoseconds is never what was meant here.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration like 5s, 250ms or 2m");
-    if text.trim().ends_with(|c: char| c.is_ascii_digit()) {
-        return Err(bad());
-    }
-    utrace::filter::parse_duration(text)
+    let bad = || format!("{text:?} is not a duration like 5 (seconds), 5s, 250ms or 2m");
+    let text = text.trim();
+    let with_unit = match text.ends_with(|c: char| c.is_ascii_digit()) {
+        true => format!("{text}s"),
+        false => text.to_owned(),
+    };
+    utrace::filter::parse_duration(&with_unit)
         .map(Duration::from_nanos)
         .ok_or_else(bad)
 }
@@ -588,6 +611,37 @@ mod tests {
         );
     }
 
+    /// The help of `record` (and `live`) says what `-f` does there: it decides which functions
+    /// get probes, where `report`'s shows or hides them.
+    #[test]
+    fn record_help_says_that_f_decides_the_probes() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        for subcommand in ["record", "live"] {
+            let help = cli
+                .find_subcommand_mut(subcommand)
+                .unwrap()
+                .render_help()
+                .to_string();
+            let line = |flag: &str| {
+                let found = help.lines().find(|line| line.contains(flag));
+                found
+                    .unwrap_or_else(|| panic!("{flag} in {help}"))
+                    .to_owned()
+            };
+            assert!(
+                line("--function <GLOB>").contains("Probe only the functions matching GLOB"),
+                "{subcommand}: {help}"
+            );
+            assert!(line("--no-function <GLOB>").contains("without probes"));
+            assert!(line("--max-depth <N>").contains("Keep only calls"));
+        }
+        let report = cli.find_subcommand_mut("report").unwrap().render_help();
+        assert!(report
+            .to_string()
+            .contains("Show only functions matching GLOB"));
+    }
+
     #[test]
     fn durations() {
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
@@ -595,7 +649,10 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
-        assert!(parse_duration("5").is_err());
+        // A bare number is seconds, as `timeout 5` and `sleep 5` take it.
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration(" 1.5 "), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("5x").is_err());
     }
 }

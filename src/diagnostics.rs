@@ -33,6 +33,11 @@ impl Log for StderrLogger {
     fn flush(&self) {}
 }
 
+/// `n` and the noun that goes with it: `1 function`, `2 functions`.
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Sends diagnostics to stderr: warnings and what a user must know always, `-d` adds utrace's
 /// debugging lines, `-dd` libbpf's.
 pub fn init(debug: u8) {

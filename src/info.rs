@@ -212,6 +212,9 @@ impl DataFileInfo {
                 for line in costs.lines() {
                     writeln!(out, "  {line}")?;
                 }
+                if let Some(noise) = costs.noise() {
+                    writeln!(out, "  warning: {noise}")?;
+                }
             }
             None => writeln!(out, "probe costs: not measured (reports show raw times)")?,
         }

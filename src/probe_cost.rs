@@ -93,6 +93,28 @@ impl ProbeCosts {
         }
     }
 
+    /// What makes the figures untrustworthy, in words, when they are: a class whose inside cost
+    /// varied by half of itself or more from call to call (a per-call time is then known only to
+    /// within that), or whose inside cost came out above its whole cost (which cannot be: the
+    /// machine was busy while it was measured). `None` when every class is sound.
+    pub fn noise(&self) -> Option<String> {
+        let noisy = self.classes.iter().find(|(_, cost)| {
+            let spread = cost.inside_spread_ns.unwrap_or(0);
+            spread.saturating_mul(2) >= cost.inside_ns || cost.inside_ns > cost.full_ns
+        })?;
+        let (class, cost) = noisy;
+        Some(format!(
+            "the probe costs were measured on a busy machine ({}: {} ns inside the call, spread \
+             {} ns, {} ns in all): corrected times are known only to within the spread a call, \
+             shown as bounds below it; record again when the machine is quieter, or read \
+             --raw-times",
+            class.name(),
+            cost.inside_ns,
+            cost.inside_spread_ns.unwrap_or(0),
+            cost.full_ns
+        ))
+    }
+
     /// One line per class, as `record -d` and `info` show them.
     pub fn lines(&self) -> Vec<String> {
         self.classes
@@ -154,5 +176,28 @@ mod tests {
             costs.lines(),
             ["single-stepped entry, uretprobe: 700 ns inside the call, 2000 ns in all"]
         );
+    }
+
+    #[test]
+    fn a_spread_of_half_the_cost_or_an_inside_above_the_whole_is_noise() {
+        let class = ProbeClass::default();
+        let costs = |inside_ns, full_ns, spread| ProbeCosts {
+            classes: vec![(
+                class,
+                ProbeCost {
+                    inside_ns,
+                    full_ns,
+                    inside_spread_ns: Some(spread),
+                },
+            )],
+        };
+        assert_eq!(costs(1_000, 2_200, 150).noise(), None);
+        let noisy = costs(21_673, 19_110, 15_763).noise().unwrap();
+        assert!(
+            noisy.contains("emulated entry, uretprobe: 21673 ns inside the call, spread 15763 ns, 19110 ns in all"),
+            "{noisy}"
+        );
+        assert!(costs(1_000, 2_200, 500).noise().is_some());
+        assert!(costs(3_000, 2_200, 100).noise().is_some());
     }
 }

@@ -35,7 +35,7 @@
 use crate::event::Event;
 use crate::fast_hash::FastHashMap;
 use crate::probe_cost::{ProbeCost, ProbeCosts};
-use crate::table::{FunctionId, FunctionTable};
+use crate::table::{FunctionId, FunctionKind, FunctionTable};
 
 /// One call that has ended (or was closed), as the replayer hands it to a [`CallSink`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,6 +56,12 @@ pub struct FinishedCall {
     pub duration_ns: u64,
     /// The duration minus the durations of the direct children.
     pub self_ns: u64,
+    /// The time the thread spent off the CPU during the call (`-E offcpu`), taken out of
+    /// `duration_ns` as probe costs are; 0 when unknown or under raw times.
+    pub off_cpu_ns: u64,
+    /// The time utrace held the thread stopped during the call (`[utrace: stack repair]`),
+    /// taken out of `duration_ns` too; 0 under raw times.
+    pub stopped_ns: u64,
     /// 0 for the outermost call observed on the thread.
     pub depth: u32,
     /// False when the exit was never seen: the call was closed by [`Replayer::finish`], or by an
@@ -158,6 +164,10 @@ pub struct ReplayStats {
     /// Durations that the probe-cost correction would have made negative, or shorter than their
     /// children's: kept at 0 or at their children's.
     pub clamped_times: u64,
+    /// The durations of every thread's outermost timed calls, added up (corrected as every
+    /// duration is): the time the trace covers, every thread counted, before any filter. No
+    /// function's total exceeds it, as each of its calls lies in one of them.
+    pub outermost_ns: u64,
 }
 
 impl ReplayStats {
@@ -187,6 +197,9 @@ pub struct Replayer {
     /// What each function's probes add, by function id: taken out of durations. Empty when
     /// durations are raw; a function beyond it costs nothing.
     costs: Vec<ProbeCost>,
+    /// By function id, whether its calls are time apart from the calls around them, taken out
+    /// whole of them. Empty when durations are raw.
+    apart: Vec<Apart>,
     stats: ReplayStats,
 }
 
@@ -202,15 +215,26 @@ impl Replayer {
             spare_active: Vec::new(),
             events_seen: 0,
             costs: Vec::new(),
+            apart: Vec::new(),
             stats: ReplayStats::default(),
         }
     }
 
     /// Takes utrace's own probe costs out of every duration and self time from now on: those of
     /// the call's own probes that lie between its timestamps, and the whole probes of the traced
-    /// calls below it (see [`crate::probe_cost`]).
+    /// calls below it (see [`crate::probe_cost`]); and, out of the calls around them, the whole
+    /// of the time utrace held a thread stopped (calls of [`FunctionKind::Tracer`] functions)
+    /// and of the time a thread spent off the CPU (`linux:schedule`, `-E offcpu`), which each
+    /// call then counts in [`FinishedCall::off_cpu_ns`].
     pub fn correct_probe_costs(&mut self, table: &FunctionTable, costs: &ProbeCosts) {
         self.costs = costs.by_function(table);
+        self.apart = (table.functions.iter())
+            .map(|function| match function.kind {
+                FunctionKind::Tracer => Apart::TracerStop,
+                _ if function.is_off_cpu() => Apart::OffCpu,
+                _ => Apart::No,
+            })
+            .collect();
     }
 
     /// Replays one event; the calls it ends go to `sink`, innermost first.
@@ -251,6 +275,8 @@ impl Replayer {
             costs: &self.costs,
             spare_active: &mut self.spare_active,
             clamped: &mut self.stats.clamped_times,
+            outermost: &mut self.stats.outermost_ns,
+            apart: &self.apart,
         };
         let returned = FrameEnd::Returned {
             end_ns: ts,
@@ -361,6 +387,8 @@ impl Replayer {
             costs: &self.costs,
             spare_active: &mut self.spare_active,
             clamped: &mut self.stats.clamped_times,
+            outermost: &mut self.stats.outermost_ns,
+            apart: &self.apart,
         };
         for stack in &mut self.stacks {
             self.stats.unfinished_calls += stack.close(end_ns, sink, &mut ending);
@@ -375,6 +403,8 @@ impl Replayer {
             costs: &self.costs,
             spare_active: &mut self.spare_active,
             clamped: &mut self.stats.clamped_times,
+            outermost: &mut self.stats.outermost_ns,
+            apart: &self.apart,
         };
         for stack in self.stacks.iter_mut().filter(|stack| stack.pid == pid) {
             self.stats.unfinished_calls += stack.close(ts, sink, &mut ending);
@@ -393,6 +423,8 @@ impl Replayer {
             costs: &self.costs,
             spare_active: &mut self.spare_active,
             clamped: &mut self.stats.clamped_times,
+            outermost: &mut self.stats.outermost_ns,
+            apart: &self.apart,
         };
         while stack
             .frames
@@ -436,6 +468,10 @@ struct Frame {
     /// Sum of the whole probe costs of the calls below this one that have ended: all of it lies
     /// inside this call's duration.
     probes_below_ns: u64,
+    /// The time off the CPU below this call so far, taken out of its duration.
+    off_cpu_ns: u64,
+    /// The time utrace held the thread stopped below this call so far, taken out of it.
+    stopped_ns: u64,
     /// Sum of the durations of the outermost timed calls of the same function inside it, as
     /// far as they have ended (see [`FinishedCall::recursion_ns`]).
     recursion_ns: u64,
@@ -445,11 +481,26 @@ struct Frame {
 }
 
 /// What closing a frame needs besides the stack: the probe costs by function, where the
-/// counters of an emptied stack go, and the count of times clamped at 0.
+/// counters of an emptied stack go, the count of times clamped at 0, the outermost calls'
+/// durations added up, and which functions' calls are apart from the calls around them.
 struct Ending<'a> {
     costs: &'a [ProbeCost],
     spare_active: &'a mut Vec<Vec<u32>>,
     clamped: &'a mut u64,
+    outermost: &'a mut u64,
+    apart: &'a [Apart],
+}
+
+/// Whether a function's calls are time apart from the program's calls around them, which those
+/// leave out whole, as they leave out the probes' costs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Apart {
+    /// A call of the program's: part of the calls around it.
+    No,
+    /// utrace held the thread stopped (`[utrace: stack repair]`).
+    TracerStop,
+    /// The thread was off the CPU (`linux:schedule`): counted in the calls' off-CPU time.
+    OffCpu,
 }
 
 impl Ending<'_> {
@@ -580,6 +631,8 @@ impl CallStack {
             cpu,
             child_ns: 0,
             probes_below_ns: 0,
+            off_cpu_ns: 0,
+            stopped_ns: 0,
             recursion_ns: 0,
             recursive,
             values: CallValues::default(),
@@ -632,6 +685,11 @@ impl CallStack {
                 *below = below.saturating_add(same);
             }
         }
+        let apart = (ending.apart.get(function as usize).copied()).unwrap_or(Apart::No);
+        // utrace's own time taken out is not the program's: no part of the whole either.
+        if depth == 0 && end_ns.is_some() && apart != Apart::TracerStop {
+            *ending.outermost = ending.outermost.saturating_add(duration_ns);
+        }
         let call = FinishedCall {
             function,
             tid: self.tid,
@@ -641,6 +699,8 @@ impl CallStack {
             end_ns: end_ns.unwrap_or(frame.start_ns).max(frame.start_ns),
             duration_ns,
             self_ns,
+            off_cpu_ns: frame.off_cpu_ns,
+            stopped_ns: frame.stopped_ns,
             depth: depth as u32,
             complete: exit_cpu.is_some(),
             time_known: end_ns.is_some(),
@@ -658,7 +718,19 @@ impl CallStack {
         match self.frames.last_mut() {
             // Of a call of unknown time, the parent knows the time of its timed children: the rest
             // stays in the parent's self time, and no time is counted twice.
+            // utrace held the thread stopped, or it was off the CPU: none of that time is the
+            // caller's, nor of any call around it, as a probe's whole cost is not.
+            Some(parent) if apart != Apart::No => {
+                parent.probes_below_ns = parent.probes_below_ns.saturating_add(raw_ns);
+                let kept = match apart {
+                    Apart::OffCpu => &mut parent.off_cpu_ns,
+                    _ => &mut parent.stopped_ns,
+                };
+                *kept = kept.saturating_add(raw_ns);
+            }
             Some(parent) => {
+                parent.off_cpu_ns = parent.off_cpu_ns.saturating_add(frame.off_cpu_ns);
+                parent.stopped_ns = parent.stopped_ns.saturating_add(frame.stopped_ns);
                 let known_ns = end_ns.map_or(frame.child_ns, |_| duration_ns);
                 parent.child_ns = parent.child_ns.saturating_add(known_ns);
                 // A duration kept at its floor (0 or its children's) had more taken out than it
@@ -745,6 +817,8 @@ mod tests {
             end_ns: start_ns + duration_ns,
             duration_ns,
             self_ns,
+            off_cpu_ns: 0,
+            stopped_ns: 0,
             depth,
             complete,
             time_known: true,
@@ -797,6 +871,7 @@ mod tests {
                 first_timestamp_ns: 0,
                 last_timestamp_ns: 120,
                 clamped_times: 0,
+                outermost_ns: 120,
             }
         );
     }

@@ -10,6 +10,10 @@ use crate::value::ValueSpec;
 /// Index into [`FunctionTable::functions`].
 pub type FunctionId = u32;
 
+/// The pseudo-function of a thread's time off the CPU (uftrace's name), of kind
+/// [`FunctionKind::Kernel`].
+pub const OFF_CPU_FUNCTION: &str = "linux:schedule";
+
 /// What kind of code a traced function is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FunctionKind {
@@ -23,6 +27,11 @@ pub enum FunctionKind {
     /// A point event (`-E usdt:…`): an entry with its arguments and an exit right after it,
     /// shown as a comment line in the call tree. Not probed as user code.
     Event,
+    /// Time utrace itself held the thread stopped (`[utrace: stack repair]`: the shadow stack's
+    /// writes for a C++ exception), written by the recorder as a call where it happened. Module
+    /// `[utrace]`; not probed. Reports take it out of the calls around it, as probe costs are,
+    /// and show it as its own row.
+    Tracer,
 }
 
 impl FunctionKind {
@@ -61,6 +70,13 @@ pub struct TracedFunction {
     /// [`FunctionTable::source_lines`]): tables without it read as having none.
     #[serde(skip)]
     pub source: Option<SourceLine>,
+}
+
+impl TracedFunction {
+    /// Whether its calls are a thread's time off the CPU (`-E offcpu`).
+    pub fn is_off_cpu(&self) -> bool {
+        self.kind == FunctionKind::Kernel && self.name == OFF_CPU_FUNCTION
+    }
 }
 
 /// The source line of a function's entry: the line-table row at its entry address, as

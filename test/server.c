@@ -1,12 +1,13 @@
 /*
  * server.c - a long-running program for attaching with `utrace record -p`.
  *
- * Usage: server
+ * Usage: server [title]
  *
  * Prints "ready" once both threads run, then calls tick() in the main thread and work() in a
  * second thread, each about every 200 us, until SIGTERM. Each SIGUSR1 makes it print
  * "alive <ticks>" (it still answers); SIGTERM makes it print its counts ("calls <count> <name>",
- * see README.md) and exit 0.
+ * see README.md) and exit 0. With `title`, it first rewrites its command line into one string,
+ * "NAME 127.0.0.1:16399", as redis does.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -48,10 +49,30 @@ static void on_signal(int signal)
 		answer = 1;
 }
 
-int main(void)
+/*
+ * Rewrites the command line in place, as redis and nginx do (setproctitle): one string with
+ * spaces, "NAME 127.0.0.1:16399", NAME the file name it was started as, in the room its own
+ * arguments took.
+ */
+static void set_title(int argc, char **argv)
+{
+	char *end = argv[argc - 1] + strlen(argv[argc - 1]);
+	const char *slash = strrchr(argv[0], '/');
+	char title[256];
+	size_t room = (size_t)(end - argv[0]);
+
+	snprintf(title, sizeof(title), "%s 127.0.0.1:16399", slash ? slash + 1 : argv[0]);
+	memset(argv[0], 0, room);
+	memcpy(argv[0], title, strlen(title) < room ? strlen(title) : room);
+}
+
+int main(int argc, char **argv)
 {
 	struct sigaction action;
 	pthread_t thread;
+
+	if (argc > 1 && strcmp(argv[1], "title") == 0)
+		set_title(argc, argv);
 
 	memset(&action, 0, sizeof(action));
 	action.sa_handler = on_signal;

@@ -50,6 +50,58 @@ fn a_running_process_is_traced_and_keeps_running_after_detach() {
     assert_eq!(json["pid"].as_u64().unwrap().to_string(), pid);
 }
 
+/// `-p` names the process as `ps` does: as it was started (a symlink's name, not its target's),
+/// and its command line as it rewrote it (redis: `redis-server 127.0.0.1:6379`), without the
+/// quotes of a single argument in `info`, the flame graph's title and the call graph's.
+#[test]
+fn a_running_process_is_named_as_ps_names_it() {
+    if !bpf_available("a_running_process_is_named_as_ps_names_it") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("my-server");
+    std::os::unix::fs::symlink(compile("server.c", "server", &[]), &link).unwrap();
+    let server = Running::start_with_args(&link, &["title"]);
+    let data = dir.path().join("utrace.data");
+    let output = utrace()
+        .args([
+            "record",
+            "-p",
+            &server.pid().to_string(),
+            "--duration",
+            "0.3",
+            "-o",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    server.stop();
+    assert_success(&output);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            " functions of my-server (pid {})",
+            server_pid(&data)
+        )),
+        "{stderr}"
+    );
+    let title = "my-server 127.0.0.1:16399";
+    let info = utrace().arg("info").arg("-i").arg(&data).output().unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(info.contains(&format!("command:     {title}\n")), "{info}");
+    for format in ["svg", "dot"] {
+        let report = report_output(&data, &[&format!("--format={format}")]);
+        let text = String::from_utf8_lossy(&report.stdout);
+        assert!(text.contains(title), "{format}: {text}");
+        assert!(!text.contains(&format!("'{title}'")), "{format}: {text}");
+    }
+}
+
+/// The pid a recording says it traced.
+fn server_pid(data: &std::path::Path) -> u64 {
+    report_json(data)["pid"].as_u64().unwrap()
+}
+
 #[test]
 fn ctrl_c_stops_an_attached_recording_cleanly() {
     if !bpf_available("ctrl_c_stops_an_attached_recording_cleanly") {

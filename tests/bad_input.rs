@@ -282,14 +282,9 @@ fn program_cases(dir: &Path) -> Vec<Case> {
             &["--nest-lib", "libc[", "without a closing"],
         ),
         Case::new(
-            "duration without a unit",
-            &[&"record", &"--duration", &"5", &"/bin/true"],
-            &["--duration", "like 5s"],
-        ),
-        Case::new(
             "duration not a duration",
             &[&"record", &"--duration", &"soon", &"/bin/true"],
-            &["--duration", "soon"],
+            &["--duration", "soon", "like 5 (seconds), 5s"],
         ),
         Case::new(
             "pid not a number",

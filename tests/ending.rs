@@ -197,9 +197,10 @@ fn a_second_interrupt_ends_the_recording_at_once() {
     let first_line = Instant::now();
     rates.next(2);
     let traced = rates.median(5);
-    // The first goes to the command (which ignores it), the second stops the recording.
+    // The first goes to the command (which ignores it), the second stops the recording; in
+    // between, once the command has run on for a second, utrace says so and how to stop.
     send_signal(recorder.id(), libc::SIGINT);
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(1300));
     send_signal(recorder.id(), libc::SIGINT);
     let recorded = first_line.elapsed() + Duration::from_millis(100);
     let took = ended_within(&mut recorder, Duration::from_secs(1));
@@ -208,6 +209,14 @@ fn a_second_interrupt_ends_the_recording_at_once() {
         "the recorder was still there 1 s after the second SIGINT"
     );
     assert_eq!(recorder.wait().unwrap().code(), Some(130));
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut recorder.stderr.take().unwrap(), &mut said).unwrap();
+    let hint = "sent SIGINT to busy (pid ";
+    assert_eq!(said.matches(hint).count(), 1, "{said}");
+    assert!(
+        said.contains("; it runs on: press Ctrl-C again to stop recording"),
+        "{said}"
+    );
     assert_own_speed_again(&mut rates, untraced, traced);
     assert_duration_near(&data, recorded);
 }

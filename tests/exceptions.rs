@@ -397,3 +397,52 @@ fn assert_output_as_untraced(
     assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
     stdout
 }
+
+/// The time utrace holds a thread stopped to repair its shadow stack (two stops a caught
+/// exception: at the unwinder's entry and at the catch's first traced call) is a row of its own,
+/// `[utrace: stack repair]`, and is taken out of the calls it fell in, as probe costs are: main's
+/// corrected time leaves it all out, and `--raw-times` shows it as measured.
+#[test]
+fn stack_repairs_are_utrace_time_not_the_programs() {
+    if !bpf_available("stack_repairs_are_utrace_time_not_the_programs") {
+        return;
+    }
+    let _one = one_attach_at_a_time();
+    let program = compile("catch_loop.cpp", "catch_loop-repairs", &[]);
+    let recording = record_unchanged(&program, &["100"], &[]);
+    assert_counts_match(
+        &own_counts(&recording.output.stdout),
+        &recording.traced_counts(),
+    );
+    let json = recording.json();
+    let raw: serde_json::Value =
+        serde_json::from_str(&recording.report(&["--format=json", "--raw-times"])).unwrap();
+    let function = |json: &serde_json::Value, name: &str| {
+        let functions = json["functions"].as_array().unwrap();
+        let found = functions.iter().find(|f| f["name"] == name);
+        found.unwrap_or_else(|| panic!("{name}: {json}")).clone()
+    };
+    let repair = function(&json, "[utrace: stack repair]");
+    assert_eq!(repair["calls"], 200, "{repair}");
+    assert_eq!(repair["module"], "[utrace]");
+    let repair_ns = repair["total_ns"].as_u64().unwrap();
+    assert!(repair_ns > 0);
+    let main_ns = function(&json, "main")["total_ns"].as_u64().unwrap();
+    let raw_main_ns = function(&raw, "main")["total_ns"].as_u64().unwrap();
+    assert!(
+        main_ns + repair_ns <= raw_main_ns,
+        "main {main_ns} ns + repairs {repair_ns} ns, raw {raw_main_ns} ns"
+    );
+    // As measured, the stops are main's children: its self time leaves them out already.
+    assert_eq!(
+        function(&raw, "[utrace: stack repair]")["total_ns"],
+        repair_ns
+    );
+    let summary = recording.report(&[]);
+    let row = summary
+        .lines()
+        .find(|line| line.ends_with("  [utrace: stack repair]"))
+        .unwrap_or_else(|| panic!("{summary}"));
+    // No share of the program's time.
+    assert_eq!(row.split_whitespace().nth(2), Some("-"), "{summary}");
+}

@@ -60,6 +60,29 @@ fn off_cpu_time_is_a_call_of_linux_schedule_where_the_thread_slept() {
         module_of(&json, "linux:schedule").as_deref(),
         Some("[kernel]")
     );
+    // The time off the CPU is taken out of the calls it fell in, and said apart: sleep_all's
+    // time is what it ran, a few µs a sleep, and its naps are its off_cpu_ns.
+    let functions = json["functions"].as_array().unwrap();
+    let sleep_all = functions.iter().find(|f| f["name"] == "sleep_all").unwrap();
+    let off_cpu = sleep_all["off_cpu_ns"].as_u64().unwrap() as f64;
+    assert!((off_cpu - slept).abs() <= 0.01 * slept, "{sleep_all}");
+    let ran = sleep_all["total_ns"].as_u64().unwrap() as f64;
+    assert!(ran < 0.1 * slept, "{sleep_all}");
+    let summary = recording.report(&[]);
+    assert!(
+        summary.contains("Maximum     Off-CPU  Function"),
+        "{summary}"
+    );
+    // --raw-times shows them as measured: the naps in sleep_all's time.
+    let raw: serde_json::Value =
+        serde_json::from_str(&recording.report(&["--format=json", "--raw-times"])).unwrap();
+    let raw_functions = raw["functions"].as_array().unwrap();
+    let raw_sleep_all = raw_functions
+        .iter()
+        .find(|f| f["name"] == "sleep_all")
+        .unwrap();
+    assert!(raw_sleep_all["total_ns"].as_u64().unwrap() as f64 > slept);
+    assert!(raw_sleep_all.get("off_cpu_ns").is_none(), "{raw_sleep_all}");
     // The tracepoint's short and long names are one thing.
     let long = record(
         &sleeper,

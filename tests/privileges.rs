@@ -47,6 +47,8 @@ fn a_process_we_may_not_read_is_refused_in_one_line() {
         stderr.contains("/proc/1") && stderr.contains("root"),
         "{stderr}"
     );
+    // Said once, not once by utrace and again by the error it wraps.
+    assert_eq!(stderr.matches("ermission denied").count(), 1, "{stderr}");
     assert!(!stderr.contains("panicked"));
     assert!(!std::path::Path::new("/tmp/never-written.data").exists());
 }

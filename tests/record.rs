@@ -245,3 +245,52 @@ fn a_program_started_through_a_symlink_is_named_as_given() {
     let stderr = String::from_utf8_lossy(&recording.output.stderr);
     assert!(stderr.contains(" functions of my-tool (pid "), "{stderr}");
 }
+
+/// `--max-size` ends the recording cleanly once the file reaches it (the command runs on to its
+/// end, and utrace with it), with a line that says so; a complete file, not one cut short.
+#[test]
+fn max_size_ends_the_recording_cleanly() {
+    if !bpf_available("max_size_ends_the_recording_cleanly") {
+        return;
+    }
+    let program = compile("loop.c", "loop", &[]);
+    let recording = record(&program, &["2"], &["--max-size", "512K"]);
+    assert_success(&recording.output);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    assert!(
+        stderr.contains("utrace.data reached --max-size 512 KiB: recording stopped there"),
+        "{stderr}"
+    );
+    // The program ran its two seconds, untraced after the stop.
+    assert!(String::from_utf8_lossy(&recording.output.stdout).contains("loop: done"));
+    let size = std::fs::metadata(recording.data()).unwrap().len();
+    // The events on their way when it was reached are still written: at most a poll's worth.
+    assert!(
+        (512 << 10..(512 << 10) + (128 << 10)).contains(&size),
+        "{size} bytes"
+    );
+    let (json, said) = report_json_and_stderr(&recording.data());
+    assert!(said.is_empty(), "{said}");
+    assert!(calls_of(&json, "tick") > 0);
+    assert!(json["duration_ns"].as_u64().unwrap() < 2_000_000_000);
+}
+
+/// A file that passes the size the user set no limit for gets one warning that names
+/// `--max-size`.
+#[test]
+fn a_growing_file_gets_one_warning() {
+    if !bpf_available("a_growing_file_gets_one_warning") {
+        return;
+    }
+    let program = compile("loop.c", "loop", &[]);
+    let recording = record_with_env(&program, &["1"], &[], &[("UTRACE_SIZE_WARNING", "100000")]);
+    assert_success(&recording.output);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    let warning = "utrace: warning: ";
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with(warning)).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].ends_with("utrace.data has passed 97.7 KiB: --max-size caps a recording (it then stops cleanly), and Ctrl-C stops it"),
+        "{stderr}"
+    );
+}

@@ -47,8 +47,14 @@ pub struct Metadata {
 
 impl Metadata {
     /// The command as a shell would take it: arguments joined by spaces, quoted where needed.
+    /// A process that rewrote its command line into one string with spaces (`setproctitle`, as
+    /// redis and nginx do: `redis-server 127.0.0.1:6379`), recorded with `-p`, shows it as `ps`
+    /// does, unquoted: the quotes would name a command that never ran.
     pub fn command_line(&self) -> String {
-        shell_words::join(&self.command)
+        match self.command.as_slice() {
+            [title] if title.contains(' ') => title.clone(),
+            words => shell_words::join(words),
+        }
     }
 }
 

@@ -913,6 +913,14 @@ fn command_line_quotes_where_needed() {
     assert_eq!(metadata.command_line(), r"echo '' 'it'\''s'");
 }
 
+/// A process title rewritten as one string (`-p` on redis) reads as `ps` shows it.
+#[test]
+fn a_rewritten_process_title_shows_without_quotes() {
+    let mut metadata = metadata();
+    metadata.command = vec!["redis-server 127.0.0.1:16399".into()];
+    assert_eq!(metadata.command_line(), "redis-server 127.0.0.1:16399");
+}
+
 #[test]
 fn table_too_large_to_write() {
     let dir = TempDir::new().unwrap();

@@ -309,7 +309,10 @@ impl ElfFile {
                     .remove(&function.address)
                     .unwrap_or(Ok(Vec::new())),
                 // Symbols are functions or stubs; events are planned elsewhere.
-                FunctionKind::Function | FunctionKind::Kernel | FunctionKind::Event => {
+                FunctionKind::Function
+                | FunctionKind::Kernel
+                | FunctionKind::Event
+                | FunctionKind::Tracer => {
                     returns::exit_sites(&index, function.address, function.size)
                 }
             };
@@ -355,5 +358,6 @@ fn kind_rank(kind: FunctionKind) -> u8 {
     match kind {
         FunctionKind::Plt => 0,
         FunctionKind::Function | FunctionKind::Kernel | FunctionKind::Event => 1,
+        FunctionKind::Tracer => 1,
     }
 }

@@ -20,8 +20,12 @@ use crate::value::{ValueFormat, ValueSource, ValueSpec};
 
 /// The module of the kernel's pseudo-functions.
 pub const KERNEL_MODULE: &str = "[kernel]";
-/// The pseudo-function of a thread's time off the CPU (uftrace's name).
-pub const OFF_CPU_FUNCTION: &str = "linux:schedule";
+/// The module of utrace's own pseudo-functions.
+pub const TRACER_MODULE: &str = "[utrace]";
+/// The pseudo-function of the time utrace holds a thread stopped to write its stack (the shadow
+/// stack's repair, for C++ exceptions and Rust panics).
+pub const STACK_REPAIR_FUNCTION: &str = "[utrace: stack repair]";
+pub use crate::table::OFF_CPU_FUNCTION;
 /// The most arguments of a USDT probe captured (`<sys/sdt.h>` passes at most 12).
 pub const USDT_ARGUMENTS_MAX: usize = 12;
 /// System call numbers the BPF side can trace: its map's size.
@@ -139,6 +143,9 @@ pub struct PlannedEvents {
     pub syscalls: Vec<(u32, FunctionId)>,
     /// The USDT probes to attach.
     pub usdt: Vec<PlannedUsdt>,
+    /// `[utrace: stack repair]`'s id, when the program maps an unwinder, whose shadow stack
+    /// utrace may stop a thread to repair.
+    pub stack_repair: Option<FunctionId>,
 }
 
 impl PlannedEvents {
@@ -241,6 +248,18 @@ pub(super) fn plan(
         }
     }
     Ok(planned)
+}
+
+/// Adds `[utrace: stack repair]` to `plan`, in a module `[utrace]`: the time the recorder holds a
+/// thread stopped to write its stack, written as a call where it happened.
+pub(super) fn plan_stack_repair(plan: &mut ProbePlan) -> FunctionId {
+    let module = plan.table.push_module(TRACER_MODULE.to_owned());
+    plan.files.push(TracedFile {
+        path: TRACER_MODULE.to_owned(),
+        open_path: PathBuf::from(TRACER_MODULE),
+    });
+    let name = STACK_REPAIR_FUNCTION.to_owned();
+    add_function(plan, name, module, FunctionKind::Tracer)
 }
 
 /// Appends a pseudo-function; returns its id.

@@ -38,6 +38,7 @@ mod tests;
 
 pub use events::{EventRequestError, EventRequests, NoUsdtProbe, PlannedEvents, PlannedUsdt};
 pub use events::{KERNEL_MODULE, OFF_CPU_FUNCTION, SYSCALL_NUMBERS, USDT_ARGUMENTS_MAX};
+pub use events::{STACK_REPAIR_FUNCTION, TRACER_MODULE};
 pub use exits::{ExitPolicy, UnknownExitPolicy};
 pub use go::Pairing;
 pub use ifuncs::{IfuncChoices, IfuncNotFollowed, IfuncsUnknown, ResolvedIfuncs};

@@ -8,6 +8,7 @@ use super::exits::exit_probes;
 use super::go;
 use super::values::{plan_values, Refused};
 use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, SourceLines, TracedFile};
+use crate::diagnostics::plural;
 use crate::elf::binding::BindingScope;
 use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, SingleStepCause, SiteKind, Unprobeable};
 use crate::table::{Execution, ExitKind, FunctionKind, ProbeClass, SourceLine, TracedFunction};
@@ -49,7 +50,11 @@ pub(super) fn plan(
         })?;
     let symbol_origin = elf.symbol_origin().to_string();
     log::debug!("symbols of {}: {symbol_origin}", file.path);
-    warn_unprobeable(&read.unprobeable);
+    // Only those -f and --no-function would have traced: the others were not asked for.
+    let unprobeable: Vec<&Unprobeable> = (read.unprobeable.iter())
+        .filter(|f| options.functions.shows_name(&f.name))
+        .collect();
+    warn_unprobeable(&unprobeable);
     let mut functions = options
         .plt_libraries
         .apply(&file.path, read.functions, scope);
@@ -162,6 +167,7 @@ fn source_lines(
         .map(|f| match f.kind {
             FunctionKind::Function => lines.get(&f.address).cloned(),
             FunctionKind::Plt | FunctionKind::Kernel | FunctionKind::Event => None,
+            FunctionKind::Tracer => None,
         })
         .collect();
     log::debug!(
@@ -224,7 +230,7 @@ fn say_sites(path: &str, functions: &[FunctionSymbol], causes: &BTreeMap<SingleS
 }
 
 /// Says which functions will never show up in the trace, and why.
-fn warn_unprobeable(unprobeable: &[Unprobeable]) {
+fn warn_unprobeable(unprobeable: &[&Unprobeable]) {
     const SHOWN: usize = 5;
     if unprobeable.is_empty() {
         return;
@@ -238,9 +244,13 @@ fn warn_unprobeable(unprobeable: &[Unprobeable]) {
         names.push("…");
     }
     log::warn!(
-        "{} functions cannot be probed (their first instruction is a trap, has a LOCK or \
-         segment prefix, or is AVX-encoded, and no equivalent site follows): {}",
-        unprobeable.len(),
+        "{} be probed (their first instruction is a trap, has a LOCK or segment prefix, or is \
+         AVX-encoded, and no equivalent site follows): {}",
+        plural(
+            unprobeable.len() as u64,
+            "function cannot",
+            "functions cannot"
+        ),
         names.join(", ")
     );
 }

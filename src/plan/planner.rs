@@ -121,6 +121,9 @@ impl Planner {
             })
             .collect();
         plan.events = events::plan(&options.events, &traced, &mut plan)?;
+        if !plan.unwinder_sites.is_empty() {
+            plan.events.stack_repair = Some(events::plan_stack_repair(&mut plan));
+        }
         // A system call or linux:schedule --stack names captures the user and kernel stacks
         // at its entry.
         let syscalls = plan.events.syscalls.iter().map(|&(_, id)| id);

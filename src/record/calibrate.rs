@@ -122,6 +122,9 @@ pub fn joined(
 pub fn probe_costs() -> Result<Calibration, ProbeError> {
     match calibrate() {
         Ok((costs, took, probes)) => {
+            if let Some(noise) = costs.noise() {
+                log::warn!("{noise}");
+            }
             if log::log_enabled!(log::Level::Debug) {
                 log::debug!(
                     "probe costs measured in {:.1} ms:",
@@ -193,7 +196,8 @@ fn calibrate() -> Result<(ProbeCosts, Duration, AttachedProbes), CalibrationErro
     for ((class, &f), untraced) in ProbeClass::ALL.iter().zip(&PROBED).zip(untraced) {
         let traced = median(&time_rounds(f));
         ring.consume().map_err(CalibrationError::RingBuffer)?;
-        let inside = inside_times(&events.take())?;
+        let mut inside = inside_times(&events.take())?;
+        add_forced_noise(&mut inside);
         let inside_ns = median(&inside);
         let cost = ProbeCost {
             inside_ns,
@@ -248,6 +252,21 @@ fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), Calibr
         ..Default::default()
     };
     Ok((module.open_path, table, exits))
+}
+
+/// Makes the measured inside times as noisy as `UTRACE_CALIBRATION_NOISE_NS` says, for the
+/// tests of what reports do with a calibration made on a busy machine: every other call took
+/// that much longer, as if another process had held the CPU meanwhile.
+fn add_forced_noise(inside: &mut [u64]) {
+    let Some(noise_ns) = std::env::var("UTRACE_CALIBRATION_NOISE_NS")
+        .ok()
+        .and_then(|ns| ns.parse::<u64>().ok())
+    else {
+        return;
+    };
+    for time in inside.iter_mut().step_by(2) {
+        *time += noise_ns;
+    }
 }
 
 /// The first bytes of a calibration function: all of its code.

@@ -24,6 +24,9 @@ const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// How often the drain is told a flush is due, so a killed recorder loses at most this much and
 /// live output is never held longer.
 const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a command may run on after the first Ctrl-C passed to it before utrace says how to
+/// stop recording: one that ends on it ends sooner, and needs no word.
+const SIGNAL_HINT_AFTER: Duration = Duration::from_secs(1);
 
 /// A session while it traces: what it attached, whom it follows, and whether the target waits
 /// for the recorder.
@@ -51,6 +54,8 @@ pub struct Tracing<'a, 'obj> {
     /// The target's status once it has ended, while followed processes still run.
     target_end: Option<Option<super::process::ExitStatus>>,
     losses: LossWatch,
+    /// After the first stop signal went to the command: when, and what to say if it runs on.
+    signal_hint: Option<(Instant, String)>,
 }
 
 /// Tells the drain of events lost since it was last told.
@@ -122,6 +127,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             events: 0,
             target_end: None,
             losses: LossWatch::default(),
+            signal_hint: None,
         }
     }
 
@@ -154,6 +160,9 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             }
             let pending = self.inbox.events.borrow().len() as u64;
             progress.update(self.events + pending, self.loaded.lost_events());
+            if drain.is_full() {
+                break self.target_end.map_or(Stop::Asked, Stop::Ended);
+            }
             if let Some(stop) = self.stop_asked(started, &mut watch)? {
                 break stop;
             }
@@ -255,6 +264,9 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
         if self.served == self.loaded.stack_write_requests() {
             self.session.target.resume();
             self.held = false;
+            if let Some(repair) = self.session.stack_repair_function() {
+                self.inbox.pauses_ended(repair, super::monotonic_now_ns());
+            }
         }
         Ok(())
     }
@@ -284,6 +296,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
         {
             return Ok(Some(asked));
         }
+        self.say_signal_hint();
         let Some(received) = watch.take() else {
             return Ok(None);
         };
@@ -291,11 +304,25 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             Some(_) => SignalAction::Stop,
             None => self.session.target.on_signal(received),
         };
+        if action == SignalAction::Continue {
+            let program = self.session.program_name(&self.options.target);
+            let hint = received.hint(&program, self.session.target.pid());
+            self.signal_hint = Some((Instant::now(), hint));
+        }
         Ok(match (action, received.count) {
             (SignalAction::Continue, _) => None,
             (SignalAction::Stop, 1) => Some(asked),
             (SignalAction::Stop, _) => Some(Stop::Interrupted(received.signal)),
         })
+    }
+
+    /// Says once how to stop recording, when the command runs on a while after the first
+    /// signal went to it (it may ignore it: a recording then goes on for as long as it runs).
+    fn say_signal_hint(&mut self) {
+        let due = |(sent, _): &mut (Instant, String)| sent.elapsed() >= SIGNAL_HINT_AFTER;
+        if let Some((_, hint)) = self.signal_hint.take_if(due) {
+            log::info!("{hint}");
+        }
     }
 
     /// What is left to tear down.

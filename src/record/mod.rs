@@ -46,7 +46,13 @@ use writer::{WriterThread, BATCH_EVENTS};
 pub struct RecordOptions {
     pub trace: TraceOptions,
     pub output: PathBuf,
+    /// Stop recording once the file reaches this many bytes (`--max-size`).
+    pub max_size: Option<u64>,
 }
+
+/// The size past which a file the user set no `--max-size` for gets a warning, once: a
+/// recording that has gone on that long was probably not meant to.
+const SIZE_WARNING: u64 = 1 << 30;
 
 /// How a recording ended.
 pub struct RecordOutcome {
@@ -109,6 +115,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
             .then(|| FilteredSink::new(&trace.filter, session.table(), &mut encoder)),
         shown: &shown,
         replayer: Replayer::new(session.table().functions.len()),
+        size: SizeWatch::new(&options.output, options.max_size),
     };
     let ran = session.run(trace, SessionMode::Record, &mut drain);
     let end = match ran {
@@ -176,6 +183,66 @@ struct RecordDrain<'a> {
     /// What the filtered sink shows, as events.
     shown: &'a RefCell<Vec<Event>>,
     replayer: Replayer,
+    size: SizeWatch,
+}
+
+/// The data file's size as it grows: the warning once it passes a size the user did not ask
+/// for, or the end of the recording at `--max-size`.
+struct SizeWatch {
+    /// The file, for messages.
+    path: String,
+    limit: Option<u64>,
+    /// Past this, the warning comes (with no limit set); `None` once it has come.
+    warn_at: Option<u64>,
+    full: bool,
+}
+
+impl SizeWatch {
+    fn new(path: &std::path::Path, limit: Option<u64>) -> SizeWatch {
+        // UTRACE_SIZE_WARNING (bytes) lets the tests see the warning without writing a GiB.
+        let warn_at = std::env::var("UTRACE_SIZE_WARNING")
+            .ok()
+            .and_then(|bytes| bytes.parse().ok())
+            .unwrap_or(SIZE_WARNING);
+        SizeWatch {
+            path: path.display().to_string(),
+            limit,
+            warn_at: limit.is_none().then_some(warn_at),
+            full: false,
+        }
+    }
+
+    /// The file will be about `size` bytes long once what is queued is written.
+    fn grew_to(&mut self, size: u64) {
+        if let Some(warn_at) = self.warn_at.filter(|&at| size >= at) {
+            log::warn!(
+                "{} has passed {}: --max-size caps a recording (it then stops cleanly), and \
+                 Ctrl-C stops it",
+                self.path,
+                size_text(warn_at)
+            );
+            self.warn_at = None;
+        }
+        if let Some(limit) = self.limit.filter(|&limit| !self.full && size >= limit) {
+            log::warn!(
+                "{} reached --max-size {}: recording stopped there (a started command runs on, \
+                 untraced)",
+                self.path,
+                size_text(limit)
+            );
+            self.full = true;
+        }
+    }
+}
+
+/// A size in bytes as a person reads it: `1 GiB`, `512 MiB`, `64 KiB`, `100 bytes`.
+fn size_text(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    match UNITS.iter().find(|&&(size, _)| bytes >= size) {
+        Some(&(size, unit)) if bytes % size == 0 => format!("{} {unit}", bytes / size),
+        Some(&(size, unit)) => format!("{:.1} {unit}", bytes as f64 / size as f64),
+        None => format!("{bytes} bytes"),
+    }
 }
 
 impl RecordDrain<'_> {
@@ -205,7 +272,13 @@ impl Drain for RecordDrain<'_> {
             }
             None => std::mem::replace(pending, self.writer.empty_batch()),
         };
-        self.writer.send(kept)
+        let sent = self.writer.send(kept);
+        self.size.grew_to(self.writer.size_estimate());
+        sent
+    }
+
+    fn is_full(&self) -> bool {
+        self.size.full
     }
 
     fn more_functions(&mut self, more: &FunctionTable) -> bool {
@@ -261,4 +334,33 @@ pub fn monotonic_now_ns() -> u64 {
     // SAFETY: clock_gettime writes only to `now`; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut now) };
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_as_a_person_reads_them() {
+        assert_eq!(size_text(1 << 30), "1 GiB");
+        assert_eq!(size_text(3 << 19), "1.5 MiB");
+        assert_eq!(size_text(64 << 10), "64 KiB");
+        assert_eq!(size_text(100), "100 bytes");
+    }
+
+    #[test]
+    fn the_size_warning_comes_once_and_only_without_a_limit() {
+        let mut unlimited = SizeWatch::new(std::path::Path::new("u.data"), None);
+        unlimited.warn_at = Some(100);
+        unlimited.grew_to(99);
+        assert_eq!(unlimited.warn_at, Some(100));
+        unlimited.grew_to(100);
+        assert_eq!((unlimited.warn_at, unlimited.full), (None, false));
+        let mut limited = SizeWatch::new(std::path::Path::new("l.data"), Some(100));
+        assert_eq!(limited.warn_at, None);
+        limited.grew_to(99);
+        assert!(!limited.full);
+        limited.grew_to(100);
+        assert!(limited.full);
+    }
 }

@@ -25,7 +25,26 @@ pub struct Inbox {
     /// The events of traced calls, in the order they were consumed.
     pub events: RefCell<Vec<Event>>,
     pub notes: RefCell<Vec<Note>>,
+    /// The threads paused for a stack write since the session last let them go.
+    pauses: RefCell<Vec<Pause>>,
 }
+
+/// A thread the shadow stack paused for the recorder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pause {
+    pub pid: u32,
+    pub tid: u32,
+    /// CLOCK_MONOTONIC (the clock of the events) when it stopped, as near as the recorder knows.
+    pub since_ns: u64,
+}
+
+/// How long before its request is read a paused thread's last event may be and still mark when
+/// it stopped. The probe that pauses it writes that event moments before its request (the
+/// re-arm at a traced event), or the thread's last traced event came just before the unwinder's
+/// entry (a `throw` calls it right away), and the recorder reads both in tens of µs; an older
+/// event is of work the program did before (a throw after a long computation), and the pause is
+/// then counted from when its request was read.
+const PAUSE_LEAD_MAX_NS: u64 = 2_000_000;
 
 impl Inbox {
     /// Takes one record of the events ring buffer. A short record cannot come from our
@@ -56,10 +75,35 @@ impl Inbox {
         }
     }
 
-    /// Takes one record of the stack writes ring buffer.
+    /// Takes one record of the stack writes ring buffer: its thread waits paused, since its last
+    /// event (read just before, from the events ring buffer) or since now.
     pub fn take_stack_write_record(&self, bytes: &[u8]) {
         let request = StackWriteRequest::parse(bytes);
+        if let Ok(request) = &request {
+            let read_ns = super::monotonic_now_ns();
+            let last_ns = (self.events.borrow().iter().rev())
+                .find(|event| event.tid() == request.tid && event.function != Event::VALUES)
+                .map(|event| event.timestamp_ns)
+                .filter(|&last_ns| read_ns.saturating_sub(last_ns) <= PAUSE_LEAD_MAX_NS);
+            self.pauses.borrow_mut().push(Pause {
+                pid: request.pid,
+                tid: request.tid,
+                since_ns: last_ns.unwrap_or(read_ns),
+            });
+        }
         self.notes.borrow_mut().push(Note::StackWrite(request));
+    }
+
+    /// The threads have been let go at `resumed_ns`: each pause since the last look becomes a
+    /// call of `function` (`[utrace: stack repair]`) on its thread, from when its request was
+    /// read, among the events. The threads' own events all came before (they were stopped).
+    pub fn pauses_ended(&self, function: crate::table::FunctionId, resumed_ns: u64) {
+        let mut events = self.events.borrow_mut();
+        for pause in self.pauses.take() {
+            let entry = Event::entry(pause.since_ns, pause.tid, function).in_process(pause.pid);
+            let exit = Event::exit(resumed_ns.max(pause.since_ns), pause.tid, function);
+            events.extend([entry, exit.in_process(pause.pid)]);
+        }
     }
 
     /// The notes gathered so far, in the order they came.
@@ -120,5 +164,42 @@ mod tests {
             ]
         );
         assert!(inbox.take_notes().is_empty());
+    }
+
+    /// A pause becomes a call of the stack repair on the paused thread, from its last event (the
+    /// one whose probe paused it) to when the threads were let go; from when its request was read
+    /// when the thread has no recent event.
+    #[test]
+    fn a_pause_becomes_a_call_on_its_thread() {
+        let inbox = Inbox::default();
+        let request = |tid: u32| {
+            let mut bytes = vec![0u8; 16];
+            bytes[..4].copy_from_slice(&42u32.to_ne_bytes());
+            bytes[8..12].copy_from_slice(&tid.to_ne_bytes());
+            bytes
+        };
+        let now = crate::record::monotonic_now_ns();
+        let paused_at = Event::entry(now - 5_000, 43, 3).in_process(42);
+        inbox.take_event_record(&bytes(&paused_at));
+        inbox.take_event_record(&bytes(&Event::entry(now - 1_000, 44, 3).in_process(42)));
+        inbox.take_stack_write_record(&request(43));
+        // Thread 45's last event is long gone: from when its request was read.
+        inbox.take_event_record(&bytes(&Event::entry(now - 9_000_000, 45, 3).in_process(42)));
+        inbox.take_stack_write_record(&request(45));
+        let read = inbox.pauses.borrow()[1].since_ns;
+        assert!(read >= now);
+        inbox.events.borrow_mut().clear();
+        inbox.pauses_ended(9, read + 300);
+        assert_eq!(
+            *inbox.events.borrow(),
+            [
+                Event::entry(now - 5_000, 43, 9).in_process(42),
+                Event::exit(read + 300, 43, 9).in_process(42),
+                Event::entry(read, 45, 9).in_process(42),
+                Event::exit(read + 300, 45, 9).in_process(42),
+            ]
+        );
+        inbox.pauses_ended(9, read + 400);
+        assert_eq!(inbox.events.borrow().len(), 4);
     }
 }

@@ -11,8 +11,23 @@ pub enum RunningProcessError {
     NoSuchProcess(u32),
     #[error("pid {0} has no executable (a kernel thread?): nothing to trace")]
     NoExecutable(u32),
-    #[error("cannot read /proc/{pid}: {source} (tracing another user's process needs root)")]
+    #[error(
+        "cannot read /proc/{pid}: permission denied (tracing another user's process needs root)"
+    )]
+    NotPermitted { pid: u32 },
+    /// The source is said after the message, once: an error chain prints it.
+    #[error("cannot read /proc/{pid}")]
     Proc { pid: u32, source: io::Error },
+}
+
+impl RunningProcessError {
+    /// Reading `/proc/PID` (or opening the pidfd) failed with `error`.
+    fn reading(pid: u32, error: io::Error) -> RunningProcessError {
+        match error.raw_os_error() {
+            Some(libc::EACCES | libc::EPERM) => RunningProcessError::NotPermitted { pid },
+            _ => RunningProcessError::Proc { pid, source: error },
+        }
+    }
 }
 
 /// A running process, watched through a pidfd so its end is seen without polling /proc.
@@ -31,7 +46,7 @@ impl RunningProcess {
             let error = io::Error::last_os_error();
             return Err(match error.raw_os_error() {
                 Some(libc::ESRCH) | Some(libc::EINVAL) => RunningProcessError::NoSuchProcess(pid),
-                _ => RunningProcessError::Proc { pid, source: error },
+                _ => RunningProcessError::reading(pid, error),
             });
         }
         // SAFETY: the descriptor was just created and nobody else owns it.
@@ -41,7 +56,7 @@ impl RunningProcess {
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
                 return Err(RunningProcessError::NoExecutable(pid))
             }
-            Err(source) => return Err(RunningProcessError::Proc { pid, source }),
+            Err(error) => return Err(RunningProcessError::reading(pid, error)),
         };
         Ok(RunningProcess {
             pid,
@@ -52,6 +67,27 @@ impl RunningProcess {
 
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// What `ps` calls the process: its `/proc/PID/comm` (the name it was started as, a symlink's
+    /// name as `redis-server` for `redis-check-rdb`, or the name it gave itself; at most 15
+    /// bytes), in full from its argv[0] (the first word of a rewritten title) where that begins
+    /// with it. `None` when neither can be read.
+    pub fn name(&self) -> Option<String> {
+        let comm = std::fs::read_to_string(format!("/proc/{}/comm", self.pid)).ok();
+        let comm = comm.as_deref().map(|comm| comm.trim_end_matches('\n'));
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", self.pid)).unwrap_or_default();
+        let argv0 = cmdline
+            .split(|&b| b == 0 || b == b' ')
+            .next()
+            .unwrap_or_default();
+        let argv0 = String::from_utf8_lossy(argv0);
+        let argv0 = argv0.rsplit('/').next().unwrap_or_default();
+        match comm {
+            Some(comm) if !comm.is_empty() && argv0.starts_with(comm) => Some(argv0.to_owned()),
+            Some(comm) if !comm.is_empty() => Some(comm.to_owned()),
+            _ => (!argv0.is_empty()).then(|| argv0.to_owned()),
+        }
     }
 
     /// Sends `signal` through the pidfd, which cannot reach a process that reused the pid.

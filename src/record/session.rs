@@ -81,7 +81,7 @@ pub enum SessionMode {
 pub enum Stop {
     /// The process ended; its status when it was ours.
     Ended(Option<ExitStatus>),
-    /// `--duration` passed, or a signal asked to stop.
+    /// `--duration` passed, `--max-size` was reached, or a signal asked to stop.
     Asked,
     /// A second signal (this one): stop without waiting for anything.
     Interrupted(libc::c_int),
@@ -133,6 +133,12 @@ pub trait Drain {
     /// `count` more events were lost (the ring buffer was full) since the events taken before:
     /// live mode marks the place in its tree. The file's statistics count them anyway.
     fn events_lost(&mut self, _count: u64) {}
+
+    /// Whether it has taken all it was allowed to (`record --max-size`): the recording stops
+    /// there, as when `--duration` passes.
+    fn is_full(&self) -> bool {
+        false
+    }
 }
 
 impl Session {
@@ -203,16 +209,23 @@ impl Session {
         &self.planner.plan().table
     }
 
-    /// The traced file's name, for messages.
-    /// The program's name: as the user named the command (a symlink's name, as `redis-server`
-    /// for `redis-check-rdb`), else its executable's file name.
+    /// `[utrace: stack repair]`, when the program has an unwinder whose shadow stack the recorder
+    /// may pause a thread to repair.
+    pub fn stack_repair_function(&self) -> Option<crate::table::FunctionId> {
+        self.planner.plan().events.stack_repair
+    }
+
+    /// The program's name, for messages: as the user named the command (a symlink's name, as
+    /// `redis-server` for `redis-check-rdb`), or as `ps` names a running process; else its
+    /// executable's file name.
     pub fn program_name(&self, spec: &TargetSpec) -> String {
-        let named = match spec {
-            TargetSpec::Command(command) => command.first().map(String::as_str),
-            TargetSpec::Pid(_) => None,
+        let named = match (spec, &self.target) {
+            (TargetSpec::Command(command), _) => command.first().cloned(),
+            (TargetSpec::Pid(_), Target::Running(process)) => process.name(),
+            (TargetSpec::Pid(_), Target::Started(_)) => None,
         };
-        let path = named.unwrap_or(self.planner.plan().files[0].path.as_str());
-        path.rsplit('/').next().unwrap_or(path).to_owned()
+        let path = named.unwrap_or_else(|| self.planner.plan().files[0].path.clone());
+        path.rsplit('/').next().unwrap_or(&path).to_owned()
     }
 
     /// Traces until the target ends, `--duration` passes or a signal says stop, handing the

@@ -50,6 +50,28 @@ pub struct Received {
     pub forward: bool,
 }
 
+impl Received {
+    /// What a user who sent this first signal to a command that runs on should know: where it
+    /// went, and how to stop recording (`program` with pid `pid`).
+    pub fn hint(&self, program: &str, pid: u32) -> String {
+        let name = match self.signal {
+            libc::SIGINT => "SIGINT",
+            libc::SIGTERM => "SIGTERM",
+            libc::SIGHUP => "SIGHUP",
+            _ => "the signal",
+        };
+        let again = match self.signal {
+            libc::SIGINT => "press Ctrl-C again".to_owned(),
+            _ => format!("send {name} again"),
+        };
+        let went = match self.forward {
+            true => format!("sent {name} to {program} (pid {pid})"),
+            false => format!("{program} (pid {pid}) got {name} from the terminal"),
+        };
+        format!("{went}; it runs on: {again} to stop recording ({program} then goes on untraced)")
+    }
+}
+
 /// Tracks which signals the recording loop has already acted on.
 #[derive(Default)]
 pub struct SignalWatch {
@@ -68,5 +90,32 @@ impl SignalWatch {
             count,
             forward: SENT_TO_UTRACE_ONLY.load(Ordering::SeqCst) != 0,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hint_says_where_the_signal_went_and_how_to_stop() {
+        let received = |signal, forward| Received {
+            signal,
+            count: 1,
+            forward,
+        };
+        assert_eq!(
+            received(libc::SIGINT, true).hint("busy", 42),
+            "sent SIGINT to busy (pid 42); it runs on: press Ctrl-C again to stop recording \
+             (busy then goes on untraced)"
+        );
+        assert_eq!(
+            received(libc::SIGINT, false).hint("busy", 42),
+            "busy (pid 42) got SIGINT from the terminal; it runs on: press Ctrl-C again to stop \
+             recording (busy then goes on untraced)"
+        );
+        assert!(received(libc::SIGTERM, true)
+            .hint("busy", 42)
+            .contains("send SIGTERM again to stop recording"));
     }
 }

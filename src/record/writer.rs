@@ -1,7 +1,10 @@
 //! The writer thread: event batches are encoded and go to disk here, so the ring buffer consumer
 //! never waits on the encoding nor on the file system.
 
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::data::{DataError, DataWriter};
@@ -11,6 +14,9 @@ use crate::table::FunctionTable;
 /// Events per batch the consumer allocates for; batches are recycled, so this is also roughly
 /// the largest chunk written.
 pub const BATCH_EVENTS: usize = 64 * 1024;
+/// What an event queued is counted at before any is written: encoded as its change from the one
+/// before (a tag byte and varints), one takes 3 to 8 bytes, chunk headers included.
+const EVENT_BYTES_FIRST_GUESS: u64 = 8;
 
 /// What the writer thread writes, in order.
 enum Item {
@@ -23,12 +29,28 @@ pub struct WriterThread {
     batches: Sender<Item>,
     recycled: Receiver<Vec<Event>>,
     thread: JoinHandle<Result<DataWriter, DataError>>,
+    /// What the thread has written so far.
+    written: Arc<Written>,
+    /// Events queued so far.
+    sent_events: Cell<u64>,
+}
+
+/// The bytes and events the writer thread has written, as it goes.
+#[derive(Default)]
+struct Written {
+    bytes: AtomicU64,
+    events: AtomicU64,
 }
 
 impl WriterThread {
     pub fn start(mut writer: DataWriter) -> WriterThread {
         let (batches, incoming) = channel::<Item>();
         let (give_back, recycled) = channel();
+        let written = Arc::new(Written::default());
+        written
+            .bytes
+            .store(writer.bytes_written(), Ordering::Relaxed);
+        let progress = written.clone();
         let thread = std::thread::Builder::new()
             .name("utrace-writer".into())
             .spawn(move || {
@@ -36,12 +58,18 @@ impl WriterThread {
                     match item {
                         Item::Events(mut batch) => {
                             writer.write_events(&batch)?;
+                            progress
+                                .events
+                                .fetch_add(batch.len() as u64, Ordering::Relaxed);
                             batch.clear();
                             // The consumer may have finished; then the batch is simply freed.
                             let _ = give_back.send(batch);
                         }
                         Item::MoreFunctions(more) => writer.write_more_functions(&more)?,
                     }
+                    progress
+                        .bytes
+                        .store(writer.bytes_written(), Ordering::Relaxed);
                 }
                 Ok(writer)
             })
@@ -50,7 +78,22 @@ impl WriterThread {
             batches,
             recycled,
             thread,
+            written,
+            sent_events: Cell::new(0),
         }
+    }
+
+    /// About how long the file will be once what is queued is written: the bytes written, and
+    /// the events queued since at the bytes an event has taken so far.
+    pub fn size_estimate(&self) -> u64 {
+        let bytes = self.written.bytes.load(Ordering::Relaxed);
+        let written_events = self.written.events.load(Ordering::Relaxed);
+        let queued = self.sent_events.get().saturating_sub(written_events);
+        let per_event = match written_events {
+            0 => EVENT_BYTES_FIRST_GUESS,
+            events => bytes.div_ceil(events),
+        };
+        bytes.saturating_add(queued.saturating_mul(per_event))
     }
 
     /// An empty batch, reusing one the writer has finished with when there is one.
@@ -63,6 +106,8 @@ impl WriterThread {
     /// Queues a batch for writing. Returns false when the writer has stopped on an error, which
     /// [`WriterThread::finish`] then reports.
     pub fn send(&self, batch: Vec<Event>) -> bool {
+        self.sent_events
+            .set(self.sent_events.get() + batch.len() as u64);
         self.batches.send(Item::Events(batch)).is_ok()
     }
 

@@ -47,6 +47,9 @@ pub struct Figures {
     /// ([`FunctionStats::sum_resolution_ns`]); 0 under raw times.
     #[serde(skip)]
     pub resolution_ns: u64,
+    /// What was measured of them, probe costs left in: no bound exceeds it.
+    #[serde(skip)]
+    pub raw_total_ns: u64,
 }
 
 impl Figures {
@@ -57,15 +60,13 @@ impl Figures {
             total_ns: stats.total_ns,
             self_ns: stats.self_ns,
             resolution_ns: stats.sum_resolution_ns(call_resolution_ns),
+            raw_total_ns: stats.raw_total_ns(),
         }
     }
 
     /// `ns`, one of the sums, as the text report shows it.
     fn shown(&self, ns: u64) -> CorrectedDuration {
-        CorrectedDuration {
-            ns,
-            resolution_ns: self.resolution_ns,
-        }
+        CorrectedDuration::new(ns, self.resolution_ns).within(self.raw_total_ns)
     }
 }
 
@@ -129,6 +130,7 @@ pub fn diff_rows(base: &DiffSide, new: &DiffSide) -> Vec<DiffRow> {
             sum.total_ns = sum.total_ns.saturating_add(figures.total_ns);
             sum.self_ns = sum.self_ns.saturating_add(figures.self_ns);
             sum.resolution_ns = sum.resolution_ns.saturating_add(figures.resolution_ns);
+            sum.raw_total_ns = sum.raw_total_ns.saturating_add(figures.raw_total_ns);
         }
     }
     let mut rows: Vec<DiffRow> = rows

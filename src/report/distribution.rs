@@ -51,6 +51,9 @@ pub struct Distribution {
     sum_ns: u64,
     min_ns: u64,
     max_ns: u64,
+    /// The sum and largest of their raw durations (probe costs left in): what no bound exceeds.
+    raw_sum_ns: u64,
+    max_raw_ns: u64,
     /// The calls whose time is unknown: in no bucket.
     pub unknown_time: u64,
 }
@@ -74,6 +77,8 @@ impl Default for Distribution {
             sum_ns: 0,
             min_ns: u64::MAX,
             max_ns: 0,
+            raw_sum_ns: 0,
+            max_raw_ns: 0,
             unknown_time: 0,
         }
     }
@@ -95,6 +100,9 @@ impl Distribution {
         self.sum_ns = self.sum_ns.saturating_add(ns);
         self.min_ns = self.min_ns.min(ns);
         self.max_ns = self.max_ns.max(ns);
+        let raw_ns = call.end_ns - call.start_ns;
+        self.raw_sum_ns = self.raw_sum_ns.saturating_add(raw_ns);
+        self.max_raw_ns = self.max_raw_ns.max(raw_ns);
     }
 
     /// p50, p90 and p99, all 0 when no call was timed.
@@ -159,17 +167,14 @@ impl Distribution {
             )?;
         }
         writeln!(out)?;
-        let average = Nsecs(CorrectedDuration {
-            ns: self.sum_ns.checked_div(self.timed_calls).unwrap_or(0),
-            resolution_ns: call_resolution_ns,
-        });
-        let total = Nsecs(CorrectedDuration {
-            ns: self.sum_ns,
-            resolution_ns: CorrectedDuration::sum_resolution_ns(
-                self.timed_calls,
-                call_resolution_ns,
-            ),
-        });
+        // As bounds, never more than what was measured: the calls with their probe costs.
+        let average = self.sum_ns.checked_div(self.timed_calls).unwrap_or(0);
+        let average =
+            Nsecs(CorrectedDuration::new(average, call_resolution_ns).within(self.max_raw_ns));
+        let sum_resolution_ns =
+            CorrectedDuration::sum_resolution_ns(self.timed_calls, call_resolution_ns);
+        let total =
+            Nsecs(CorrectedDuration::new(self.sum_ns, sum_resolution_ns).within(self.raw_sum_ns));
         write!(
             out,
             "avg = {average} nsecs, total: {total} nsecs, count: {}",

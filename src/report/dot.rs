@@ -148,11 +148,13 @@ fn heat(total_ns: u64, hottest: u64) -> String {
 }
 
 /// The shape of a node that is no user function: kernel pseudo-functions (`sys_write`,
-/// `linux:schedule`) are hexagons, USDT probes notes; user functions keep the default box.
+/// `linux:schedule`) are hexagons, USDT probes notes, utrace's own time a dashed box; user
+/// functions keep the default box.
 fn node_shape(kind: FunctionKind) -> &'static str {
     match kind {
         FunctionKind::Kernel => ", shape=hexagon",
         FunctionKind::Event => ", shape=note",
+        FunctionKind::Tracer => ", style=dashed",
         FunctionKind::Function | FunctionKind::Plt => "",
     }
 }

@@ -6,7 +6,7 @@
 //!  "functions": [{"name": "fib", "module": "sort", "offset": "0x1a2b", "srcline": "sort.c:12",
 //!                 "calls": N, "unknown_time_calls": N,
 //!                 "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N,
-//!                 "p50_ns": N, "p90_ns": N, "p99_ns": N, "probe_share": 0.0,
+//!                 "p50_ns": N, "p90_ns": N, "p99_ns": N, "off_cpu_ns": N, "probe_share": 0.0,
 //!                 "entry_site": "emulated", "resolution_ns": N,
 //!                 "below_resolution": ["total_ns", "self_ns", "min_ns", "p50_ns"]}]}
 //! ```
@@ -15,7 +15,10 @@
 //! names the figures below what they resolve (left out when none is), which the summary shows
 //! as `<N`: a per-call figure below `resolution_ns`, a total or self time below the timed calls
 //! (`calls` − `unknown_time_calls`) × `resolution_ns`. The numbers stay as computed, but such a
-//! figure is less than its bound, how much less is not known.
+//! figure is less than its bound, how much less is not known. `off_cpu_ns` is the time the
+//! function's calls spent off the CPU, taken out of their times (a recording with `-E offcpu`,
+//! probe costs taken out; left out otherwise). A function with no timed call
+//! (every one of unknown time) has `null` for every time: they are unknown, not 0.
 //! The header comes from [`TraceInfo`] (`damaged_chunks` only when the data file had any: then
 //! `events` counts those read, not those recorded); `functions` are in the summary's order (`--sort`) with the same
 //! figures (see [`super::summary`]); `module` is the file name of the function's module, `offset` the file
@@ -32,8 +35,8 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::distribution::{Distributions, Percentiles};
-use super::summary::{CorrectedDuration, FunctionStats, GroupedSummaries, SortKey};
-use super::TraceInfo;
+use super::summary::{CorrectedDuration, FunctionStats, GroupedSummaries, OffCpu};
+use super::{ReportOptions, TraceInfo};
 use crate::probe_cost::Resolutions;
 use crate::table::{Execution, FunctionTable};
 
@@ -66,14 +69,19 @@ struct JsonFunction<'a> {
     calls: u64,
     /// The calls among `calls` whose time is unknown (not in the times).
     unknown_time_calls: u64,
-    total_ns: u64,
-    self_ns: u64,
-    avg_ns: u64,
-    min_ns: u64,
-    max_ns: u64,
-    p50_ns: u64,
-    p90_ns: u64,
-    p99_ns: u64,
+    /// The times: `None` (null) for a function with no timed call.
+    total_ns: Option<u64>,
+    self_ns: Option<u64>,
+    avg_ns: Option<u64>,
+    min_ns: Option<u64>,
+    max_ns: Option<u64>,
+    p50_ns: Option<u64>,
+    p90_ns: Option<u64>,
+    p99_ns: Option<u64>,
+    /// The time its calls spent off the CPU, taken out of the times above: only for a recording
+    /// with `-E offcpu`, probe costs taken out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    off_cpu_ns: Option<u64>,
     /// The share of the raw total time that was probe costs taken out (0 to 1, three decimals;
     /// 0 under `--raw-times`): above one half, the summary marks the function's times as
     /// estimates.
@@ -92,12 +100,16 @@ struct JsonFunction<'a> {
 
 /// The names of the figures of a function below what the correction resolves for them: the
 /// sums (total, self) below `stats`'s [`FunctionStats::sum_resolution_ns`], the per-call figures
-/// below `resolution_ns`, as the summary shows them.
+/// below `resolution_ns`, as the summary shows them. None for a function with no timed call,
+/// whose figures are unknown.
 fn below_resolution(
     stats: &FunctionStats,
     percentiles: &Percentiles,
     resolution_ns: u64,
 ) -> Vec<&'static str> {
+    if stats.timed_calls() == 0 {
+        return Vec::new();
+    }
     let sum_resolution_ns = stats.sum_resolution_ns(resolution_ns);
     let figures = [
         ("total_ns", stats.total_ns, sum_resolution_ns),
@@ -112,7 +124,7 @@ fn below_resolution(
     figures
         .into_iter()
         .filter(|&(_, ns, resolution_ns)| {
-            CorrectedDuration { ns, resolution_ns }.is_below_resolution()
+            CorrectedDuration::new(ns, resolution_ns).is_below_resolution()
         })
         .map(|(name, _, _)| name)
         .collect()
@@ -124,9 +136,11 @@ pub fn write_json(
     processes: &GroupedSummaries,
     spread: &Distributions,
     resolutions: &Resolutions,
-    sort: SortKey,
+    options: &ReportOptions,
     out: &mut dyn Write,
 ) -> io::Result<()> {
+    let sort = options.sort;
+    let off_cpu = options.off_cpu(table) == OffCpu::TakenOut;
     let processes = processes.sorted();
     let several = processes.len() > 1;
     let functions = processes
@@ -138,29 +152,38 @@ pub fn write_json(
                 (pid, row, percentiles)
             })
         })
-        .map(|(pid, row, percentiles)| JsonFunction {
-            pid,
-            name: &row.function.name,
-            module: table.module_name(row.function),
-            offset: format!("{:#x}", row.function.offset),
-            srcline: row.function.source.as_ref().map(ToString::to_string),
-            calls: row.stats.calls,
-            unknown_time_calls: row.stats.unknown_time,
-            total_ns: row.stats.total_ns,
-            self_ns: row.stats.self_ns,
-            avg_ns: row.stats.avg_ns(),
-            min_ns: row.stats.min_ns,
-            max_ns: row.stats.max_ns,
-            p50_ns: percentiles.p50_ns,
-            p90_ns: percentiles.p90_ns,
-            p99_ns: percentiles.p99_ns,
-            probe_share: (row.stats.probe_share() * 1000.0).round() / 1000.0,
-            entry_site: match row.function.probes.entry {
-                Execution::Emulated => "emulated",
-                Execution::SingleStepped => "single-stepped",
-            },
-            resolution_ns: resolutions.of(row.id),
-            below_resolution: below_resolution(&row.stats, &percentiles, resolutions.of(row.id)),
+        .map(|(pid, row, percentiles)| {
+            let timed = |ns: u64| (row.stats.timed_calls() > 0).then_some(ns);
+            let off_cpu_ns = off_cpu.then_some(row.stats.off_cpu_ns).and_then(timed);
+            JsonFunction {
+                pid,
+                name: &row.function.name,
+                module: table.module_name(row.function),
+                offset: format!("{:#x}", row.function.offset),
+                srcline: row.function.source.as_ref().map(ToString::to_string),
+                calls: row.stats.calls,
+                unknown_time_calls: row.stats.unknown_time,
+                total_ns: timed(row.stats.total_ns),
+                self_ns: timed(row.stats.self_ns),
+                avg_ns: timed(row.stats.avg_ns()),
+                min_ns: timed(row.stats.min_ns),
+                max_ns: timed(row.stats.max_ns),
+                p50_ns: timed(percentiles.p50_ns),
+                p90_ns: timed(percentiles.p90_ns),
+                p99_ns: timed(percentiles.p99_ns),
+                off_cpu_ns,
+                probe_share: (row.stats.probe_share() * 1000.0).round() / 1000.0,
+                entry_site: match row.function.probes.entry {
+                    Execution::Emulated => "emulated",
+                    Execution::SingleStepped => "single-stepped",
+                },
+                resolution_ns: resolutions.of(row.id),
+                below_resolution: below_resolution(
+                    &row.stats,
+                    &percentiles,
+                    resolutions.of(row.id),
+                ),
+            }
         })
         .collect();
     let report = JsonReport {

@@ -35,7 +35,7 @@ use crate::fast_hash::FastHashMap;
 use crate::filter::{FilterSpec, FilteredSink};
 use crate::probe_cost::{ProbeCosts, Resolutions};
 use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats, Replayer};
-use crate::table::{FunctionId, FunctionTable};
+use crate::table::{FunctionId, FunctionTable, TracedFunction};
 
 use crate::user_stack::UserStacks;
 use chrome::ChromeTrace;
@@ -45,7 +45,7 @@ use flame_graph::{FoldedStacks, Weight};
 use graph::CalleeGraphs;
 pub use run::{run, ReportRequest};
 use stacks::CallPaths;
-use summary::{GroupedSummaries, Grouping, SortKey, Summary, TableLayout};
+use summary::{GroupedSummaries, Grouping, OffCpu, SortKey, Summary, TableLayout};
 use tree::{Columns, TreePrinter};
 
 /// What the data file says about the recording, for reports that show it.
@@ -221,6 +221,7 @@ pub struct ReportOptions {
 impl ReportOptions {
     fn table_layout<'d>(
         &self,
+        table: &FunctionTable,
         distributions: &'d Distributions,
         resolutions: &'d Resolutions,
     ) -> TableLayout<'d> {
@@ -229,6 +230,17 @@ impl ReportOptions {
             avg_self: self.avg_self,
             percentiles: self.percentiles.then_some(distributions),
             resolutions: Some(resolutions),
+            off_cpu: self.off_cpu(table),
+        }
+    }
+
+    /// What is known of the time off the CPU: recorded (`-E offcpu`) or not, and taken out of
+    /// the calls when times are corrected (`--raw-times` shows them as measured).
+    pub fn off_cpu(&self, table: &FunctionTable) -> OffCpu {
+        match table.functions.iter().any(TracedFunction::is_off_cpu) {
+            false => OffCpu::Unknown,
+            true if self.probe_costs.is_some() => OffCpu::TakenOut,
+            true => OffCpu::Recorded,
         }
     }
 }
@@ -416,7 +428,7 @@ where
             let lost = info(source).lost_by_thread;
             if outcome.calls > 0 {
                 let resolutions = resolutions();
-                let layout = options.table_layout(&spread, &resolutions);
+                let layout = options.table_layout(table, &spread, &resolutions);
                 summaries.write_text(table, &outcome.replay, &lost, layout, out)?;
             }
             Ok(outcome)
@@ -428,7 +440,7 @@ where
             let outcome = replay_spread(source, table, filter, costs, &mut summary, wanted)?;
             if outcome.calls > 0 {
                 let resolutions = resolutions();
-                let layout = options.table_layout(&spread, &resolutions);
+                let layout = options.table_layout(table, &spread, &resolutions);
                 summary.write_text(table, &outcome.replay, layout, out)?;
             }
             Ok(outcome)
@@ -439,8 +451,8 @@ where
             let sink = &mut Both(&mut processes, &mut spread);
             let outcome = replay_filtered(source, table, filter, costs, sink)?;
             let resolutions = &resolutions();
-            let (info, sort) = (&info(source), options.sort);
-            json::write_json(info, table, &processes, &spread, resolutions, sort, out)?;
+            let info = &info(source);
+            json::write_json(info, table, &processes, &spread, resolutions, options, out)?;
             Ok(outcome)
         }
         Format::Histogram => {

@@ -31,8 +31,9 @@ use std::io::{self, Write};
 use std::sync::Arc;
 
 use super::flame_graph::{frame_name, process_frame};
-use super::summary::{plural, HumanDuration};
+use super::summary::HumanDuration;
 use super::Format;
+use crate::diagnostics::plural;
 use crate::fast_hash::FastHashMap;
 use crate::filter::FilterSpec;
 use crate::replay::{CallSink, FinishedCall};

@@ -28,11 +28,16 @@
 //! its timed recursive calls count in total in its place. The table ends with a note when there
 //! were any of either.
 //!
-//! `Total %` is the total time as a share of the time the trace covers as the report counts it:
-//! the longest of the threads' outermost timed calls added up, with the probe costs taken out as
-//! from every other figure (the first event to the last, raw, when no outermost call was timed).
-//! So `main` is near 100% whether the times are corrected or not; functions run by several
-//! threads at once can pass 100%.
+//! A figure shown as a bound is never above what was measured around it: the function's calls
+//! with their probe costs, and the whole trace ([`FunctionStats::ceilings`]). A function with no
+//! timed call shows `-` for every time; a row with calls of unknown time says how many.
+//!
+//! `Total %` is the total time as a share of the whole trace, as a line above the table says:
+//! every thread's outermost timed calls added up, before any filter, with the probe costs taken
+//! out as from every other figure (the first event to the last, raw, when no outermost call was
+//! timed: [`crate::replay::ReplayStats::outermost_ns`]). So `main` is near 100% in a program of
+//! one thread whether the times are corrected or not, a function reads the same share with or
+//! without `-f`, and none passes 100%. A total shown as a bound shows its share as one.
 //! Rows are sorted by a [`SortKey`], largest first; `--per-thread` makes one table per thread
 //! ([`GroupedSummaries`]).
 
@@ -43,10 +48,11 @@ use std::str::FromStr;
 use thiserror::Error;
 
 use super::distribution::Distributions;
+use crate::diagnostics::plural;
 use crate::fast_hash::FastHashMap;
 use crate::probe_cost::Resolutions;
 use crate::replay::{CallSink, FinishedCall, ReplayStats};
-use crate::table::{FunctionId, FunctionTable, TracedFunction};
+use crate::table::{FunctionId, FunctionKind, FunctionTable, TracedFunction};
 
 /// What the rows are sorted by, largest first (`--sort`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -114,6 +120,17 @@ pub const PROBE_DOMINATED: f64 = 0.5;
 /// How the summary marks such a function's name.
 const PROBE_DOMINATED_MARK: &str = "* ";
 
+/// How many times its average a function's longest call must be, over at least [`SKEWED_CALLS`]
+/// timed calls (probe costs left in both), for the summary to mark it as carried by a few long
+/// calls when the time off the CPU is not known: a thread preempted inside a function of 500 ns
+/// makes a call of milliseconds (redis's `LRU_CLOCK`: p50 `<471 ns`, average 13 µs, maximum
+/// 12 ms).
+const SKEWED_RATIO: u64 = 10;
+const SKEWED_CALLS: u64 = 20;
+
+/// How the summary marks a function whose average a few long calls carry.
+const SKEWED_MARK: &str = "~ ";
+
 /// The figures of one function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FunctionStats {
@@ -131,6 +148,15 @@ pub struct FunctionStats {
     /// The probe costs taken out of the calls counted in `total_ns` (their raw durations less
     /// their corrected ones); 0 under `--raw-times`.
     pub probe_ns: u64,
+    /// The longest raw duration of a timed call (probe costs left in): what was measured around
+    /// every per-call figure.
+    pub max_raw_ns: u64,
+    /// The time the calls counted in `total_ns` spent off the CPU, taken out of them (`-E
+    /// offcpu`).
+    pub off_cpu_ns: u64,
+    /// Whether a call of it ran inside another of it (recursion): then its longest call holds
+    /// the others.
+    pub recursive: bool,
 }
 
 impl FunctionStats {
@@ -153,6 +179,36 @@ impl FunctionStats {
     /// resolves `per_call_ns` for one: each call's error adds up.
     pub fn sum_resolution_ns(&self, per_call_ns: u64) -> u64 {
         CorrectedDuration::sum_resolution_ns(self.timed_calls(), per_call_ns)
+    }
+
+    /// What was measured around the function's figures, which none of them exceeds: its calls
+    /// with their probe costs (the longest one for a call's figure, all of them for a sum), and
+    /// the whole trace, `run_ns` (0 when no outermost call was timed), as every call lies in it.
+    pub fn ceilings(&self, run_ns: u64) -> Ceilings {
+        let within_run = |ns: u64| match run_ns {
+            0 => ns,
+            run_ns => ns.min(run_ns),
+        };
+        Ceilings {
+            call_ns: within_run(self.max_raw_ns),
+            sum_ns: within_run(self.raw_total_ns()),
+        }
+    }
+
+    /// Whether a few long calls carry the average: the longest call is [`SKEWED_RATIO`] times
+    /// the average or more (probe costs left in both), over [`SKEWED_CALLS`] timed calls or more,
+    /// none inside another (a recursion's outermost call holds the others).
+    pub fn is_skewed(&self) -> bool {
+        let timed = self.timed_calls();
+        let average_raw_ns = self.raw_total_ns().checked_div(timed).unwrap_or(0);
+        timed >= SKEWED_CALLS
+            && !self.recursive
+            && self.max_raw_ns >= average_raw_ns.saturating_mul(SKEWED_RATIO)
+    }
+
+    /// The durations counted in the total, probe costs left in.
+    pub fn raw_total_ns(&self) -> u64 {
+        self.total_ns.saturating_add(self.probe_ns)
     }
 
     /// The share of the raw total time that was probe costs taken out: above
@@ -182,6 +238,9 @@ impl FunctionStats {
             self.total_ns = self.total_ns.saturating_add(call.recursion_ns);
             return;
         }
+        let raw_ns = call.end_ns - call.start_ns;
+        self.max_raw_ns = self.max_raw_ns.max(raw_ns);
+        self.recursive |= call.recursive;
         if self.timed_calls() == 0 {
             self.min_ns = call.duration_ns;
             self.max_ns = call.duration_ns;
@@ -196,11 +255,23 @@ impl FunctionStats {
         self.calls += 1;
         if !call.recursive {
             self.total_ns = self.total_ns.saturating_add(call.duration_ns);
-            let raw_ns = call.end_ns - call.start_ns;
-            self.probe_ns = (self.probe_ns).saturating_add(raw_ns.saturating_sub(call.duration_ns));
+            self.off_cpu_ns = self.off_cpu_ns.saturating_add(call.off_cpu_ns);
+            // Of what was taken out, the probes' costs: not the time off the CPU or stopped.
+            let probes_ns = raw_ns
+                .saturating_sub(call.duration_ns)
+                .saturating_sub(call.off_cpu_ns + call.stopped_ns);
+            self.probe_ns = self.probe_ns.saturating_add(probes_ns);
         }
         self.self_ns = self.self_ns.saturating_add(call.self_ns);
     }
+}
+
+/// What was measured around each figure of a function (see [`CorrectedDuration::within`]): for
+/// one call's (average, minimum, maximum, percentiles) and for a sum (total, self time).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ceilings {
+    pub call_ns: u64,
+    pub sum_ns: u64,
 }
 
 /// How the summary table is laid out.
@@ -215,14 +286,27 @@ pub struct TableLayout<'d> {
     /// Below what each function's per-call figures are shown as a bound; `None` under raw
     /// times.
     pub resolutions: Option<&'d Resolutions>,
+    /// What is known of the time off the CPU: with it taken out, an `Off-CPU` column; without
+    /// it known, the rows a few long calls carry are marked.
+    pub off_cpu: OffCpu,
+}
+
+/// What a report knows of the time the threads spent off the CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OffCpu {
+    /// Not recorded (no `-E offcpu`).
+    #[default]
+    Unknown,
+    /// Recorded, left in the calls (`--raw-times`).
+    Recorded,
+    /// Recorded, and taken out of the calls it fell in (see [`FinishedCall::off_cpu_ns`]).
+    TakenOut,
 }
 
 /// Collects [`FunctionStats`] per function id; a [`CallSink`].
 #[derive(Clone, Debug)]
 pub struct Summary {
     functions: Vec<FunctionStats>,
-    /// Per thread id, the durations of its outermost timed calls added up.
-    outermost_ns: FastHashMap<u32, u64>,
 }
 
 /// One line of the summary: a function that was called.
@@ -237,13 +321,7 @@ impl Summary {
     pub fn new(function_count: usize) -> Summary {
         Summary {
             functions: vec![FunctionStats::default(); function_count],
-            outermost_ns: FastHashMap::default(),
         }
-    }
-
-    /// The longest a thread's outermost timed calls lasted together: what `Total %` divides by.
-    fn longest_thread_ns(&self) -> u64 {
-        self.outermost_ns.values().copied().max().unwrap_or(0)
     }
 
     pub fn stats(&self, id: FunctionId) -> Option<&FunctionStats> {
@@ -282,12 +360,13 @@ impl Summary {
         layout: TableLayout,
         out: &mut dyn Write,
     ) -> io::Result<()> {
-        let covered_ns = covered_ns(self.longest_thread_ns(), replay);
-        let bounds = self.write_table(table, covered_ns, layout, 0, out)?;
-        write_note(replay, self.probe_dominated(), bounds, out)
+        let covered_ns = write_whole(replay, out)?;
+        let marks = self.write_table(table, covered_ns, layout, 0, out)?;
+        write_note(replay, self.probe_dominated(), marks, out)
     }
 
-    /// Writes the table; says whether any figure was shown as a bound.
+    /// Writes the table; says whether any figure was shown as a bound, and how many rows are
+    /// marked as carried by a few long calls.
     fn write_table(
         &self,
         table: &FunctionTable,
@@ -295,7 +374,7 @@ impl Summary {
         layout: TableLayout,
         group: u32,
         out: &mut dyn Write,
-    ) -> io::Result<ShownBounds> {
+    ) -> io::Result<TableMarks> {
         let [average, minimum, maximum] = if layout.avg_self {
             ["Avg self", "Min self", "Max self"]
         } else {
@@ -305,9 +384,14 @@ impl Summary {
             Some(_) => format!("  {:>10}  {:>10}  {:>10}", "P50", "P90", "P99"),
             None => String::new(),
         };
+        let (off_cpu_head, off_cpu_rule) = match layout.off_cpu {
+            OffCpu::TakenOut => (format!("  {:>10}", "Off-CPU"), "  =========="),
+            OffCpu::Unknown | OffCpu::Recorded => (String::new(), ""),
+        };
         writeln!(
             out,
-            "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}{percentile_heads}  Function",
+            "  {:>10}  {:>8}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}{percentile_heads}{off_cpu_head}  \
+             Function",
             "Total time", "Total %", "Self time", "Calls", average, minimum, maximum
         )?;
         let rule = "==========";
@@ -317,51 +401,78 @@ impl Summary {
         };
         writeln!(
             out,
-            "  {rule}  =======  {rule}  {rule}  {rule}  {rule}  {rule}{percentile_rules}  ===================="
+            "  {rule}  ========  {rule}  {rule}  {rule}  {rule}  {rule}{percentile_rules}{off_cpu_rule}  \
+             ===================="
         )?;
         let rows = self.rows(table, layout.sort);
         let names = distinct_names(table, &rows);
         let mut bounds = ShownBounds::None;
+        let mut skewed = 0;
         for (row, name) in rows.iter().zip(names) {
             let s = &row.stats;
             let call_resolution_ns = layout.resolutions.map_or(0, |r| r.of(row.id));
             let sum_resolution_ns = s.sum_resolution_ns(call_resolution_ns);
-            let mut corrected = |ns, resolution_ns| {
-                let figure = CorrectedDuration { ns, resolution_ns };
-                if figure.is_below_resolution() {
+            let ceilings = s.ceilings(span_ns);
+            // Of a function with no timed call, every time is unknown: `-`, not a 0 or a bound.
+            let timed = s.timed_calls() > 0;
+            let mut corrected = |ns, resolution_ns, ceiling_ns| {
+                let figure = CorrectedDuration::new(ns, resolution_ns).within(ceiling_ns);
+                if timed && figure.is_below_resolution() {
                     bounds = ShownBounds::Some;
                 }
-                figure
+                Shown(timed.then_some(figure))
             };
             let [total, self_time] =
-                [s.total_ns, s.self_ns].map(|ns| corrected(ns, sum_resolution_ns));
+                [s.total_ns, s.self_ns].map(|ns| corrected(ns, sum_resolution_ns, ceilings.sum_ns));
             let [average, minimum, maximum] = s
                 .spread(layout.avg_self)
-                .map(|ns| corrected(ns, call_resolution_ns));
+                .map(|ns| corrected(ns, call_resolution_ns, ceilings.call_ns));
+            // Time taken out of the program's calls (utrace's stops, time off the CPU) is no
+            // share of it.
+            let apart = match row.function.kind {
+                FunctionKind::Tracer => layout.resolutions.is_some(),
+                _ => layout.off_cpu == OffCpu::TakenOut && row.function.is_off_cpu(),
+            };
+            let share = match total.0 {
+                Some(total) if !apart => Percent::of(total, span_ns),
+                _ => Percent::Unknown,
+            };
             write!(
                 out,
-                "  {:>10}  {:>7}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}",
-                total,
-                Percent::of(s.total_ns, span_ns),
-                self_time,
+                "  {total:>10}  {share:>8}  {self_time:>10}  {:>10}  {average:>10}  {minimum:>10}  \
+                 {maximum:>10}",
                 s.calls,
-                average,
-                minimum,
-                maximum,
             )?;
             if let Some(distributions) = layout.percentiles {
                 let p = distributions.percentiles(group, row.id);
-                let [p50, p90, p99] =
-                    [p.p50_ns, p.p90_ns, p.p99_ns].map(|ns| corrected(ns, call_resolution_ns));
+                let [p50, p90, p99] = [p.p50_ns, p.p90_ns, p.p99_ns]
+                    .map(|ns| corrected(ns, call_resolution_ns, ceilings.call_ns));
                 write!(out, "  {p50:>10}  {p90:>10}  {p99:>10}")?;
+            }
+            if layout.off_cpu == OffCpu::TakenOut {
+                let off_cpu = CorrectedDuration::new(s.off_cpu_ns, 0);
+                let off_cpu = Shown((timed && !apart).then_some(off_cpu));
+                write!(out, "  {off_cpu:>10}")?;
             }
             let mark = match s.probe_share() > PROBE_DOMINATED {
                 true => PROBE_DOMINATED_MARK,
                 false => "",
             };
-            writeln!(out, "  {mark}{name}")?;
+            // Where the time off the CPU is not taken out, it may be what carries a function.
+            let skew = match layout.off_cpu == OffCpu::Unknown && s.is_skewed() {
+                true => {
+                    skewed += 1;
+                    SKEWED_MARK
+                }
+                false => "",
+            };
+            let unknown = match s.unknown_time {
+                0 => String::new(),
+                n => format!(" ({n} of unknown time)"),
+            };
+            writeln!(out, "  {mark}{skew}{name}{unknown}")?;
         }
-        Ok(bounds)
+        Ok(TableMarks { bounds, skewed })
     }
 
     /// How many functions' times are marked as mostly probe cost.
@@ -414,12 +525,20 @@ enum ShownBounds {
     Some,
 }
 
+/// What a table marked, for the notes under it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TableMarks {
+    bounds: ShownBounds,
+    /// Rows marked as carried by a few long calls ([`FunctionStats::is_skewed`]).
+    skewed: u64,
+}
+
 /// The notes under the table(s): the replay's, the clamped times, what the `*` of
 /// `probe_dominated` rows means, and what a bound is when `bounds` were shown.
 fn write_note(
     replay: &ReplayStats,
     probe_dominated: u64,
-    bounds: ShownBounds,
+    marks: TableMarks,
     out: &mut dyn Write,
 ) -> io::Result<()> {
     // The clamps only here: calls shorter than their probes' measured cost are common (the cost
@@ -439,7 +558,15 @@ fn write_note(
             plural(probe_dominated, "function", "functions")
         )
     });
-    let bounded = (bounds == ShownBounds::Some).then(|| {
+    let skewed = (marks.skewed > 0).then(|| {
+        format!(
+            "~ marks {} whose longest call is at least {SKEWED_RATIO} times its average: a few \
+             long calls carry it, as when the thread is preempted or waits inside them (record \
+             with -E offcpu to take the time off the CPU out)",
+            plural(marks.skewed, "function", "functions")
+        )
+    });
+    let bounded = (marks.bounds == ShownBounds::Some).then(|| {
         "<N is a time below N, what the probe-cost correction resolves (how much the probes' \
          own cost varies from call to call; for a total or self time, that times its calls): \
          less than N, how much less is not known (json: below_resolution)"
@@ -448,6 +575,7 @@ fn write_note(
     let notes: Vec<String> = (replay_note(replay).into_iter())
         .chain(clamped)
         .chain(marked)
+        .chain(skewed)
         .chain(bounded)
         .collect();
     if !notes.is_empty() {
@@ -523,14 +651,12 @@ impl GroupedSummaries {
             .groups
             .iter()
             .any(|(group, _)| group.pid != self.groups[0].0.pid);
-        let longest_thread_ns = self
-            .groups
-            .iter()
-            .map(|(_, summary)| summary.longest_thread_ns())
-            .max()
-            .unwrap_or(0);
-        let covered_ns = covered_ns(longest_thread_ns, replay);
-        let mut bounds = ShownBounds::None;
+        let covered_ns = write_whole(replay, out)?;
+        writeln!(out)?;
+        let mut marks = TableMarks {
+            bounds: ShownBounds::None,
+            skewed: 0,
+        };
         for (i, (group, summary)) in self.sorted().into_iter().enumerate() {
             if i > 0 {
                 writeln!(out)?;
@@ -554,12 +680,14 @@ impl GroupedSummaries {
                 Grouping::Thread => group.tid,
                 Grouping::Process => group.pid,
             };
-            if summary.write_table(table, covered_ns, layout, key, out)? == ShownBounds::Some {
-                bounds = ShownBounds::Some;
+            let table_marks = summary.write_table(table, covered_ns, layout, key, out)?;
+            if table_marks.bounds == ShownBounds::Some {
+                marks.bounds = ShownBounds::Some;
             }
+            marks.skewed += table_marks.skewed;
         }
         let marked = self.groups.iter().map(|(_, s)| s.probe_dominated()).sum();
-        write_note(replay, marked, bounds, out)
+        write_note(replay, marked, marks, out)
     }
 }
 
@@ -583,35 +711,70 @@ impl CallSink for GroupedSummaries {
     }
 }
 
-/// What `Total %` divides by: the longest thread's outermost timed calls, or the trace's raw span
-/// when none was timed.
-fn covered_ns(longest_thread_ns: u64, replay: &ReplayStats) -> u64 {
-    match longest_thread_ns {
-        0 => replay.span_ns(),
-        longest => longest,
+/// What `Total %` divides by: every thread's outermost timed calls added up, as the flame graph
+/// adds up every thread's stacks, before any filter (so a function reads the same share with or
+/// without `-f`, and none more than 100%); the trace's raw span when no outermost call was timed.
+/// Says so above the table(s), and returns it.
+fn write_whole(replay: &ReplayStats, out: &mut dyn Write) -> io::Result<u64> {
+    let threads = plural(replay.threads as u64, "thread", "threads");
+    match replay.outermost_ns {
+        0 => {
+            let span_ns = replay.span_ns();
+            let span = HumanDuration(span_ns);
+            writeln!(
+                out,
+                "  Total % is of {span}: from the first event to the last ({threads})"
+            )?;
+            Ok(span_ns)
+        }
+        outermost_ns => {
+            let whole = HumanDuration(outermost_ns);
+            writeln!(
+                out,
+                "  Total % is of {whole}: every thread's outermost calls, added up ({threads})"
+            )?;
+            Ok(outermost_ns)
+        }
     }
 }
 
-/// `part` as a percentage of `whole`, with two decimals (`99.87%`); `whole` 0 shows as `-`.
-struct Percent(Option<u64>);
+/// A share of the whole trace as the summary shows it, with two decimals (`99.87%`), `<` before
+/// a bound's (`<0.05%`, the share of a total shown as a bound), `-` when unknown (no timed call,
+/// or nothing to divide by).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Percent {
+    /// In hundredths of a percent.
+    Figure(u64),
+    Bound(u64),
+    Unknown,
+}
 
 impl Percent {
-    fn of(part: u64, whole: u64) -> Percent {
-        // In hundredths of a percent, rounded to nearest; u128 so no trace can overflow it.
-        Percent((whole > 0).then(|| {
-            let hundredths =
+    /// `total` as a share of `whole`: the figure's share, or its bound's when it shows as one.
+    fn of(total: CorrectedDuration, whole: u64) -> Percent {
+        if whole == 0 {
+            return Percent::Unknown;
+        }
+        // Rounded to nearest; u128 so no trace can overflow it.
+        let hundredths = |part: u64| {
+            let rounded =
                 (u128::from(part) * 10_000 * 2 + u128::from(whole)) / (2 * u128::from(whole));
-            u64::try_from(hundredths).unwrap_or(u64::MAX)
-        }))
+            u64::try_from(rounded).unwrap_or(u64::MAX)
+        };
+        match total.bound_ns() {
+            Some(bound_ns) => Percent::Bound(hundredths(bound_ns)),
+            None => Percent::Figure(hundredths(total.ns)),
+        }
     }
 }
 
 impl fmt::Display for Percent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut text = StackText::default();
-        match self.0 {
-            Some(h) => write!(text, "{}.{:02}%", h / 100, h % 100)?,
-            None => write!(text, "-")?,
+        match *self {
+            Percent::Figure(h) => write!(text, "{}.{:02}%", h / 100, h % 100)?,
+            Percent::Bound(h) => write!(text, "<{}.{:02}%", h / 100, h % 100)?,
+            Percent::Unknown => write!(text, "-")?,
         }
         f.pad(text.as_str())
     }
@@ -621,9 +784,6 @@ impl CallSink for Summary {
     fn call_finished(&mut self, call: &FinishedCall, _stack: &[FunctionId]) {
         if let Some(stats) = self.functions.get_mut(call.function as usize) {
             stats.add(call);
-        }
-        if call.depth == 0 && call.time_known {
-            *self.outermost_ns.entry(call.tid).or_default() += call.duration_ns;
         }
     }
 }
@@ -665,10 +825,6 @@ pub(crate) fn replay_note(replay: &ReplayStats) -> Option<String> {
         ));
     }
     (!parts.is_empty()).then(|| parts.join("; "))
-}
-
-pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// A duration in nanoseconds, shown in the largest unit it reaches: below 1 µs as whole
@@ -726,16 +882,45 @@ fn write_bound(text: &mut StackText, ns: u64) -> fmt::Result {
 
 /// A corrected duration as reports show it: as [`HumanDuration`] when it is at least what the
 /// correction resolves for it (for one call of its function, or for a sum of its calls: see
-/// [`FunctionStats::sum_resolution_ns`]), else as the bound `<` resolution (`<90 ns`), with no
-/// space after `<`, so a row still splits on spaces into the same columns, and no wider than a
-/// figure ([`write_bound`]). A resolution of 0 (raw times, kernel events) shows every figure.
+/// [`FunctionStats::sum_resolution_ns`]), else as a bound (`<90 ns`): the resolution, or what
+/// was measured around the figure when that is less (its calls with their probe costs, the
+/// whole trace: [`CorrectedDuration::within`]), so that no bound exceeds what holds it. With
+/// no space after `<`, so a row still splits on spaces into the same columns, and no wider
+/// than a figure ([`write_bound`]). A resolution of 0 (raw times, kernel events) shows every
+/// figure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CorrectedDuration {
     pub ns: u64,
     pub resolution_ns: u64,
+    /// The most the figure can be: what was measured around it. No bound shown exceeds it.
+    pub ceiling_ns: u64,
 }
 
 impl CorrectedDuration {
+    /// `ns`, resolved to `resolution_ns`, with nothing measured around it yet.
+    pub fn new(ns: u64, resolution_ns: u64) -> CorrectedDuration {
+        CorrectedDuration {
+            ns,
+            resolution_ns,
+            ceiling_ns: u64::MAX,
+        }
+    }
+
+    /// The same figure, known to be at most `ceiling_ns` (what was measured around it): its
+    /// bound is no more than that either.
+    pub fn within(self, ceiling_ns: u64) -> CorrectedDuration {
+        CorrectedDuration {
+            ceiling_ns: self.ceiling_ns.min(ceiling_ns),
+            ..self
+        }
+    }
+
+    /// The duration of `call`, whose function's calls are each resolved to `resolution_ns`,
+    /// within what the call measured, probe costs left in.
+    pub fn of_call(call: &FinishedCall, resolution_ns: u64) -> CorrectedDuration {
+        CorrectedDuration::new(call.duration_ns, resolution_ns).within(call.end_ns - call.start_ns)
+    }
+
     /// What the correction resolves for a sum of the durations of `timed_calls` calls, each
     /// resolved to `call_resolution_ns`: their errors add up.
     pub fn sum_resolution_ns(timed_calls: u64, call_resolution_ns: u64) -> u64 {
@@ -747,9 +932,11 @@ impl CorrectedDuration {
         self.ns < self.resolution_ns
     }
 
-    /// The bound shown in place of the figure, when it is below the resolution.
+    /// The bound shown in place of the figure, when it is below the resolution: the resolution,
+    /// or the ceiling when that is less.
     pub fn bound_ns(&self) -> Option<u64> {
-        self.is_below_resolution().then_some(self.resolution_ns)
+        self.is_below_resolution()
+            .then_some(self.resolution_ns.min(self.ceiling_ns))
     }
 }
 
@@ -761,6 +948,18 @@ impl fmt::Display for CorrectedDuration {
         let mut text = StackText::default();
         write_bound(&mut text, bound_ns)?;
         f.pad(text.as_str())
+    }
+}
+
+/// A figure of the summary, or `-` where it is unknown (a function with no timed call).
+struct Shown(Option<CorrectedDuration>);
+
+impl fmt::Display for Shown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(figure) => figure.fmt(f),
+            None => f.pad("-"),
+        }
     }
 }
 

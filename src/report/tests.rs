@@ -164,6 +164,8 @@ fn report_summary_matches_golden() {
             first_timestamp_ns: 0,
             last_timestamp_ns: 2_500_000,
             clamped_times: 0,
+            // main's 2.5 ms on one thread; odd;name's 1 µs and cmp's 2.4967 ms on the other.
+            outermost_ns: 2_500_000 + 1_000 + 2_496_700,
         }
     );
 }
@@ -432,6 +434,8 @@ fn report_flame_graph_merges_paths_that_read_the_same() {
             end_ns: self_ns,
             duration_ns: self_ns,
             self_ns,
+            off_cpu_ns: 0,
+            stopped_ns: 0,
             depth: stack.len() as u32 - 1,
             complete: true,
             time_known: true,
@@ -596,7 +600,8 @@ fn report_chrome_timestamps_are_microseconds_since_the_start() {
 /// The function names of a summary's rows, in order.
 fn summary_order(text: &str) -> Vec<&str> {
     text.lines()
-        .skip(2)
+        .skip_while(|line| !line.starts_with("  =========="))
+        .skip(1)
         .take_while(|line| !line.is_empty())
         .map(|line| line.rsplit("  ").next().unwrap())
         .collect()
@@ -650,17 +655,21 @@ fn report_summary_per_thread() {
     let (first, second) = text
         .split_once("\n\nThread 101 (2 events lost)\n")
         .expect("two tables");
+    // What Total % is of, once, above the tables.
     let first = first
-        .strip_prefix("Thread 100\n")
+        .strip_prefix(
+            "  Total % is of 4.997 ms: every thread's outermost calls, added up (2 threads)\n\n\
+             Thread 100\n",
+        )
         .expect("thread 100 first");
     assert_eq!(
         summary_order(first),
         ["main", "memcpy@plt", "sort", "cmp", "fib"]
     );
     assert_eq!(summary_order(second), ["cmp", "odd;name", "memcpy@plt"]);
-    // cmp on thread 100: 500 + 1200 ns; Total % is of the whole trace (2.5 ms).
+    // cmp on thread 100: 500 + 1200 ns; Total % is of the whole trace (both threads' 4.997 ms).
     let cmp = first.lines().find(|l| l.ends_with("  cmp")).unwrap();
-    assert!(cmp.starts_with("    1.700 us    0.07%"), "{cmp}");
+    assert!(cmp.starts_with("    1.700 us     0.03%"), "{cmp}");
     assert_eq!(text.matches("note:").count(), 1);
 }
 
@@ -870,7 +879,7 @@ fn report_summary_avg_self_spreads_self_times() {
     let text = report_of(&events, Format::Summary, &options);
     assert!(
         text.lines()
-            .next()
+            .nth(1)
             .unwrap()
             .contains("Avg self    Min self    Max self"),
         "{text}"
@@ -953,6 +962,60 @@ fn report_calls_of_unknown_time_count_but_add_no_time() {
         (&sort["calls"], &sort["unknown_time_calls"]),
         (&2.into(), &1.into())
     );
+}
+
+/// A function none of whose calls was timed has no times at all: `-` in the summary, not `0 ns`
+/// or a bound, with how many calls are of unknown time; `null` in json. A function with some
+/// calls timed says how many were not.
+#[test]
+fn report_rows_without_a_timed_call_show_no_times() {
+    let options = corrected_within(false);
+    let text = report_of(&longjmp_events(), Format::Summary, &options);
+    let cmp = text.lines().find(|l| l.contains("  cmp")).unwrap();
+    assert_eq!(
+        cmp.split_whitespace().collect::<Vec<_>>(),
+        ["-", "-", "-", "1", "-", "-", "-", "cmp", "(1", "of", "unknown", "time)"],
+        "{text}"
+    );
+    let sort = text.lines().find(|l| l.contains("  sort")).unwrap();
+    assert!(sort.ends_with("  sort (1 of unknown time)"), "{text}");
+    assert!(!sort.contains(" - "), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&report_of(&longjmp_events(), Format::Json, &options)).unwrap();
+    let functions = json["functions"].as_array().unwrap();
+    let cmp = functions.iter().find(|f| f["name"] == "cmp").unwrap();
+    for figure in [
+        "total_ns", "self_ns", "avg_ns", "min_ns", "max_ns", "p50_ns",
+    ] {
+        assert!(cmp[figure].is_null(), "{figure}: {cmp}");
+    }
+    assert!(cmp.get("below_resolution").is_none(), "{cmp}");
+}
+
+/// Total % is of every thread's outermost calls added up, whatever the report shows: the same
+/// share with and without `-f`, and none above 100%, also for a function run on a thread
+/// shorter than another (the worker's cmp, 2.4967 ms, beside main's 2.5 ms).
+#[test]
+fn report_total_share_is_of_every_thread_with_or_without_a_filter() {
+    let share = |options: &ReportOptions, name: &str| {
+        let (text, _) = sort_report_with(Format::Summary, options);
+        let row = text.lines().find(|l| l.ends_with(&format!("  {name}")));
+        row.unwrap_or_else(|| panic!("{name}: {text}"))
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .to_owned()
+    };
+    let all = ReportOptions::default();
+    let filtered = ReportOptions {
+        filter: spec(&["cmp", "odd*"], &[], None, None),
+        ..ReportOptions::default()
+    };
+    for name in ["cmp", "odd;name"] {
+        assert_eq!(share(&all, name), share(&filtered, name), "{name}");
+    }
+    assert_eq!(share(&all, "main"), "50.02%");
+    assert_eq!(share(&filtered, "cmp"), "49.99%");
 }
 
 #[test]
@@ -1060,7 +1123,7 @@ fn report_percentiles_of_known_durations_are_exact() {
     );
     assert!(text
         .lines()
-        .next()
+        .nth(1)
         .unwrap()
         .contains("P50         P90         P99  Function"));
     let json: serde_json::Value = serde_json::from_str(&report_of(
@@ -1101,14 +1164,15 @@ fn report_shows_per_call_figures_below_the_resolution_as_a_bound() {
     let text = report_of(&spread_events(), Format::Summary, &corrected_within(true));
     let cmp = summary_row(&text, "cmp");
     let columns = row_columns(cmp);
-    // Total and self time, below the 100 calls' 3.500 us; calls, average (3240 / 100), minimum,
-    // maximum, then p50 (the 50th of 20 zeros and 1 to 80), p90, p99.
+    // Total and self time, below the 100 calls' 3.500 us, shown within the run they lie in
+    // (main's 3.240 us), and so their share; calls, average (3240 / 100), minimum, maximum, then
+    // p50 (the 50th of 20 zeros and 1 to 80), p90, p99.
     assert_eq!(
         &columns[..10],
         [
-            "<3.500 us",
-            "100.00%",
-            "<3.500 us",
+            "<3.240 us",
+            "<100.00%",
+            "<3.240 us",
             "100",
             "<35 ns",
             "<35 ns",
@@ -1122,7 +1186,7 @@ fn report_shows_per_call_figures_below_the_resolution_as_a_bound() {
     // Columns stay aligned: the row is as long as the header.
     assert_eq!(
         cmp.len(),
-        text.lines().next().unwrap().len() - "Function".len() + 3
+        text.lines().nth(1).unwrap().len() - "Function".len() + 3
     );
     assert!(
         text.contains("\n  note: <N is a time below N, what the probe-cost correction"),
@@ -1192,11 +1256,12 @@ fn report_shows_sums_below_their_calls_resolution_as_a_bound() {
         "105 ns | 2.72% | 105 ns | 3 | 35 ns | <35 ns | 40 ns | cmp"
     );
     assert_eq!(below, serde_json::json!(["min_ns"]));
-    // 1 ns less: below what they resolve, a bound, as the average (34) is (and the median).
+    // 1 ns less: below what they resolve, a bound, as the average (34) is (and the median),
+    // and so is its share.
     let (row, below) = cmp_row(&[50, 60, 54]);
     assert_eq!(
         row,
-        "<105 ns | 2.69% | <105 ns | 3 | <35 ns | <35 ns | 40 ns | cmp"
+        "<105 ns | <2.72% | <105 ns | 3 | <35 ns | <35 ns | 40 ns | cmp"
     );
     assert_eq!(
         below,
@@ -1223,7 +1288,8 @@ fn report_replay_shows_durations_below_the_resolution_as_a_bound() {
 fn report_diff_shows_sums_below_their_calls_resolution_as_a_bound() {
     use crate::probe_cost::{ProbeCost, ProbeCosts, Resolutions};
     let table = sort_table();
-    // Each call resolved to 35 ns: cmp's two calls of 30 ns are below their 70, fib's are not.
+    // Each call resolved to 35 ns: cmp's two calls of 30 ns are below their 70, fib's are not;
+    // cmp's bound is what its calls measured, 60 ns, which is less.
     let costs = ProbeCosts {
         classes: vec![(
             Default::default(),
@@ -1267,7 +1333,7 @@ fn report_diff_shows_sums_below_their_calls_resolution_as_a_bound() {
     assert_eq!(
         words(&resolutions),
         [
-            "2 2 0 <70 ns <70 ns 0 ns 0.0% <70 ns <70 ns 0 ns 0.0% cmp",
+            "2 2 0 <60 ns <60 ns 0 ns 0.0% <60 ns <60 ns 0 ns 0.0% cmp",
             "1 1 0 40 ns 40 ns 0 ns 0.0% 40 ns 40 ns 0 ns 0.0% fib",
         ]
     );
@@ -1341,7 +1407,7 @@ fn report_under_raw_times_shows_no_bounds() {
 
 #[test]
 fn corrected_durations_show_a_bound_below_their_resolution() {
-    let shown = |ns, resolution_ns| CorrectedDuration { ns, resolution_ns }.to_string();
+    let shown = |ns, resolution_ns| CorrectedDuration::new(ns, resolution_ns).to_string();
     assert_eq!(shown(0, 90), "<90 ns");
     assert_eq!(shown(89, 90), "<90 ns");
     assert_eq!(shown(90, 90), "90 ns");
@@ -1353,14 +1419,17 @@ fn corrected_durations_show_a_bound_below_their_resolution() {
     assert_eq!(shown(0, 3_600_000_000_001), "<3601 s");
     // Raw times, kernel events: nothing was taken out, every figure is a measurement.
     assert_eq!(shown(0, 0), "0 ns");
-    let padded = format!(
-        "[{:>10}]",
-        CorrectedDuration {
-            ns: 3,
-            resolution_ns: 90
-        }
-    );
+    let padded = format!("[{:>10}]", CorrectedDuration::new(3, 90));
     assert_eq!(padded, "[    <90 ns]");
+    // What was measured around it holds the bound too: never above it.
+    assert_eq!(
+        CorrectedDuration::new(3, 90).within(40).to_string(),
+        "<40 ns"
+    );
+    assert_eq!(
+        CorrectedDuration::new(300, 90).within(400).to_string(),
+        "300 ns"
+    );
 }
 
 #[test]
@@ -1430,6 +1499,8 @@ fn timed_call(function: FunctionId, duration_ns: u64) -> FinishedCall {
         end_ns: duration_ns,
         duration_ns,
         self_ns: duration_ns,
+        off_cpu_ns: 0,
+        stopped_ns: 0,
         depth: 0,
         complete: true,
         time_known: true,
@@ -1591,4 +1662,138 @@ fn report_stacks_and_graph_count_only_the_calls_they_show() {
         let expected = if format == Format::Stacks { 4 } else { 1 };
         assert_eq!(outcome.calls, expected, "{format}");
     }
+}
+
+/// A trace of `main` calling `tiny` twenty times on thread 7, one of them preempted for 1 ms
+/// (`linux:schedule` under it, as `-E offcpu` records it), and the table it is of.
+fn preempted_events() -> (FunctionTable, Vec<Event>) {
+    let mut table = FunctionTable::of_names(&["main", "tiny", "linux:schedule"]);
+    table.functions[2].kind = FunctionKind::Kernel;
+    let mut events = vec![Event::entry(0, 7, 0)];
+    for i in 0..20u64 {
+        let start = 10_000 + i * 10_000;
+        events.push(Event::entry(start, 7, 1));
+        if i == 4 {
+            events.push(Event::entry(start + 200, 7, 2));
+            events.push(Event::exit(start + 1_000_200, 7, 2));
+            events.push(Event::exit(start + 1_000_500, 7, 1));
+        } else {
+            events.push(Event::exit(start + 500, 7, 1));
+        }
+    }
+    events.push(Event::exit(3_000_000, 7, 0));
+    (table, events)
+}
+
+/// The report of `events` of `table` in `format`.
+fn report_of_table(
+    table: &FunctionTable,
+    events: &[Event],
+    format: Format,
+    options: &ReportOptions,
+) -> String {
+    let mut out = Vec::new();
+    write_report(
+        format,
+        options,
+        |_| sort_info(),
+        table,
+        &mut IterBlocks::new([events]),
+        &mut out,
+    )
+    .unwrap_or_else(|e| panic!("{format} report failed: {e}"));
+    String::from_utf8(out).unwrap()
+}
+
+/// Probe costs of nothing, known exactly: the times as measured, corrected.
+fn costs_of_nothing() -> ReportOptions {
+    use crate::probe_cost::{ProbeCost, ProbeCosts};
+    let cost = ProbeCost {
+        inside_ns: 0,
+        full_ns: 0,
+        inside_spread_ns: Some(1),
+    };
+    ReportOptions {
+        probe_costs: Some(ProbeCosts {
+            classes: vec![(Default::default(), cost)],
+        }),
+        ..ReportOptions::default()
+    }
+}
+
+/// Time off the CPU (`-E offcpu`) is taken out of the calls it fell in, and shown in its own
+/// column: tiny's preempted call counts its 500 ns, not 1 ms; `linux:schedule` keeps its row, with
+/// no share of the program. `--raw-times` shows the times as measured, with no column.
+#[test]
+fn report_takes_time_off_the_cpu_out_of_the_calls_it_fell_in() {
+    let (table, events) = preempted_events();
+    let text = report_of_table(&table, &events, Format::Summary, &costs_of_nothing());
+    let words = |name: &str| {
+        let row = text.lines().find(|l| l.ends_with(&format!("  {name}")));
+        let row = row.unwrap_or_else(|| panic!("{name}: {text}"));
+        row.split_whitespace().collect::<Vec<_>>()
+    };
+    assert!(text.contains("Maximum     Off-CPU  Function"), "{text}");
+    // Total, Total %, Self, Calls, Average, Minimum, Maximum, Off-CPU.
+    assert_eq!(
+        words("tiny"),
+        [
+            "10.000", "us", "0.50%", "10.000", "us", "20", "500", "ns", "500", "ns", "500", "ns",
+            "1.000", "ms", "tiny"
+        ],
+        "{text}"
+    );
+    // main's 3 ms less the 1 ms off the CPU.
+    assert_eq!(words("main")[..3], ["2.000", "ms", "100.00%"], "{text}");
+    assert_eq!(words("linux:schedule")[2], "-", "{text}");
+    assert_eq!(words("linux:schedule")[12], "-", "{text}");
+    let json: serde_json::Value = serde_json::from_str(&report_of_table(
+        &table,
+        &events,
+        Format::Json,
+        &costs_of_nothing(),
+    ))
+    .unwrap();
+    let tiny = &json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "tiny")
+        .unwrap();
+    assert_eq!(
+        (&tiny["total_ns"], &tiny["off_cpu_ns"]),
+        (&10_000.into(), &1_000_000.into())
+    );
+
+    let raw = report_of_table(&table, &events, Format::Summary, &ReportOptions::default());
+    assert!(!raw.contains("Off-CPU"), "{raw}");
+    // As measured, the preempted call is tiny's; the time off the CPU is known: no mark.
+    let tiny = raw.lines().find(|l| l.ends_with("  tiny")).unwrap();
+    assert!(tiny.trim_start().starts_with("1.010 ms"), "{raw}");
+}
+
+/// Where the time off the CPU is not known, a function whose average a few long calls carry
+/// is marked: tiny's twenty calls of 500 ns, one of them 1 ms, average 50 µs.
+#[test]
+fn report_marks_functions_a_few_long_calls_carry() {
+    let (mut table, events) = preempted_events();
+    // Recorded without -E offcpu: the interval is unknown, tiny's call lasted 1 ms.
+    let events: Vec<Event> = events
+        .into_iter()
+        .filter(|e| e.function_id() != 2)
+        .collect();
+    table.functions.pop();
+    let text = report_of_table(&table, &events, Format::Summary, &costs_of_nothing());
+    assert!(text.contains("  ~ tiny\n"), "{text}");
+    assert!(text.lines().any(|l| l.ends_with("  main")), "{text}");
+    assert!(
+        text.contains(
+            "note: ~ marks 1 function whose longest call is at least 10 times its average"
+        ),
+        "{text}"
+    );
+    // With the time off the CPU taken out, nothing is marked.
+    let (table, events) = preempted_events();
+    let text = report_of_table(&table, &events, Format::Summary, &costs_of_nothing());
+    assert!(!text.contains('~'), "{text}");
 }

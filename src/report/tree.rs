@@ -521,10 +521,7 @@ impl<W: Write> CallSink for TreePrinter<'_, W> {
         };
         // A point event takes no time of its own.
         let point_event = self.is_point_event(call.function);
-        let duration = CorrectedDuration {
-            ns: call.duration_ns,
-            resolution_ns: self.resolutions.of(call.function),
-        };
+        let duration = CorrectedDuration::of_call(call, self.resolutions.of(call.function));
         let place = Place {
             duration: (call.time_known && !point_event).then_some(duration),
             timestamp_ns,

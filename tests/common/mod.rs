@@ -599,17 +599,26 @@ impl Running {
     /// open in a child another test thread forked (exec then fails with ETXTBSY until that child
     /// has exec'ed too): such a start is tried again.
     pub fn start(program: &Path) -> Running {
+        Running::start_with_args(program, &[])
+    }
+
+    /// [`Running::start`] with arguments.
+    pub fn start_with_args(program: &Path, args: &[&str]) -> Running {
         use std::io::BufRead;
         let mut process = (0..100)
-            .find_map(
-                |_| match Command::new(program).stdout(Stdio::piped()).spawn() {
+            .find_map(|_| {
+                match Command::new(program)
+                    .args(args)
+                    .stdout(Stdio::piped())
+                    .spawn()
+                {
                     Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
                         std::thread::sleep(std::time::Duration::from_millis(20));
                         None
                     }
                     spawned => Some(spawned.unwrap()),
-                },
-            )
+                }
+            })
             .expect("the program file stayed busy");
         let stdout = process.stdout.take().unwrap();
         let mut running = Running {
