@@ -14,6 +14,16 @@ use common::*;
 /// How far the rate after the recorder has gone may stay below the untraced one.
 const OWN_SPEED: f64 = 0.8;
 
+/// Held by each test: each measures speeds and times on a machine of two cores, where another
+/// test's busy threads and recorder would take the CPU its own need.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn measuring_alone() -> std::sync::MutexGuard<'static, ()> {
+    MEASURING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// `busy`'s lines as they come, with what it printed about its speed.
 struct Rates {
     lines: Lines<BufReader<ChildStdout>>,
@@ -157,6 +167,7 @@ fn killing_the_recorder_frees_the_program_at_once() {
     if !bpf_available("killing_the_recorder_frees_the_program_at_once") {
         return;
     }
+    let _alone = measuring_alone();
     let BusyRecording {
         untraced,
         mut recorder,
@@ -185,6 +196,7 @@ fn a_second_interrupt_ends_the_recording_at_once() {
     if !bpf_available("a_second_interrupt_ends_the_recording_at_once") {
         return;
     }
+    let _alone = measuring_alone();
     let BusyRecording {
         untraced,
         mut recorder,
@@ -209,6 +221,10 @@ fn a_second_interrupt_ends_the_recording_at_once() {
         "the recorder was still there 1 s after the second SIGINT"
     );
     assert_eq!(recorder.wait().unwrap().code(), Some(130));
+    assert_own_speed_again(&mut rates, untraced, traced);
+    assert_duration_near(&data, recorded);
+    // busy holds the recorder's stderr too: it reads to its end once busy has ended.
+    assert!(rates.rest().contains(" tick\n"));
     let mut said = String::new();
     std::io::Read::read_to_string(&mut recorder.stderr.take().unwrap(), &mut said).unwrap();
     let hint = "sent SIGINT to busy (pid ";
@@ -217,8 +233,6 @@ fn a_second_interrupt_ends_the_recording_at_once() {
         said.contains("; it runs on: press Ctrl-C again to stop recording"),
         "{said}"
     );
-    assert_own_speed_again(&mut rates, untraced, traced);
-    assert_duration_near(&data, recorded);
 }
 
 #[test]
@@ -226,6 +240,7 @@ fn a_duration_ends_an_attached_recording_on_time() {
     if !bpf_available("a_duration_ends_an_attached_recording_on_time") {
         return;
     }
+    let _alone = measuring_alone();
     let busy = compile("busy.c", "busy", &[]);
     let untraced = untraced_rate(&busy);
     let mut program = Command::new(&busy)
