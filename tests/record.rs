@@ -264,9 +264,11 @@ fn max_size_ends_the_recording_cleanly() {
     // The program ran its two seconds, untraced after the stop.
     assert!(String::from_utf8_lossy(&recording.output.stdout).contains("loop: done"));
     let size = std::fs::metadata(recording.data()).unwrap().len();
-    // The events on their way when it was reached are still written: at most a poll's worth.
+    // It stops when the file will reach the limit once what is queued is written, an estimate
+    // (queued events take a little less room than reckoned); the events on their way when it
+    // was reached are still written: at most a poll's worth.
     assert!(
-        (512 << 10..(512 << 10) + (128 << 10)).contains(&size),
+        ((512 << 10) - (32 << 10)..(512 << 10) + (128 << 10)).contains(&size),
         "{size} bytes"
     );
     let (json, said) = report_json_and_stderr(&recording.data());
