@@ -7,8 +7,9 @@ set -euo pipefail
 # systemtap-sdt-dev: <sys/sdt.h> for test/usdt.c (tests/kernel_events.rs); bpftrace: the reference
 # count tests/stripped_programs.rs holds _int_malloc's to; python3-dev and uftrace: the benchmark's
 # real programs (tools/bench/real_programs.sh); libiberty-dev: the C++ demangler utrace links
-# (src/elf/demangle.rs).
-packages=(clang libelf-dev zlib1g-dev pkg-config libiberty-dev gcc g++ make binutils graphviz golang-go libc6-dbg debuginfod xz-utils systemtap-sdt-dev bpftrace python3-dev uftrace)
+# (src/elf/demangle.rs); qemu-system-x86, busybox-static, cpio, kmod and debian-archive-keyring:
+# the guests of Debian's kernels that tools/vm-test.sh boots (tools/vm/).
+packages=(clang libelf-dev zlib1g-dev pkg-config libiberty-dev gcc g++ make binutils graphviz golang-go libc6-dbg debuginfod xz-utils systemtap-sdt-dev bpftrace python3-dev uftrace qemu-system-x86 busybox-static cpio kmod debian-archive-keyring)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -42,3 +43,9 @@ if ((${#missing[@]} + ${#browser[@]})); then
   fi
 fi
 command -v cargo >/dev/null || { echo "tools/setup.sh: cargo is missing: install Rust from https://rustup.rs" >&2; exit 1; }
+# The kernels tools/vm-test.sh boots, fetched once (apt-get download, as root).
+if [ "$(id -u)" -eq 0 ]; then
+  "$(dirname "$0")/vm/kernels.sh"
+else
+  echo "tools/setup.sh: warning: run as root to fetch the kernels tools/vm-test.sh boots" >&2
+fi
