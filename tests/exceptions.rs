@@ -441,7 +441,8 @@ fn stack_repairs_are_utrace_time_not_the_programs() {
     let summary = recording.report(&[]);
     let row = summary
         .lines()
-        .find(|line| line.ends_with("  [utrace: stack repair]"))
+        // (after a `~` where a few long stops carry the total)
+        .find(|line| line.ends_with(" [utrace: stack repair]"))
         .unwrap_or_else(|| panic!("{summary}"));
     // No share of the program's time.
     assert_eq!(row.split_whitespace().nth(2), Some("-"), "{summary}");
