@@ -81,6 +81,13 @@ pub enum Command {
     /// it to give the program's stacks back and let stopped processes go (src/record/guardian.rs).
     #[command(hide = true)]
     Guardian(GuardianArgs),
+    /// Started by `record` and `live` to release their probes: takes over the last reference of
+    /// each link, whose release the kernel may hold up (src/probe/release.rs).
+    #[command(hide = true)]
+    ReleaseLinks {
+        /// The inherited link descriptors: comma lists, released one list after the other.
+        groups: String,
+    },
 }
 
 #[derive(Args)]
@@ -115,7 +122,10 @@ impl Command {
         match self {
             Command::Record(args) => args.trace.debug,
             Command::Live(args) => args.trace.debug,
-            Command::Report(_) | Command::Info(_) | Command::Guardian(_) => 0,
+            Command::Report(_)
+            | Command::Info(_)
+            | Command::Guardian(_)
+            | Command::ReleaseLinks { .. } => 0,
         }
     }
 }

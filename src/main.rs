@@ -23,6 +23,9 @@ fn main() -> ExitCode {
             info::list_usdt(args.list_usdt.as_deref().expect("checked")).map(|()| 0)
         }
         Command::Guardian(args) => record::guardian::watch(&args.duties()).map(|()| 0),
+        Command::ReleaseLinks { groups } => utrace::probe::release_handed_links(&groups)
+            .map(|()| 0)
+            .map_err(anyhow::Error::from),
         Command::Info(args) => {
             let symbols = args.symbol_lookup();
             info::run(&args.input, args.damage.on_damage(), symbols.as_ref()).map(|()| 0)

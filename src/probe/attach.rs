@@ -19,9 +19,15 @@ use crate::table::{FunctionKind, FunctionTable};
 use crate::value;
 
 /// Links that watch the process for the recorder (dlopen's return, the unwinder's entries):
-/// dropping it removes the watch.
+/// dropping it removes the watch, as [`AttachedProbes`] are released.
 pub struct Watch {
-    _links: Vec<Link>,
+    links: Vec<Link>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        super::release::release(vec![std::mem::take(&mut self.links)]);
+    }
 }
 
 /// When a probe's program runs.
@@ -298,7 +304,7 @@ impl<'obj> LoadedProbes<'obj> {
         };
         let sites = offsets.into_iter().map(|offset| (offset, 0)).collect();
         let links = self.attach_sites(program, target, sites, hook, what)?;
-        Ok(Watch { _links: links })
+        Ok(Watch { links })
     }
 
     /// The programs of the variant this kernel loads (see src/bpf/compat.bpf.h).

@@ -33,6 +33,6 @@ pub use libbpf_log::forward_libbpf_messages;
 pub use load::{
     allow_many_probes, ring_buffer_size, LoadedProbes, ObjectStorage, ProbeConfig, StackPause,
 };
-pub use release::AttachedProbes;
+pub use release::{release_handed_links, AttachedProbes};
 pub use strategy::{strategy, AttachMode, AttachStrategy, Programs, Signals, ATTACH_MODE_VARIABLE};
 pub use user_stacks::{RawCaller, RawFrame, RawStack};

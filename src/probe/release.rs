@@ -1,17 +1,31 @@
-//! Releasing: every link detached, return probes first, many at once.
+//! Releasing: every link detached, return probes first, many at once, and beyond the recorder's
+//! own process where the kernel may keep it waiting.
+//!
+//! The kernel (6.12 and newer) frees a uprobe only after an SRCU grace period, which every return
+//! probe taken before holds until its function returns or its thread's expiry timer fires; each
+//! new return probe of that thread pushes the timer back (`prepare_uretprobe` re-arms it with
+//! `mod_timer`). So a thread that never leaves a function under a return probe while it keeps
+//! hitting others (a hot loop in `main` under another tracer's uretprobes) holds every uprobe
+//! release on the machine, and a thread waiting there can neither be killed nor let its process
+//! exit. Where links are `uprobe_multi` links, a releaser process (`utrace release-links`) takes
+//! over their last reference: the recorder's own close returns at once, it waits
+//! [`RELEASE_PATIENCE`] for the release, then says why it goes on without it.
 
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::Link;
 
+use super::AttachMode;
+
 /// Attached links; dropping them detaches every probe, return probes first.
 ///
-/// The order matters. Releasing a link waits for the kernel's uretprobe SRCU grace period,
-/// which a pending return (`main`'s, say) holds until the kernel's return-instance timer expires
-/// it, and every new uretprobe hit pushes that timer back. While a return probe stays attached
-/// to a hot function, detaching the entry probes waited until the traced program ended (seen on
-/// 6.18). With the return probes gone first, no hit re-arms the timer and detach takes
-/// milliseconds. Fields drop in declaration order, so an implicit drop keeps the order too.
+/// The order matters. While a return probe stays attached to a hot function, each of its hits
+/// re-arms the expiry timer of the calls still open (see above), and detaching the entry probes
+/// waited until the traced program ended (seen on 6.18). With the return probes gone first, no
+/// hit re-arms the timer and detach takes milliseconds.
 #[derive(Default)]
 pub struct AttachedProbes {
     pub(super) return_links: Vec<Link>,
@@ -22,10 +36,10 @@ pub struct AttachedProbes {
 
 impl AttachedProbes {
     /// Takes over the links of `more` (a library probed during the recording).
-    pub fn absorb(&mut self, more: AttachedProbes) {
-        self.return_links.extend(more.return_links);
-        self.exit_site_links.extend(more.exit_site_links);
-        self.entry_links.extend(more.entry_links);
+    pub fn absorb(&mut self, mut more: AttachedProbes) {
+        self.return_links.append(&mut more.return_links);
+        self.exit_site_links.append(&mut more.exit_site_links);
+        self.entry_links.append(&mut more.entry_links);
     }
 
     /// Detaches every probe of every set and says how long it took: return probes first, as
@@ -34,31 +48,146 @@ impl AttachedProbes {
     /// one after the other would take seconds.
     pub fn detach(sets: Vec<AttachedProbes>) -> Duration {
         let started = Instant::now();
-        let mut return_links = Vec::new();
-        let mut exit_site_links = Vec::new();
-        let mut entry_links = Vec::new();
+        let mut all = AttachedProbes::default();
         for set in sets {
-            return_links.extend(set.return_links);
-            exit_site_links.extend(set.exit_site_links);
-            entry_links.extend(set.entry_links);
+            all.absorb(set);
         }
-        for links in [return_links, exit_site_links, entry_links] {
-            release_concurrently(links);
-        }
+        drop(all);
         started.elapsed()
     }
+}
+
+impl Drop for AttachedProbes {
+    fn drop(&mut self) {
+        release(vec![
+            std::mem::take(&mut self.return_links),
+            std::mem::take(&mut self.exit_site_links),
+            std::mem::take(&mut self.entry_links),
+        ]);
+    }
+}
+
+/// How long the recorder waits for the releaser before it goes on without it.
+const RELEASE_PATIENCE: Duration = Duration::from_millis(500);
+
+/// Set once a release outlasted [`RELEASE_PATIENCE`]: the releasers queue behind the same grace
+/// period, so the next ones are not waited for.
+static KERNEL_HOLDS_RELEASES: AtomicBool = AtomicBool::new(false);
+
+/// Releases `groups` of links, one group after the other, the links of a group at once: by a
+/// releaser process where they are `uprobe_multi` links (one descriptor each), else here.
+pub(super) fn release(groups: Vec<Vec<Link>>) {
+    if groups.iter().all(Vec::is_empty) {
+        return;
+    }
+    if super::strategy().mode == AttachMode::Multi {
+        match hand_over(&groups) {
+            Ok(releaser) => {
+                // Not the last reference any more: these closes return at once.
+                drop(groups);
+                return wait_for(releaser);
+            }
+            Err(error) => log::debug!("cannot start a releaser process ({error}): releasing here"),
+        }
+    }
+    for links in groups {
+        release_concurrently(links);
+    }
+}
+
+/// Starts `utrace release-links` with a reference to each link of `groups`.
+fn hand_over(groups: &[Vec<Link>]) -> std::io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let fds: Vec<Vec<RawFd>> = groups
+        .iter()
+        .map(|links| links.iter().map(|l| l.as_fd().as_raw_fd()).collect())
+        .collect();
+    let argument = fds
+        .iter()
+        .map(|group| {
+            group
+                .iter()
+                .map(|fd| fd.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect::<Vec<_>>()
+        .join("/");
+    let inherited: Vec<RawFd> = fds.concat();
+    let mut command = Command::new("/proc/self/exe");
+    command
+        .arg0("utrace")
+        .args(["release-links", &argument])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: between fork and exec, fcntl only (async-signal-safe), on descriptors this process
+    // holds; the child alone loses their close-on-exec flag.
+    unsafe {
+        command.pre_exec(move || {
+            for &fd in &inherited {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    command.spawn()
+}
+
+/// Waits up to [`RELEASE_PATIENCE`] for `releaser` to end, and says once why not.
+fn wait_for(mut releaser: std::process::Child) {
+    let deadline = Instant::now() + RELEASE_PATIENCE;
+    while !KERNEL_HOLDS_RELEASES.load(Ordering::Relaxed) && Instant::now() < deadline {
+        if let Ok(Some(_)) = releaser.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    if !KERNEL_HOLDS_RELEASES.swap(true, Ordering::Relaxed) {
+        log::warn!(
+            "detaching waits for the kernel: it frees a uprobe only once every return probe \
+             taken before has returned, and a process that keeps hitting return probes under one \
+             that never returns (another tracer's?) holds that up; the probes are off the \
+             program, and process {} finishes their release in the background",
+            releaser.id()
+        );
+    }
+}
+
+/// `utrace release-links GROUPS`: closes the descriptors of each group ("7,8/9") at once, the
+/// groups one after the other, as [`release`] handed them over.
+pub fn release_handed_links(groups: &str) -> Result<(), std::num::ParseIntError> {
+    let mut parsed = Vec::new();
+    for group in groups.split('/') {
+        let fds = group
+            .split(',')
+            .filter(|fd| !fd.is_empty())
+            .map(str::parse::<RawFd>)
+            .collect::<Result<Vec<_>, _>>()?;
+        parsed.push(fds);
+    }
+    for fds in parsed {
+        // SAFETY: the recorder handed these descriptors over to this process alone.
+        let owned = fds
+            .into_iter()
+            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+        release_concurrently(owned.collect());
+    }
+    Ok(())
 }
 
 /// At most this many threads release links at once.
 const RELEASE_THREADS: usize = 128;
 
 /// Drops `links` from up to [`RELEASE_THREADS`] threads at once, and returns when all are gone.
-fn release_concurrently(links: Vec<Link>) {
+fn release_concurrently<T: Send>(links: Vec<T>) {
     if links.len() <= 1 {
         return drop(links);
     }
     let threads = links.len().min(RELEASE_THREADS);
-    let mut shares: Vec<Vec<Link>> = (0..threads).map(|_| Vec::new()).collect();
+    let mut shares: Vec<Vec<T>> = (0..threads).map(|_| Vec::new()).collect();
     for (index, link) in links.into_iter().enumerate() {
         shares[index % threads].push(link);
     }

@@ -1,0 +1,202 @@
+//! A recording beside another tracer's: a second utrace recording, or bpftrace's return probes,
+//! on a program that never leaves `main` and keeps calling traced functions. The kernel frees a
+//! uprobe only once every return probe taken before it has returned (see src/probe/release.rs),
+//! which such a program holds up for as long as it runs: the short recording must still end at
+//! once with a whole file, and the long one count exactly.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// How long the short recording may take, start to end, on this machine of two cores that the
+/// hot program and the other tracer share with it.
+const SHORT_RECORDING: Duration = Duration::from_secs(2);
+
+/// What utrace says when the kernel keeps it waiting.
+const WAITING: &str = "detaching waits for the kernel";
+
+/// Held by each test: they measure how long a recording takes beside a hot program.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn measuring_alone() -> std::sync::MutexGuard<'static, ()> {
+    MEASURING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Records `calls` (a short program that counts its own calls) and checks that it ended within
+/// [`SHORT_RECORDING`], unchanged, every count exact, its file whole; returns what utrace said.
+fn record_short_beside() -> String {
+    let calls = compile("calls.c", "calls-beside", &[]);
+    let started = Instant::now();
+    let recording = record_unchanged(&calls, &[], &[]);
+    let took = started.elapsed();
+    let said = String::from_utf8_lossy(&recording.output.stderr).into_owned();
+    assert!(
+        took < SHORT_RECORDING,
+        "the short recording took {took:?}: {said}"
+    );
+    assert_counts_match(
+        &own_counts(&recording.output.stdout),
+        &recording.traced_counts(),
+    );
+    let (_, report_said) = report_json_and_stderr(&recording.data());
+    assert!(!report_said.contains("cut short"), "{report_said}");
+    said
+}
+
+/// Waits until a line of `stream` starts with `start`. The stream stays open: the process writes
+/// more.
+fn wait_for_line(stream: &mut impl std::io::Read, start: &str) {
+    for line in BufReader::new(stream).lines() {
+        if line.unwrap().starts_with(start) {
+            return;
+        }
+    }
+    panic!("never said {start:?}");
+}
+
+/// Waits for `process` to end, and its counts.
+fn own_counts_at_end(process: Child) -> std::collections::BTreeMap<String, u64> {
+    let output = process.wait_with_output().unwrap();
+    assert!(output.status.success());
+    own_counts(&output.stdout)
+}
+
+#[test]
+fn a_short_recording_ends_beside_a_hot_one() {
+    if !bpf_available("a_short_recording_ends_beside_a_hot_one") {
+        return;
+    }
+    let _alone = measuring_alone();
+    let loop_program = compile("loop.c", "loop-beside", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let long_data = dir.path().join("long.data");
+    let mut long = utrace()
+        .args(["record", "-d", "-o"])
+        .arg(&long_data)
+        .arg("--")
+        .arg(&loop_program)
+        .arg("4")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut long_said = long.stderr.take().unwrap();
+    wait_for_line(&mut long_said, "utrace: attached");
+    // Hot by now: thousands of calls of tick a millisecond, main never left.
+    std::thread::sleep(Duration::from_millis(300));
+    let said = record_short_beside();
+    // utrace holds no return probe of its own for as long as the program runs (main's exit is
+    // probed on its instructions), so nothing held the short one's release up.
+    assert!(!said.contains(WAITING), "{said}");
+    // Read on, or the recorder's last lines would find no reader.
+    let rest = std::thread::spawn(move || std::io::read_to_string(long_said));
+    let counts = own_counts_at_end(long);
+    let long_said = rest.join().unwrap().unwrap();
+    assert!(long_said.contains(" 0 lost"), "{long_said}");
+    assert_counts_match(&counts, &counts_of(&report_json(&long_data)));
+}
+
+#[test]
+fn a_recording_ends_beside_bpftrace_return_probes() {
+    if !bpf_available("a_recording_ends_beside_bpftrace_return_probes") {
+        return;
+    }
+    let _alone = measuring_alone();
+    let loop_program = compile("loop.c", "loop-beside", &[]);
+    let bpftrace = BpftraceRunning::start(&loop_program, "4");
+    std::thread::sleep(Duration::from_millis(300));
+    let said = record_short_beside();
+    // bpftrace's return probe on main is never given back while tick's keep coming: utrace says
+    // why it does not wait, and leaves the release to a process of its own.
+    assert_eq!(said.matches(WAITING).count(), 1, "{said}");
+    let releaser = releaser_pid(&said);
+    assert!(is_running(releaser), "{said}");
+    // Once bpftrace and its program have gone, so has the release.
+    let output = bpftrace.finish();
+    let gone = Instant::now();
+    while is_running(releaser) {
+        assert!(
+            gone.elapsed() < Duration::from_secs(2),
+            "the releaser (pid {releaser}) was still there 2 s after bpftrace left"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The hot program ran undisturbed to its end.
+    assert_eq!(
+        own_counts(output.as_bytes()).get("main"),
+        Some(&1),
+        "{output}"
+    );
+}
+
+/// `bpftrace -c PROGRAM SECONDS` with return probes on `main` and `tick`, killed if the test
+/// fails first.
+struct BpftraceRunning {
+    process: Child,
+    output: std::process::ChildStdout,
+}
+
+impl BpftraceRunning {
+    /// Starts it and waits until its probes are attached.
+    fn start(program: &Path, seconds: &str) -> BpftraceRunning {
+        let path = program.display();
+        let script = format!(
+            "uretprobe:{path}:main {{ @main = count(); }} \
+             uretprobe:{path}:tick {{ @tick = count(); }}"
+        );
+        let mut process = Command::new("bpftrace")
+            .args(["-e", &script, "-c", &format!("{path} {seconds}")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("bpftrace (tools/setup.sh installs it)");
+        let mut output = process.stdout.take().unwrap();
+        wait_for_line(&mut output, "Attaching 2 probes");
+        BpftraceRunning { process, output }
+    }
+
+    /// Waits for the program and bpftrace to end; what they wrote.
+    fn finish(mut self) -> String {
+        let written = std::io::read_to_string(&mut self.output).unwrap();
+        assert!(self.process.wait().unwrap().success());
+        written
+    }
+}
+
+impl Drop for BpftraceRunning {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// The releaser's pid, in what utrace said of it ("…, and process N finishes …").
+fn releaser_pid(said: &str) -> u32 {
+    let after = said.split("and process ").nth(1).expect("a releaser named");
+    after
+        .split_whitespace()
+        .next()
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {said}"))
+}
+
+/// Whether process `pid` still runs (a zombie has ended).
+fn is_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().next());
+            state != Some("Z")
+        }
+        Err(_) => false,
+    }
+}
