@@ -45,10 +45,11 @@ const CATCH_LOOP_ROUND: &str = "  thrower(int) {
   work(int);
 ";
 
-/// The same round under uretprobes, where utrace stops the thread twice for the shadow stack:
-/// at the unwinder's entry (inside `__cxa_throw`) to give the return addresses back, and at the
-/// catch's first traced call to put the trampoline back. Each stop is a call of its own where it
-/// happened, utrace's time, not the program's.
+/// The same round under uretprobes, where utrace stops the thread for the shadow stack at the
+/// unwinder's entry (inside `__cxa_throw`) to give the return addresses back. The stop is a call
+/// of its own where it happened, utrace's time, not the program's. (It would stop again at the
+/// catch's first traced call to put the catching frame's trampoline back, but main has none: its
+/// exits are probed on its instructions.)
 const CATCH_LOOP_ROUND_REPAIRED: &str = "  thrower(int) {
     __cxa_allocate_exception@plt();
     std::runtime_error::runtime_error(char const*)@plt;
@@ -56,9 +57,7 @@ const CATCH_LOOP_ROUND_REPAIRED: &str = "  thrower(int) {
       [utrace: stack repair]();
     } /* __cxa_throw@plt: time unknown */
   } /* thrower(int): time unknown */
-  __cxa_begin_catch@plt() {
-    [utrace: stack repair]();
-  } /* __cxa_begin_catch@plt */
+  __cxa_begin_catch@plt();
   __cxa_end_catch@plt();
   work(int);
 ";

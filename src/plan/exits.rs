@@ -90,28 +90,39 @@ impl ExitPolicy {
 /// Where the exits of `functions` of `elf` are probed: on their instructions where they can be
 /// under [`ExitPolicy::Ret`], with uretprobes otherwise. A function that saves its return address
 /// (setjmp) is never given a uretprobe, which would break the `longjmp` back to it: its exits are
-/// probed on instructions, or not at all when they cannot be found.
+/// probed on instructions, or not at all when they cannot be found. Nor is `main` where its exits
+/// can be found: its return probe would stay pending for the whole recording, which holds up
+/// every other tracer's release of uprobes while the program runs (see src/probe/release.rs).
+/// Unless `stacks` are captured (`--stack`): the kernel puts the return addresses back into a
+/// captured stack by pairing the trampolines it finds there with the thread's pending return
+/// probes in order, which is one off where a frameless function (a system call's wrapper) has
+/// one; `main`'s is the last, and without it the stack loses `main` rather than its caller.
 pub(super) fn exit_probes(
     elf: &ElfFile,
     functions: &[FunctionSymbol],
     policy: ExitPolicy,
+    stacks: bool,
 ) -> Vec<ExitProbe> {
     let saves =
         |f: &FunctionSymbol| saves_its_return_address(f.plt_symbol.as_deref().unwrap_or(&f.name));
+    let on_instructions = |f: &FunctionSymbol| saves(f) || (!stacks && is_main(f));
     let mut probes = match policy {
         ExitPolicy::Ret => elf.exit_probes(functions),
         ExitPolicy::Uretprobe => {
-            let savers: Vec<FunctionSymbol> =
-                functions.iter().filter(|f| saves(f)).cloned().collect();
-            let mut saver_probes = match savers.is_empty() {
+            let chosen: Vec<FunctionSymbol> = functions
+                .iter()
+                .filter(|f| on_instructions(f))
+                .cloned()
+                .collect();
+            let mut chosen_probes = match chosen.is_empty() {
                 true => Vec::new(),
-                false => elf.exit_probes(&savers),
+                false => elf.exit_probes(&chosen),
             }
             .into_iter();
             functions
                 .iter()
-                .map(|f| match saves(f) {
-                    true => saver_probes.next().expect("one probe per saver"),
+                .map(|f| match on_instructions(f) {
+                    true => chosen_probes.next().expect("one probe per chosen function"),
                     false => ExitProbe::Uretprobe(NoExitSites::UretprobesAsked),
                 })
                 .collect()
@@ -123,4 +134,9 @@ pub(super) fn exit_probes(
         }
     }
     probes
+}
+
+/// The program's `main`, which returns when the program is about to end.
+fn is_main(function: &FunctionSymbol) -> bool {
+    function.name == "main" && function.plt_symbol.is_none()
 }

@@ -39,7 +39,7 @@ pub(super) fn exit_policy(chosen: Option<ExitPolicy>) -> ExitPolicy {
 /// Where the exits of `functions` of the Go file `elf` are probed: on their instructions, and
 /// nowhere (entry only) for a function whose exits cannot all be found.
 pub(super) fn go_exit_probes(elf: &ElfFile, functions: &[FunctionSymbol]) -> Vec<ExitProbe> {
-    let mut probes = exit_probes(elf, functions, ExitPolicy::Ret);
+    let mut probes = exit_probes(elf, functions, ExitPolicy::Ret, false);
     for probe in &mut probes {
         if matches!(probe, ExitProbe::Uretprobe(_)) {
             *probe = ExitProbe::Sites(Vec::new());

@@ -67,7 +67,12 @@ pub(super) fn plan(
     say_sites(&file.path, &functions, &read.single_stepped);
     let exits = match is_go {
         true => go::go_exit_probes(elf, &functions),
-        false => exit_probes(elf, &functions, exit_policy),
+        false => exit_probes(
+            elf,
+            &functions,
+            exit_policy,
+            !options.values.user_stacks.is_empty(),
+        ),
     };
     let mut refused = Refused::default();
     let mut values = plan_values(&options.values, elf, &functions, &mut refused);
