@@ -82,9 +82,11 @@ pub(super) fn release(groups: Vec<Vec<Link>>) {
     }
     if super::strategy().mode == AttachMode::Multi {
         match hand_over(&groups) {
-            Ok(releaser) => {
-                // Not the last reference any more: these closes return at once.
+            Ok(mut releaser) => {
+                // Not the last reference any more: these closes return at once. Then the
+                // releaser may close its own, the last (its standard input ends).
                 drop(groups);
+                drop(releaser.stdin.take());
                 return wait_for(releaser);
             }
             Err(error) => log::debug!("cannot start a releaser process ({error}): releasing here"),
@@ -118,7 +120,7 @@ fn hand_over(groups: &[Vec<Link>]) -> std::io::Result<std::process::Child> {
     command
         .arg0("utrace")
         .args(["release-links", &argument])
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     // SAFETY: between fork and exec, fcntl only (async-signal-safe), on descriptors this process
@@ -156,9 +158,10 @@ fn wait_for(mut releaser: std::process::Child) {
     }
 }
 
-/// `utrace release-links GROUPS`: closes the descriptors of each group ("7,8/9") at once, the
-/// groups one after the other, as [`release`] handed them over.
-pub fn release_handed_links(groups: &str) -> Result<(), std::num::ParseIntError> {
+/// `utrace release-links GROUPS`: once its standard input ends (the recorder has closed its own
+/// references, so these are the last), closes the descriptors of each group ("7,8/9") at once,
+/// the groups one after the other, as [`release`] handed them over.
+pub fn release_handed_links(groups: &str) -> Result<(), ReleaseLinksError> {
     let mut parsed = Vec::new();
     for group in groups.split('/') {
         let fds = group
@@ -168,6 +171,7 @@ pub fn release_handed_links(groups: &str) -> Result<(), std::num::ParseIntError>
             .collect::<Result<Vec<_>, _>>()?;
         parsed.push(fds);
     }
+    std::io::copy(&mut std::io::stdin(), &mut std::io::sink())?;
     for fds in parsed {
         // SAFETY: the recorder handed these descriptors over to this process alone.
         let owned = fds
@@ -176,6 +180,15 @@ pub fn release_handed_links(groups: &str) -> Result<(), std::num::ParseIntError>
         release_concurrently(owned.collect());
     }
     Ok(())
+}
+
+/// Why `utrace release-links` could not take over the links.
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseLinksError {
+    #[error("not a descriptor list: {0}")]
+    Descriptors(#[from] std::num::ParseIntError),
+    #[error("cannot wait for the recorder: {0}")]
+    Recorder(#[from] std::io::Error),
 }
 
 /// At most this many threads release links at once.
