@@ -352,3 +352,29 @@ fn a_library_loaded_with_dlopen_is_counted_exactly() {
         Some("libcount.so")
     );
 }
+
+/// A library opened, closed and opened again at another address is traced at each open, and so
+/// is the library of another `--nest-lib` glob that took its place in between (issue 27: its
+/// place once named the first library, and the second was taken for it and never probed).
+#[test]
+fn a_library_opened_again_after_dlclose_is_counted_at_each_open() {
+    if !bpf_available("a_library_opened_again_after_dlclose_is_counted_at_each_open") {
+        return;
+    }
+    let counted = compile("libcount.c", "libcount.so", &["-shared", "-fPIC"]);
+    let spacer = compile("libspacer.c", "libspacer.so", &["-shared", "-fPIC"]);
+    let program = compile("reopen.c", "reopen", &["-ldl"]);
+    let args = [counted.to_str().unwrap(), spacer.to_str().unwrap()];
+    let globs = ["--nest-lib", "libcount*", "--nest-lib", "libspacer*"];
+    let recording = record_unchanged(&program, &args, &globs);
+    let own = own_counts(&recording.output.stdout);
+    let expected = [
+        ("lib_outer", 8),
+        ("lib_inner", 80),
+        ("lib_static", 80),
+        ("spacer_step", 10),
+    ];
+    let expected = expected.map(|(name, count)| (name.to_string(), count));
+    assert_eq!(own, expected.into());
+    assert_counts_match(&own, &recording.traced_counts());
+}
