@@ -623,6 +623,41 @@ fn a_dlopened_library_is_planned_once_when_nest_lib_selects_it() {
     assert_eq!(plain.plan().dlopen_sites, None);
 }
 
+/// A library is known by the file it was when planned: the `/proc/PID/map_files` path it was
+/// opened through names the library mapped in its place once it is closed, which is a library
+/// of its own (issue 27), while the first one comes back under its path, planned already.
+#[test]
+fn a_library_in_the_place_of_a_closed_one_is_planned() {
+    let dir = TempDir::new().unwrap();
+    let program = planned_program(&dir, "planned", &[]);
+    let flags = ["-shared", "-fPIC", "-DFIXTURE_LIBRARY"];
+    let first = compile(&dir, "cc", FIXTURE_C, "libfixture.so", &flags);
+    let second = dir.path().join("libfixture2.so");
+    std::fs::copy(&first, &second).unwrap();
+    let options = PlanOptions {
+        nest_libs: LibraryPatterns::parse("--nest-lib", &["libfixture*".into()]).unwrap(),
+        ..PlanOptions::default()
+    };
+    let mut planner = plan_of(&program, options).unwrap();
+    // Where the process maps a file: a link the test points at one library, then the other.
+    let place = dir.path().join("map_files-entry");
+    let mapped_at_place = |library: &Path| {
+        let _ = std::fs::remove_file(&place);
+        std::os::unix::fs::symlink(library, &place).unwrap();
+        vec![TracedFile {
+            path: library.display().to_string(),
+            open_path: place.clone(),
+        }]
+    };
+
+    let opened = planner.extend(Loaded::Libraries(mapped_at_place(&first)));
+    assert_eq!(opened.unwrap().modules, [1]);
+    let in_its_place = planner.extend(Loaded::Libraries(mapped_at_place(&second)));
+    assert_eq!(in_its_place.unwrap().modules, [2]);
+    let back = planner.extend(Loaded::Libraries(mapped_at_place(&first)));
+    assert!(back.unwrap().modules.is_empty());
+}
+
 /// A function symbol at file offset `offset`, probed at its entry.
 pub(super) fn symbol(name: &str, offset: u64) -> FunctionSymbol {
     FunctionSymbol {
