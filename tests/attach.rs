@@ -355,7 +355,8 @@ fn a_library_loaded_with_dlopen_is_counted_exactly() {
 
 /// A library opened, closed and opened again at another address is traced at each open, and so
 /// is the library of another `--nest-lib` glob that took its place in between (issue 27: its
-/// place once named the first library, and the second was taken for it and never probed).
+/// place once named the first library, and the second was taken for it and never probed). Each
+/// open is probed and each close releases the probes, in the program's order.
 #[test]
 fn a_library_opened_again_after_dlclose_is_counted_at_each_open() {
     if !bpf_available("a_library_opened_again_after_dlclose_is_counted_at_each_open") {
@@ -365,7 +366,7 @@ fn a_library_opened_again_after_dlclose_is_counted_at_each_open() {
     let spacer = compile("libspacer.c", "libspacer.so", &["-shared", "-fPIC"]);
     let program = compile("reopen.c", "reopen", &["-ldl"]);
     let args = [counted.to_str().unwrap(), spacer.to_str().unwrap()];
-    let globs = ["--nest-lib", "libcount*", "--nest-lib", "libspacer*"];
+    let globs = ["-d", "--nest-lib", "libcount*", "--nest-lib", "libspacer*"];
     let recording = record_unchanged(&program, &args, &globs);
     let own = own_counts(&recording.output.stdout);
     let expected = [
@@ -377,4 +378,25 @@ fn a_library_opened_again_after_dlclose_is_counted_at_each_open() {
     let expected = expected.map(|(name, count)| (name.to_string(), count));
     assert_eq!(own, expected.into());
     assert_counts_match(&own, &recording.traced_counts());
+
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    let probes_of_libraries: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.ends_with("after dlopen") || line.ends_with("after dlclose"))
+        .collect();
+    let counted = counted.display();
+    let spacer = spacer.display();
+    assert_eq!(
+        probes_of_libraries,
+        [
+            format!("utrace: probed {counted} after dlopen"),
+            format!("utrace: releasing the probes of {counted} after dlclose"),
+            format!("utrace: probed {spacer} after dlopen"),
+            format!("utrace: probed {counted} after dlopen"),
+            format!("utrace: releasing the probes of {spacer} after dlclose"),
+            format!("utrace: probed {spacer} after dlopen"),
+            format!("utrace: releasing the probes of {spacer} after dlclose"),
+            format!("utrace: releasing the probes of {counted} after dlclose"),
+        ]
+    );
 }

@@ -63,9 +63,9 @@ impl Planner {
                 Pairing::ReturnSlot,
             ),
         };
-        let dlopen_sites = match options.nest_libs.is_empty() {
+        let dlopen_dlclose_sites = match options.nest_libs.is_empty() {
             true => None,
-            false => watches::dlopen_sites(files.libraries()),
+            false => watches::dlopen_dlclose_sites(files.libraries()),
         };
         let mut modules = Vec::new();
         for position in 0..files.traced.len() {
@@ -107,7 +107,7 @@ impl Planner {
             exit_policy,
             landings,
             executable_code_vaddr,
-            dlopen_sites,
+            dlopen_dlclose_sites,
             unwinder_sites,
             pairing,
             exits_before_return_value: Default::default(),
@@ -252,9 +252,16 @@ impl Planner {
         Ok((known, planned))
     }
 
+    /// Where the traced process maps the file of `module` now: probes attached from now on open
+    /// it there (a library closed and opened again with dlopen may be elsewhere, its old place
+    /// gone or another file's).
+    pub fn mapped_at(&mut self, module: usize, open_path: std::path::PathBuf) {
+        self.plan.files[module].open_path = open_path;
+    }
+
     /// The module of `file`, when it is planned: the same file (device and inode) as a planned
     /// one, or, where either cannot be told, one of the same path.
-    fn module_of(&self, file: &TracedFile) -> Option<usize> {
+    pub fn module_of(&self, file: &TracedFile) -> Option<usize> {
         let identity = identity_of(&file.open_path);
         (self.plan.files.iter().zip(&self.identities)).position(|(known, known_identity)| {
             match (identity, known_identity) {

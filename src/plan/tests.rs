@@ -594,13 +594,23 @@ fn a_dlopened_library_is_planned_once_when_nest_lib_selects_it() {
     };
     let mut planner = plan_of(&program, options).unwrap();
     let functions_before = planner.plan().table.functions.len();
-    // Where dlopen is, to watch for libraries loaded later.
-    let dlopen = planner
+    // Where dlopen and dlclose are, to watch for libraries loaded and unloaded later.
+    let watched = planner
         .plan()
-        .dlopen_sites
+        .dlopen_dlclose_sites
         .clone()
         .expect("libc has dlopen");
-    assert!(!dlopen.offsets.is_empty());
+    let libc = crate::elf::ElfFile::open(&watched.file).unwrap();
+    let libc = libc
+        .functions(crate::elf::SitePolicy::Best)
+        .unwrap()
+        .functions;
+    let offset_of = |name: &str| libc.iter().find(|f| f.name == name).unwrap().offset as usize;
+    let mut expected = vec![offset_of("dlopen"), offset_of("dlclose")];
+    let mut offsets = watched.offsets.clone();
+    expected.sort();
+    offsets.sort();
+    assert_eq!(offsets, expected);
 
     let as_mapped = |path: &Path| TracedFile {
         path: path.display().to_string(),
@@ -620,7 +630,7 @@ fn a_dlopened_library_is_planned_once_when_nest_lib_selects_it() {
     assert!(again.modules.is_empty() && again.table.modules.is_empty());
     // Without --nest-lib, no dlopen is watched.
     let plain = plan_of(&program, PlanOptions::default()).unwrap();
-    assert_eq!(plain.plan().dlopen_sites, None);
+    assert_eq!(plain.plan().dlopen_dlclose_sites, None);
 }
 
 /// A library is known by the file it was when planned: the `/proc/PID/map_files` path it was
@@ -697,7 +707,7 @@ fn ids_are_dense_across_modules() {
         exit_policy: ExitPolicy::Uretprobe,
         landings: Landings::default(),
         executable_code_vaddr: 0,
-        dlopen_sites: None,
+        dlopen_dlclose_sites: None,
         unwinder_sites: Vec::new(),
         pairing: Default::default(),
         exits_before_return_value: Default::default(),
