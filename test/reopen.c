@@ -2,12 +2,15 @@
  * reopen.c - opens a library, closes it and opens it again at another address, for
  * `utrace record --nest-lib 'libcount*' --nest-lib 'libspacer*'`.
  *
- * Usage: reopen PATH-OF-libcount.so PATH-OF-libspacer.so
+ * Usage: reopen PATH-OF-libcount.so PATH-OF-libspacer.so [fork]
  *
  * 1. opens libcount.so, calls lib_outer(10) 3 times, closes it (and checks it is gone);
  * 2. opens libspacer.so (which takes the place libcount.so left), calls spacer_step 4 times;
  * 3. opens libcount.so again (checks it is at another address), calls lib_outer(10) 5 times;
- * 4. closes libspacer.so and opens it again, calls spacer_step 6 times; closes both.
+ * 4. closes libspacer.so and opens it again, calls spacer_step 6 times;
+ * 5. with "fork": forks a child that calls lib_outer(10) 2 times and spacer_step 3 times, prints
+ *    its counts as "child calls <count> <name>" and exits; waits for it;
+ * 6. closes both.
  *
  * Counts: 8 lib_outer, 80 lib_inner, 80 lib_static (the library's own counts, added up
  * over both opens), 10 spacer_step. Exit code 0; 3 when a library stayed mapped after dlclose
@@ -16,6 +19,9 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 struct counted {
 	void *handle;
@@ -85,6 +91,24 @@ static long spacer_steps(void *spacer, int n, unsigned long *calls)
 	return sum;
 }
 
+/* In a child: calls into both libraries, where the parent has them now, and says how often. */
+static void child_calls(struct counted *counted, void *spacer)
+{
+	unsigned long before[3] = { 0 }, after[3] = { 0 }, steps = 0;
+
+	add_counts(counted, before);
+	for (int i = 0; i < 2; i++)
+		counted->outer(10);
+	add_counts(counted, after);
+	spacer_steps(spacer, 3, &steps);
+	printf("child calls %lu lib_outer\n", after[0] - before[0]);
+	printf("child calls %lu lib_inner\n", after[1] - before[1]);
+	printf("child calls %lu lib_static\n", after[2] - before[2]);
+	printf("child calls %lu spacer_step\n", steps);
+	fflush(stdout);
+	_exit(0);
+}
+
 int main(int argc, char **argv)
 {
 	unsigned long totals[3] = { 0 }, spacer_calls = 0;
@@ -92,8 +116,8 @@ int main(int argc, char **argv)
 	void *spacer, *first_outer;
 	long sum = 0;
 
-	if (argc != 3) {
-		fprintf(stderr, "usage: reopen PATH-OF-libcount.so PATH-OF-libspacer.so\n");
+	if (argc != 3 && !(argc == 4 && strcmp(argv[3], "fork") == 0)) {
+		fprintf(stderr, "usage: reopen PATH-OF-libcount.so PATH-OF-libspacer.so [fork]\n");
 		return 2;
 	}
 	counted = open_counted(argv[1]);
@@ -118,6 +142,16 @@ int main(int argc, char **argv)
 	close_library(spacer, argv[2]);
 	spacer = open_library(argv[2]);
 	sum += spacer_steps(spacer, 6, &spacer_calls);
+	if (argc == 4) {
+		pid_t child = fork();
+
+		if (child == 0)
+			child_calls(&counted, spacer);
+		if (child < 0 || waitpid(child, NULL, 0) != child) {
+			perror("fork");
+			return 1;
+		}
+	}
 	dlclose(spacer);
 	dlclose(counted.handle);
 

@@ -378,3 +378,39 @@ fn stopped_child_of(parent: u32) -> u32 {
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
 }
+
+/// A child forked after the target closed a library and opened it again elsewhere (another
+/// library in its old place) is probed in both libraries where they are now, not where the first
+/// one was.
+#[test]
+fn follow_probes_a_child_in_a_library_opened_again() {
+    if !bpf_available("follow_probes_a_child_in_a_library_opened_again") {
+        return;
+    }
+    let counted = compile("libcount.c", "libcount.so", &["-shared", "-fPIC"]);
+    let spacer = compile("libspacer.c", "libspacer.so", &["-shared", "-fPIC"]);
+    let program = compile("reopen.c", "reopen", &["-ldl"]);
+    let args = [counted.to_str().unwrap(), spacer.to_str().unwrap(), "fork"];
+    let flags = [
+        "--follow",
+        "--nest-lib",
+        "libcount*",
+        "--nest-lib",
+        "libspacer*",
+    ];
+    let recording = record_unchanged(&program, &args, &flags);
+    let json = recording.json();
+    let (target, child) = target_and_child(&json);
+    let processes = counts_by_pid(&json);
+    let child_counts = role_counts(&recording.output.stdout, "child");
+    let expected = [
+        ("lib_outer", 2),
+        ("lib_inner", 20),
+        ("lib_static", 20),
+        ("spacer_step", 3),
+    ];
+    let expected = expected.map(|(name, count)| (name.to_string(), count));
+    assert_eq!(child_counts, expected.into());
+    assert_counts_match(&child_counts, &processes[&child]);
+    assert_counts_match(&own_counts(&recording.output.stdout), &processes[&target]);
+}
