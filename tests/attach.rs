@@ -362,21 +362,11 @@ fn a_library_opened_again_after_dlclose_is_counted_at_each_open() {
     if !bpf_available("a_library_opened_again_after_dlclose_is_counted_at_each_open") {
         return;
     }
-    let counted = compile("libcount.c", "libcount.so", &["-shared", "-fPIC"]);
-    let spacer = compile("libspacer.c", "libspacer.so", &["-shared", "-fPIC"]);
-    let program = compile("reopen.c", "reopen", &["-ldl"]);
-    let args = [counted.to_str().unwrap(), spacer.to_str().unwrap()];
-    let globs = ["-d", "--nest-lib", "libcount*", "--nest-lib", "libspacer*"];
-    let recording = record_unchanged(&program, &args, &globs);
+    let reopen = Reopen::build();
+    let flags = [&["-d"][..], &Reopen::NEST_LIBS].concat();
+    let recording = record_unchanged(&reopen.program, &reopen.libraries(), &flags);
     let own = own_counts(&recording.output.stdout);
-    let expected = [
-        ("lib_outer", 8),
-        ("lib_inner", 80),
-        ("lib_static", 80),
-        ("spacer_step", 10),
-    ];
-    let expected = expected.map(|(name, count)| (name.to_string(), count));
-    assert_eq!(own, expected.into());
+    assert_eq!(own, Reopen::counts(8, 10));
     assert_counts_match(&own, &recording.traced_counts());
 
     let stderr = String::from_utf8_lossy(&recording.output.stderr);
@@ -384,8 +374,8 @@ fn a_library_opened_again_after_dlclose_is_counted_at_each_open() {
         .lines()
         .filter(|line| line.ends_with("after dlopen") || line.ends_with("after dlclose"))
         .collect();
-    let counted = counted.display();
-    let spacer = spacer.display();
+    let counted = reopen.counted.display();
+    let spacer = reopen.spacer.display();
     assert_eq!(
         probes_of_libraries,
         [

@@ -387,30 +387,15 @@ fn follow_probes_a_child_in_a_library_opened_again() {
     if !bpf_available("follow_probes_a_child_in_a_library_opened_again") {
         return;
     }
-    let counted = compile("libcount.c", "libcount.so", &["-shared", "-fPIC"]);
-    let spacer = compile("libspacer.c", "libspacer.so", &["-shared", "-fPIC"]);
-    let program = compile("reopen.c", "reopen", &["-ldl"]);
-    let args = [counted.to_str().unwrap(), spacer.to_str().unwrap(), "fork"];
-    let flags = [
-        "--follow",
-        "--nest-lib",
-        "libcount*",
-        "--nest-lib",
-        "libspacer*",
-    ];
-    let recording = record_unchanged(&program, &args, &flags);
+    let reopen = Reopen::build();
+    let args = [&reopen.libraries()[..], &["fork"]].concat();
+    let flags = [&["--follow"][..], &Reopen::NEST_LIBS].concat();
+    let recording = record_unchanged(&reopen.program, &args, &flags);
     let json = recording.json();
     let (target, child) = target_and_child(&json);
     let processes = counts_by_pid(&json);
     let child_counts = role_counts(&recording.output.stdout, "child");
-    let expected = [
-        ("lib_outer", 2),
-        ("lib_inner", 20),
-        ("lib_static", 20),
-        ("spacer_step", 3),
-    ];
-    let expected = expected.map(|(name, count)| (name.to_string(), count));
-    assert_eq!(child_counts, expected.into());
+    assert_eq!(child_counts, Reopen::counts(2, 3));
     assert_counts_match(&child_counts, &processes[&child]);
     assert_counts_match(&own_counts(&recording.output.stdout), &processes[&target]);
 }
