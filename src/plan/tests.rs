@@ -582,17 +582,24 @@ fn a_followed_exec_of_a_program_with_an_unwinder_probes_exits_on_instructions() 
     assert!(planner.plan().exits[first..].contains(&asked));
 }
 
-#[test]
-fn a_dlopened_library_is_planned_once_when_nest_lib_selects_it() {
-    let dir = TempDir::new().unwrap();
-    let program = planned_program(&dir, "planned", &[]);
+/// A program built in `dir`, a library `libfixture.so` beside it that it does not load, and the
+/// program planned under `--nest-lib 'libfixture*'`.
+fn program_nesting_a_library(dir: &TempDir) -> (PathBuf, PathBuf, Planner) {
+    let program = planned_program(dir, "planned", &[]);
     let flags = ["-shared", "-fPIC", "-DFIXTURE_LIBRARY"];
-    let library = compile(&dir, "cc", FIXTURE_C, "libfixture.so", &flags);
+    let library = compile(dir, "cc", FIXTURE_C, "libfixture.so", &flags);
     let options = PlanOptions {
         nest_libs: LibraryPatterns::parse("--nest-lib", &["libfixture*".into()]).unwrap(),
         ..PlanOptions::default()
     };
-    let mut planner = plan_of(&program, options).unwrap();
+    let planner = plan_of(&program, options).unwrap();
+    (program, library, planner)
+}
+
+#[test]
+fn a_dlopened_library_is_planned_once_when_nest_lib_selects_it() {
+    let dir = TempDir::new().unwrap();
+    let (program, library, mut planner) = program_nesting_a_library(&dir);
     let functions_before = planner.plan().table.functions.len();
     // Where dlopen and dlclose are, to watch for libraries loaded and unloaded later.
     let watched = planner
@@ -639,16 +646,9 @@ fn a_dlopened_library_is_planned_once_when_nest_lib_selects_it() {
 #[test]
 fn a_library_in_the_place_of_a_closed_one_is_planned() {
     let dir = TempDir::new().unwrap();
-    let program = planned_program(&dir, "planned", &[]);
-    let flags = ["-shared", "-fPIC", "-DFIXTURE_LIBRARY"];
-    let first = compile(&dir, "cc", FIXTURE_C, "libfixture.so", &flags);
+    let (_, first, mut planner) = program_nesting_a_library(&dir);
     let second = dir.path().join("libfixture2.so");
     std::fs::copy(&first, &second).unwrap();
-    let options = PlanOptions {
-        nest_libs: LibraryPatterns::parse("--nest-lib", &["libfixture*".into()]).unwrap(),
-        ..PlanOptions::default()
-    };
-    let mut planner = plan_of(&program, options).unwrap();
     // Where the process maps a file: a link the test points at one library, then the other.
     let place = dir.path().join("map_files-entry");
     let mapped_at_place = |library: &Path| {
