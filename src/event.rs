@@ -33,9 +33,10 @@ const _: () = assert!(std::mem::size_of::<Event>() == 24);
 impl Event {
     /// The bit of `function` that marks an exit (`EVENT_EXIT` in interface.h).
     pub const EXIT: u32 = 1 << 31;
-    /// `function` of the ring buffer's note that a dlopen returned (`EVENT_LIBRARY_LOADED`):
+    /// `function` of the ring buffer's note that a dlopen or dlclose returned
+    /// (`EVENT_LIBRARIES_CHANGED`):
     /// never a function id, never written to a data file.
-    pub const LIBRARY_LOADED: u32 = 0x7fff_ffff;
+    pub const LIBRARIES_CHANGED: u32 = 0x7fff_ffff;
     /// `function` of the note that a process forked a followed one (`EVENT_PROCESS_FORKED`,
     /// `--follow`): `pid` is the child, `stack` the parent. Never written to a data file.
     pub const PROCESS_FORKED: u32 = 0x7fff_fffe;

@@ -1,7 +1,8 @@
 /*
  * libcount.c - a shared library for `utrace record --nest-lib` (built by the tests with
  * -shared -fPIC). lib_outer(n) calls lib_inner n times: calls between functions inside the
- * library. lib_report() prints the library's own counts ("calls <count> <name>").
+ * library. lib_report() prints the library's own counts ("calls <count> <name>"); lib_counts()
+ * hands them to a program that adds them up across the library's loads (each starts them at 0).
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -37,4 +38,12 @@ void lib_report(void)
 	printf("calls %lu lib_outer\n", atomic_load(&n_lib_outer));
 	printf("calls %lu lib_inner\n", atomic_load(&n_lib_inner));
 	printf("calls %lu lib_static\n", atomic_load(&n_lib_static));
+}
+
+/* outer, inner, static. */
+void lib_counts(unsigned long counts[3])
+{
+	counts[0] = atomic_load(&n_lib_outer);
+	counts[1] = atomic_load(&n_lib_inner);
+	counts[2] = atomic_load(&n_lib_static);
 }

@@ -352,3 +352,41 @@ fn a_library_loaded_with_dlopen_is_counted_exactly() {
         Some("libcount.so")
     );
 }
+
+/// A library opened, closed and opened again at another address is traced at each open, and so
+/// is the library of another `--nest-lib` glob that took its place in between (issue 27: its
+/// place once named the first library, and the second was taken for it and never probed). Each
+/// open is probed and each close releases the probes, in the program's order.
+#[test]
+fn a_library_opened_again_after_dlclose_is_counted_at_each_open() {
+    if !bpf_available("a_library_opened_again_after_dlclose_is_counted_at_each_open") {
+        return;
+    }
+    let reopen = Reopen::build();
+    let flags = [&["-d"][..], &Reopen::NEST_LIBS].concat();
+    let recording = record_unchanged(&reopen.program, &reopen.libraries(), &flags);
+    let own = own_counts(&recording.output.stdout);
+    assert_eq!(own, Reopen::counts(8, 10));
+    assert_counts_match(&own, &recording.traced_counts());
+
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    let probes_of_libraries: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.ends_with("after dlopen") || line.ends_with("after dlclose"))
+        .collect();
+    let counted = reopen.counted.display();
+    let spacer = reopen.spacer.display();
+    assert_eq!(
+        probes_of_libraries,
+        [
+            format!("utrace: probed {counted} after dlopen"),
+            format!("utrace: releasing the probes of {counted} after dlclose"),
+            format!("utrace: probed {spacer} after dlopen"),
+            format!("utrace: probed {counted} after dlopen"),
+            format!("utrace: releasing the probes of {spacer} after dlclose"),
+            format!("utrace: probed {spacer} after dlopen"),
+            format!("utrace: releasing the probes of {spacer} after dlclose"),
+            format!("utrace: releasing the probes of {counted} after dlclose"),
+        ]
+    );
+}

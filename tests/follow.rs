@@ -378,3 +378,24 @@ fn stopped_child_of(parent: u32) -> u32 {
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
 }
+
+/// A child forked after the target closed a library and opened it again elsewhere (another
+/// library in its old place) is probed in both libraries where they are now, not where the first
+/// one was.
+#[test]
+fn follow_probes_a_child_in_a_library_opened_again() {
+    if !bpf_available("follow_probes_a_child_in_a_library_opened_again") {
+        return;
+    }
+    let reopen = Reopen::build();
+    let args = [&reopen.libraries()[..], &["fork"]].concat();
+    let flags = [&["--follow"][..], &Reopen::NEST_LIBS].concat();
+    let recording = record_unchanged(&reopen.program, &args, &flags);
+    let json = recording.json();
+    let (target, child) = target_and_child(&json);
+    let processes = counts_by_pid(&json);
+    let child_counts = role_counts(&recording.output.stdout, "child");
+    assert_eq!(child_counts, Reopen::counts(2, 3));
+    assert_counts_match(&child_counts, &processes[&child]);
+    assert_counts_match(&own_counts(&recording.output.stdout), &processes[&target]);
+}

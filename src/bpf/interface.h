@@ -26,8 +26,8 @@ enum event_bits {
 
 /* `function` values of the ring buffer's notes, which are never function ids. */
 enum special_function {
-	/* A dlopen returned. */
-	EVENT_LIBRARY_LOADED = 0x7fffffff,
+	/* A dlopen or dlclose returned. */
+	EVENT_LIBRARIES_CHANGED = 0x7fffffff,
 	/* A followed process forked a new one (--follow): `pid` is the child, stopped until the
 	 * recorder has probed it; `stack` is the parent. */
 	EVENT_PROCESS_FORKED = 0x7ffffffe,
@@ -137,9 +137,10 @@ struct settings {
 	/* Count nothing until the target has exec'ed: a command utrace started is, before that, a
 	 * copy of utrace running utrace's own libraries. */
 	bool wait_for_exec;
-	/* Stop the process at a dlopen's return (a command utrace started), so the recorder probes
-	 * the new library before its functions run. */
-	bool stop_on_dlopen;
+	/* Stop the process at a dlopen's or dlclose's return (a command utrace started), so the
+	 * recorder probes a new library before its functions run, and releases the probes of a
+	 * closed one before it can be opened again. */
+	bool stop_at_dlopen_dlclose;
 	/* --follow: trace the processes the target forks, and those they fork. */
 	bool follow;
 	/* Keep the shadow stack for the unwinder (shadow.bpf.h): the program maps one. */

@@ -176,9 +176,10 @@ static __always_inline int record(__u32 function, __u64 stack)
 #include "go.bpf.h"
 #include "kernel_events.bpf.h"
 
-/* At the return of dlopen: tells the recorder a library may have been mapped. */
+/* At the return of dlopen or dlclose: tells the recorder a library may have been mapped or
+ * unmapped. */
 SEC("uretprobe.multi")
-int library_loaded(struct pt_regs *ctx)
+int libraries_changed(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct event *e;
@@ -193,13 +194,13 @@ int library_loaded(struct pt_regs *ctx)
 	}
 	e->timestamp_ns = bpf_ktime_get_ns();
 	e->tid = (__u32)pid_tgid & ((1u << EVENT_TID_BITS) - 1);
-	e->function = EVENT_LIBRARY_LOADED;
+	e->function = EVENT_LIBRARIES_CHANGED;
 	e->stack = 0;
 	e->pid = pid_tgid >> 32;
 	/* The stop before the recorder can see the event: its continue must come after. Sent to
 	 * the thread: a process-wide SIGSTOP another thread sent and has not taken yet would make
 	 * the kernel drop this one, and this thread would run on into the new library unprobed. */
-	if (settings.stop_on_dlopen)
+	if (settings.stop_at_dlopen_dlclose)
 		bpf_send_signal_thread(SIGSTOP);
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	return 0;

@@ -15,7 +15,7 @@
 //! - `ifuncs`: which implementation an ifunc resolves to in the traced process, where utrace can
 //!   know it;
 //! - `values`: which arguments and return values each function captures (`-A`, `-R`, `-a`);
-//! - `watches`: where the recorder watches `dlopen` and the unwinder;
+//! - `watches`: where the recorder watches `dlopen`, `dlclose` and the unwinder;
 //! - `events`: kernel events and USDT probes (`-E`) as pseudo-functions after the program's;
 //! - `planner`: the [`Planner`].
 
@@ -141,8 +141,9 @@ pub struct ProbePlan {
     /// The lowest virtual address of the executable's code segments (0 when no PLT call may be
     /// probed where it lands).
     pub executable_code_vaddr: u64,
-    /// Where the program's `dlopen` is, when `--nest-lib` may select a library it loads later.
-    pub dlopen_sites: Option<WatchSites>,
+    /// Where the program's `dlopen` and `dlclose` are, when `--nest-lib` may select a library
+    /// it loads later.
+    pub dlopen_dlclose_sites: Option<WatchSites>,
     /// The files that define the unwinder's entry points, with their offsets; empty for a
     /// program without an unwinder (plain C).
     pub unwinder_sites: Vec<WatchSites>,

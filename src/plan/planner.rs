@@ -17,6 +17,10 @@ pub struct Planner {
     /// What the traced program's PLT calls bind to, for libraries it loads later.
     scope: BindingScope,
     plan: ProbePlan,
+    /// The device and inode of each of the plan's files, taken when it was planned: its open
+    /// path may name another file later (the `/proc/PID/map_files` entry of a library closed
+    /// since names the one mapped in its place).
+    identities: Vec<Option<FileIdentity>>,
 }
 
 /// Code a traced process has loaded while it is recorded.
@@ -59,9 +63,9 @@ impl Planner {
                 Pairing::ReturnSlot,
             ),
         };
-        let dlopen_sites = match options.nest_libs.is_empty() {
+        let dlopen_dlclose_sites = match options.nest_libs.is_empty() {
             true => None,
-            false => watches::dlopen_sites(files.libraries()),
+            false => watches::dlopen_dlclose_sites(files.libraries()),
         };
         let mut modules = Vec::new();
         for position in 0..files.traced.len() {
@@ -103,7 +107,7 @@ impl Planner {
             exit_policy,
             landings,
             executable_code_vaddr,
-            dlopen_sites,
+            dlopen_dlclose_sites,
             unwinder_sites,
             pairing,
             exits_before_return_value: Default::default(),
@@ -147,9 +151,11 @@ impl Planner {
         }
         say_planned(&plan);
         log::debug!("planned in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
+        let identities = plan.files.iter().map(|file| identity_of(&file.open_path));
         Ok(Planner {
             options,
             scope: files.scope,
+            identities: identities.collect(),
             plan,
         })
     }
@@ -176,6 +182,8 @@ impl Planner {
         for module in planned {
             self.plan.add(module);
         }
+        let added = &self.plan.files[first_module..];
+        (self.identities).extend(added.iter().map(|file| identity_of(&file.open_path)));
         modules.extend(first_module..self.plan.files.len());
         let table = FunctionTable {
             modules: self.plan.table.modules[first_module..].to_vec(),
@@ -244,20 +252,32 @@ impl Planner {
         Ok((known, planned))
     }
 
-    /// The module of `file`, when it is planned.
-    fn module_of(&self, file: &TracedFile) -> Option<usize> {
-        let identity = file_identity(&file.open_path);
-        self.plan.files.iter().position(|known| {
-            known.path == file.path
-                || (identity.is_some() && file_identity(&known.open_path) == identity)
+    /// Where the traced process maps the file of `module` now: probes attached from now on open
+    /// it there (a library closed and opened again with dlopen may be elsewhere, its old place
+    /// gone or another file's).
+    pub fn mapped_at(&mut self, module: usize, open_path: std::path::PathBuf) {
+        self.plan.files[module].open_path = open_path;
+    }
+
+    /// The module of `file`, when it is planned: the same file (device and inode) as a planned
+    /// one, or, where either cannot be told, one of the same path.
+    pub fn module_of(&self, file: &TracedFile) -> Option<usize> {
+        let identity = identity_of(&file.open_path);
+        (self.plan.files.iter().zip(&self.identities)).position(|(known, known_identity)| {
+            match (identity, known_identity) {
+                (Some(identity), Some(known_identity)) => identity == *known_identity,
+                _ => known.path == file.path,
+            }
         })
     }
 }
 
-/// The device and inode of a file: a library the loader found through a symlinked
-/// directory (`/lib` on merged-/usr systems) shows in `/proc/PID/maps` under another path, and
-/// probing it twice would count each of its calls twice.
-fn file_identity(path: &Path) -> Option<(u64, u64)> {
+/// A file's device and inode: a library the loader found through a symlinked directory (`/lib`
+/// on merged-/usr systems) shows in `/proc/PID/maps` under another path, and probing it twice
+/// would count each of its calls twice.
+type FileIdentity = (u64, u64);
+
+fn identity_of(path: &Path) -> Option<FileIdentity> {
     use std::os::unix::fs::MetadataExt;
     let metadata = std::fs::metadata(path).ok()?;
     Some((metadata.dev(), metadata.ino()))

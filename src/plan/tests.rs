@@ -582,25 +582,42 @@ fn a_followed_exec_of_a_program_with_an_unwinder_probes_exits_on_instructions() 
     assert!(planner.plan().exits[first..].contains(&asked));
 }
 
-#[test]
-fn a_dlopened_library_is_planned_once_when_nest_lib_selects_it() {
-    let dir = TempDir::new().unwrap();
-    let program = planned_program(&dir, "planned", &[]);
+/// A program built in `dir`, a library `libfixture.so` beside it that it does not load, and the
+/// program planned under `--nest-lib 'libfixture*'`.
+fn program_nesting_a_library(dir: &TempDir) -> (PathBuf, PathBuf, Planner) {
+    let program = planned_program(dir, "planned", &[]);
     let flags = ["-shared", "-fPIC", "-DFIXTURE_LIBRARY"];
-    let library = compile(&dir, "cc", FIXTURE_C, "libfixture.so", &flags);
+    let library = compile(dir, "cc", FIXTURE_C, "libfixture.so", &flags);
     let options = PlanOptions {
         nest_libs: LibraryPatterns::parse("--nest-lib", &["libfixture*".into()]).unwrap(),
         ..PlanOptions::default()
     };
-    let mut planner = plan_of(&program, options).unwrap();
+    let planner = plan_of(&program, options).unwrap();
+    (program, library, planner)
+}
+
+#[test]
+fn a_dlopened_library_is_planned_once_when_nest_lib_selects_it() {
+    let dir = TempDir::new().unwrap();
+    let (program, library, mut planner) = program_nesting_a_library(&dir);
     let functions_before = planner.plan().table.functions.len();
-    // Where dlopen is, to watch for libraries loaded later.
-    let dlopen = planner
+    // Where dlopen and dlclose are, to watch for libraries loaded and unloaded later.
+    let watched = planner
         .plan()
-        .dlopen_sites
+        .dlopen_dlclose_sites
         .clone()
         .expect("libc has dlopen");
-    assert!(!dlopen.offsets.is_empty());
+    let libc = crate::elf::ElfFile::open(&watched.file).unwrap();
+    let libc = libc
+        .functions(crate::elf::SitePolicy::Best)
+        .unwrap()
+        .functions;
+    let offset_of = |name: &str| libc.iter().find(|f| f.name == name).unwrap().offset as usize;
+    let mut expected = vec![offset_of("dlopen"), offset_of("dlclose")];
+    let mut offsets = watched.offsets.clone();
+    expected.sort();
+    offsets.sort();
+    assert_eq!(offsets, expected);
 
     let as_mapped = |path: &Path| TracedFile {
         path: path.display().to_string(),
@@ -620,7 +637,35 @@ fn a_dlopened_library_is_planned_once_when_nest_lib_selects_it() {
     assert!(again.modules.is_empty() && again.table.modules.is_empty());
     // Without --nest-lib, no dlopen is watched.
     let plain = plan_of(&program, PlanOptions::default()).unwrap();
-    assert_eq!(plain.plan().dlopen_sites, None);
+    assert_eq!(plain.plan().dlopen_dlclose_sites, None);
+}
+
+/// A library is known by the file it was when planned: the `/proc/PID/map_files` path it was
+/// opened through names the library mapped in its place once it is closed, which is a library
+/// of its own (issue 27), while the first one comes back under its path, planned already.
+#[test]
+fn a_library_in_the_place_of_a_closed_one_is_planned() {
+    let dir = TempDir::new().unwrap();
+    let (_, first, mut planner) = program_nesting_a_library(&dir);
+    let second = dir.path().join("libfixture2.so");
+    std::fs::copy(&first, &second).unwrap();
+    // Where the process maps a file: a link the test points at one library, then the other.
+    let place = dir.path().join("map_files-entry");
+    let mapped_at_place = |library: &Path| {
+        let _ = std::fs::remove_file(&place);
+        std::os::unix::fs::symlink(library, &place).unwrap();
+        vec![TracedFile {
+            path: library.display().to_string(),
+            open_path: place.clone(),
+        }]
+    };
+
+    let opened = planner.extend(Loaded::Libraries(mapped_at_place(&first)));
+    assert_eq!(opened.unwrap().modules, [1]);
+    let in_its_place = planner.extend(Loaded::Libraries(mapped_at_place(&second)));
+    assert_eq!(in_its_place.unwrap().modules, [2]);
+    let back = planner.extend(Loaded::Libraries(mapped_at_place(&first)));
+    assert!(back.unwrap().modules.is_empty());
 }
 
 /// A function symbol at file offset `offset`, probed at its entry.
@@ -662,7 +707,7 @@ fn ids_are_dense_across_modules() {
         exit_policy: ExitPolicy::Uretprobe,
         landings: Landings::default(),
         executable_code_vaddr: 0,
-        dlopen_sites: None,
+        dlopen_dlclose_sites: None,
         unwinder_sites: Vec::new(),
         pairing: Default::default(),
         exits_before_return_value: Default::default(),

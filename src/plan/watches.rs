@@ -1,6 +1,6 @@
 //! Where the recorder watches the program besides its traced functions: the `dlopen` that loads
-//! libraries `--nest-lib` may select, and the unwinder's entry points, where the shadow stack
-//! gives traced frames their return addresses back.
+//! libraries `--nest-lib` may select and the `dlclose` that unloads them, and the unwinder's entry
+//! points, where the shadow stack gives traced frames their return addresses back.
 
 use std::path::PathBuf;
 
@@ -18,8 +18,8 @@ pub struct WatchSites {
 }
 
 /// The first library in load order that has `dlopen` (libc since glibc 2.34, libdl before),
-/// and where its dlopen functions are.
-pub(super) fn dlopen_sites(libraries: &[OpenedFile]) -> Option<WatchSites> {
+/// and where its dlopen and dlclose functions are.
+pub(super) fn dlopen_dlclose_sites(libraries: &[OpenedFile]) -> Option<WatchSites> {
     libraries.iter().find_map(|library| {
         // Checked first: planning every function of a large library (libLLVM's 34,000) only
         // to look for dlopen took most of the planning time.
@@ -33,7 +33,8 @@ pub(super) fn dlopen_sites(libraries: &[OpenedFile]) -> Option<WatchSites> {
             .ok()?
             .functions
             .iter()
-            .filter(|f| f.kind == FunctionKind::Function && f.name == "dlopen")
+            .filter(|f| f.kind == FunctionKind::Function)
+            .filter(|f| f.name == "dlopen" || f.name == "dlclose")
             .map(|f| f.offset as usize)
             .collect();
         (!offsets.is_empty()).then(|| WatchSites {

@@ -1,6 +1,7 @@
 //! Attaching: the probes of a plan's functions (entries, exits, PLT calls where they land) and
-//! the watches (dlopen's return, the unwinder's entries), each filtered to one process, as the
-//! strategy says: one `uprobe_multi` link per file and kind, or one uprobe per probe site.
+//! the watches (dlopen's and dlclose's returns, the unwinder's entries), each filtered to one
+//! process, as the strategy says: one `uprobe_multi` link per file and kind, or one uprobe per
+//! probe site.
 
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
@@ -18,8 +19,8 @@ use crate::plan::{LandedCall, Landings};
 use crate::table::{FunctionKind, FunctionTable};
 use crate::value;
 
-/// Links that watch the process for the recorder (dlopen's return, the unwinder's entries):
-/// dropping it removes the watch, as [`AttachedProbes`] are released.
+/// Links that watch the process for the recorder (dlopen's and dlclose's returns, the
+/// unwinder's entries): dropping it removes the watch, as [`AttachedProbes`] are released.
 pub struct Watch {
     links: Vec<Link>,
 }
@@ -255,21 +256,22 @@ impl<'obj> LoadedProbes<'obj> {
         Ok(())
     }
 
-    /// Puts the dlopen watch on `offsets` of `library` (the dlopen the process binds to).
-    pub fn watch_dlopen(
+    /// Puts the watch of dlopen and dlclose on `offsets` of `library` (those the process binds
+    /// to).
+    pub fn watch_dlopen_dlclose(
         &self,
         library: &Path,
         offsets: Vec<usize>,
         pid: u32,
     ) -> Result<Watch, ProbeError> {
-        let program = &self.skel.progs.library_loaded;
+        let program = &self.skel.progs.libraries_changed;
         self.watch(
             program,
             library,
             offsets,
             Hook::Return,
             pid,
-            "dlopen return",
+            "dlopen and dlclose return",
         )
     }
 

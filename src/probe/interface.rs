@@ -51,7 +51,7 @@ const _: fn(types::event) -> Event = |event| {
 const _: () = {
     assert!(Event::TID_BITS == types::event_bits::EVENT_TID_BITS.0);
     assert!(Event::EXIT == 1 << types::event_bits::EVENT_EXIT_BIT.0);
-    assert!(Event::LIBRARY_LOADED == types::special_function::EVENT_LIBRARY_LOADED.0);
+    assert!(Event::LIBRARIES_CHANGED == types::special_function::EVENT_LIBRARIES_CHANGED.0);
     assert!(Event::PROCESS_FORKED == types::special_function::EVENT_PROCESS_FORKED.0);
     assert!(Event::PROCESS_EXECED == types::special_function::EVENT_PROCESS_EXECED.0);
     assert!(Event::UNWOUND == types::special_function::EVENT_UNWOUND.0);

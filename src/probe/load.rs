@@ -22,8 +22,8 @@ pub struct ProbeConfig {
     pub buffer_bytes: u32,
     /// Count nothing until the target execs (a command utrace forked).
     pub wait_for_exec: bool,
-    /// Stop the process at a dlopen's return until the recorder lets it go on.
-    pub stop_on_dlopen: bool,
+    /// Stop the process at a dlopen's or dlclose's return until the recorder lets it go on.
+    pub stop_at_dlopen_dlclose: bool,
     /// Follow the processes the target forks, and the programs they exec (`--follow`): each is
     /// stopped until the recorder has probed it.
     pub follow: bool,
@@ -193,7 +193,7 @@ fn choose_programs(open: &mut OpenUtraceSkel, strategy: &AttachStrategy, config:
             &mut open.progs.function_entry,
             &mut open.progs.function_exit_site,
             &mut open.progs.function_exit,
-            &mut open.progs.library_loaded,
+            &mut open.progs.libraries_changed,
             &mut open.progs.unwinder_entered,
         ] {
             attach_through_perf_events(program);
@@ -279,7 +279,7 @@ fn settings(config: &ProbeConfig) -> types::settings {
     types::settings {
         tgid: config.tgid,
         wait_for_exec: MaybeUninit::new(config.wait_for_exec),
-        stop_on_dlopen: MaybeUninit::new(config.stop_on_dlopen),
+        stop_at_dlopen_dlclose: MaybeUninit::new(config.stop_at_dlopen_dlclose),
         follow: MaybeUninit::new(config.follow),
         unwind_shadow: MaybeUninit::new(config.unwind_shadow),
         // Wake the consumer only when an eighth of the buffer waits; it polls on a timer below

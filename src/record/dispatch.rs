@@ -9,6 +9,7 @@ use anyhow::Result;
 use libbpf_rs::RingBuffer;
 
 use super::follow::{ProcessChange, TracedProcesses};
+use super::opened_libraries::OpenedLibraries;
 use super::progress::Progress;
 use super::ring::{Inbox, Note};
 use super::session::{
@@ -36,8 +37,10 @@ pub struct Tracing<'a, 'obj> {
     loaded: &'a LoadedProbes<'obj>,
     ring: &'a RingBuffer<'a>,
     inbox: &'a Inbox,
-    /// The target's probes, with those of libraries it loaded since.
+    /// The target's probes: those of its program, and the landings of its PLT calls.
     attached: AttachedProbes,
+    /// The target's probes in the libraries it opens and closes with dlopen and dlclose.
+    libraries: OpenedLibraries,
     /// Per followed process (by pid), its probes: detached with the target's, all at once,
     /// unless the process ends first.
     followed_probes: Vec<(u32, AttachedProbes)>,
@@ -112,6 +115,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
         attached: AttachedProbes,
         traced: Option<TracedProcesses>,
     ) -> Self {
+        let program_modules = (0..session.table().modules.len()).collect();
         Tracing {
             session,
             options,
@@ -119,6 +123,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             ring,
             inbox,
             attached,
+            libraries: OpenedLibraries::new(program_modules),
             followed_probes: Vec::new(),
             releases: Vec::new(),
             traced,
@@ -180,7 +185,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
     fn dispatch_notes(&mut self, drain: &mut dyn Drain) -> Result<(), DrainFull> {
         for note in self.inbox.take_notes() {
             match note {
-                Note::LibraryLoaded => self.library_loaded(drain)?,
+                Note::LibrariesChanged => self.libraries_changed(drain)?,
                 Note::ProcessChanged(change) => self.process_changed(change, drain)?,
                 Note::StackWrite(request) => {
                     serve_stack_writes(request);
@@ -192,22 +197,40 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
         Ok(())
     }
 
-    /// A dlopen returned: probes the libraries it mapped that `--nest-lib` matches. A command
-    /// utrace started waits stopped at dlopen's return: it goes on, probed or not, once every
-    /// note is served.
-    fn library_loaded(&mut self, drain: &mut dyn Drain) -> Result<(), DrainFull> {
-        let pid = self.session.target.pid();
-        let first_new = self.session.table().modules.len();
-        let probed = self.session.probe_new_libraries(self.loaded, drain);
+    /// A dlopen or dlclose returned: probes the libraries the target mapped that `--nest-lib`
+    /// matches, whether it had them open before or not, and releases the probes of those it
+    /// unmapped. A command utrace started waits stopped at the return: it goes on, probed or
+    /// not, once every note is served.
+    fn libraries_changed(&mut self, drain: &mut dyn Drain) -> Result<(), DrainFull> {
         self.held = true;
-        if let Some(traced) = &mut self.traced {
-            traced.add_modules(pid, first_new..self.session.table().modules.len());
-        }
-        match probed {
-            Ok(Some(more)) => self.attached.absorb(more),
-            Ok(None) => {}
+        let mapped = match self.session.mapped_modules(drain) {
+            Ok(mapped) => mapped,
             Err(GrowError::DrainFull) => return Err(DrainFull),
-            Err(GrowError::Failed(error)) => log::warn!("{error:#}"),
+            Err(GrowError::Failed(error)) => {
+                log::warn!("{error:#}");
+                return Ok(());
+            }
+        };
+        let pid = self.session.target.pid();
+        let changes = self.libraries.changes(&mapped);
+        if !changes.closed.is_empty() {
+            self.session.say_closed(&changes.closed);
+            self.libraries.release(&changes.closed);
+            if let Some(traced) = &mut self.traced {
+                traced.remove_modules(pid, &changes.closed);
+            }
+        }
+        for (module, open_path) in changes.opened {
+            self.libraries.wait_for_release(module);
+            match (self.session).probe_opened_library(self.loaded, module, open_path) {
+                Ok(probes) => {
+                    self.libraries.add(module, probes);
+                    if let Some(traced) = &mut self.traced {
+                        traced.add_modules(pid, [module]);
+                    }
+                }
+                Err(error) => log::warn!("{error:#}"),
+            }
         }
         Ok(())
     }
@@ -226,6 +249,11 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             .session
             .follow_change(change, self.loaded, traced, drain);
         traced.resume(change.stopped_pid());
+        if let ProcessChange::Execed { pid } = change {
+            if pid == self.session.target.pid() {
+                self.libraries.add_lasting(traced.modules(pid));
+            }
+        }
         match probed {
             Ok(more) => self.followed_probes.push((change.stopped_pid(), more)),
             Err(GrowError::DrainFull) => return Err(DrainFull),
@@ -334,6 +362,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             .map(|(_, probes)| probes)
             .collect();
         probes.push(self.attached);
+        probes.extend(self.libraries.end());
         TracingEnd {
             events: self.events,
             probes,

@@ -79,6 +79,13 @@ impl TracedProcesses {
         }
     }
 
+    /// `pid` no longer runs `closed` (libraries it closed with dlclose, their probes released).
+    pub fn remove_modules(&mut self, pid: u32, closed: &[usize]) {
+        if let Some(traced) = self.processes.get_mut(&pid) {
+            traced.modules.retain(|module| !closed.contains(module));
+        }
+    }
+
     /// A new process, probed for `modules`. Fails when it is gone already.
     pub fn add(&mut self, pid: u32, modules: Vec<usize>) -> Result<(), RunningProcessError> {
         let process = RunningProcess::open(pid)?;

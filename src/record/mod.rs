@@ -8,6 +8,7 @@ pub mod guardian;
 mod ifuncs;
 #[cfg(test)]
 pub(crate) use ifuncs::resolve_own_ifuncs;
+mod opened_libraries;
 mod proc_maps;
 mod process;
 mod progress;

@@ -11,8 +11,9 @@ use crate::event::Event;
 /// A ring buffer record the session acts on.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Note {
-    /// A dlopen returned: a library may have been mapped (the process may wait stopped).
-    LibraryLoaded,
+    /// A dlopen or dlclose returned: a library may have been mapped or unmapped (the process
+    /// may wait stopped).
+    LibrariesChanged,
     /// A followed process forked or exec'ed, and waits stopped (`--follow`).
     ProcessChanged(ProcessChange),
     /// The shadow stack asks for return addresses to be written; the process waits stopped.
@@ -62,8 +63,8 @@ impl Inbox {
             events.push(event);
             return;
         }
-        if event.function == Event::LIBRARY_LOADED {
-            self.notes.borrow_mut().push(Note::LibraryLoaded);
+        if event.function == Event::LIBRARIES_CHANGED {
+            self.notes.borrow_mut().push(Note::LibrariesChanged);
         } else if let Some(change) = ProcessChange::of(&event) {
             self.notes.borrow_mut().push(Note::ProcessChanged(change));
             // Kept in the trace: the replayer ends the calls the exec cut short.
@@ -126,7 +127,7 @@ mod tests {
         let inbox = Inbox::default();
         let call = Event::entry(1, 7, 3).in_process(7);
         let loaded = Event {
-            function: Event::LIBRARY_LOADED,
+            function: Event::LIBRARIES_CHANGED,
             ..call
         };
         let forked = Event {
@@ -154,7 +155,7 @@ mod tests {
         assert_eq!(
             inbox.take_notes(),
             [
-                Note::LibraryLoaded,
+                Note::LibrariesChanged,
                 Note::ProcessChanged(ProcessChange::Forked {
                     child: 9,
                     parent: 7

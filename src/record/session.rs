@@ -242,8 +242,8 @@ impl Session {
         let pid = self.target.pid();
         let started_here = matches!(self.target, Target::Started(_));
         let plan = self.planner.plan();
-        let dlopen_sites = match mode {
-            SessionMode::Record => plan.dlopen_sites.clone(),
+        let dlopen_dlclose_sites = match mode {
+            SessionMode::Record => plan.dlopen_dlclose_sites.clone(),
             SessionMode::Live => None,
         };
         let unwinders = plan.unwinder_sites.clone();
@@ -272,7 +272,7 @@ impl Session {
                 tgid: pid,
                 buffer_bytes: options.buffer_bytes,
                 wait_for_exec: started_here,
-                stop_on_dlopen: started_here && dlopen_sites.is_some(),
+                stop_at_dlopen_dlclose: started_here && dlopen_dlclose_sites.is_some(),
                 follow: options.follow,
                 executable_code_vaddr: plan.executable_code_vaddr,
                 unwind_shadow,
@@ -286,12 +286,12 @@ impl Session {
         // Outlives a killed recorder to give the stacks back and let stopped processes go (see
         // guardian.rs): running before the first return address is replaced or the first stop,
         // dismissed after everything else.
-        let stop_on_dlopen = started_here && dlopen_sites.is_some();
-        let _guardian = match guardian_duties(pid, &loaded, unwind_shadow, stop_on_dlopen, options)
-        {
-            Some(duties) => start_guardian(&duties, &mut loaded),
-            None => None,
-        };
+        let stop_at_dlopen_dlclose = started_here && dlopen_dlclose_sites.is_some();
+        let _guardian =
+            match guardian_duties(pid, &loaded, unwind_shadow, stop_at_dlopen_dlclose, options) {
+                Some(duties) => start_guardian(&duties, &mut loaded),
+                None => None,
+            };
         // Before any return probe: from the first replaced return address on, an exception
         // must find it restored. Dropped last, after every return probe is gone.
         let _unwinder_watch = unwinders
@@ -315,8 +315,8 @@ impl Session {
             true => Some(TracedProcesses::new(pid, all_modules)?),
             false => None,
         };
-        let _dlopen_watch = match dlopen_sites {
-            Some(sites) => Some(loaded.watch_dlopen(&sites.file, sites.offsets, pid)?),
+        let _dlopen_dlclose_watch = match dlopen_dlclose_sites {
+            Some(sites) => Some(loaded.watch_dlopen_dlclose(&sites.file, sites.offsets, pid)?),
             None => None,
         };
         loaded.set_recording(true);
@@ -398,7 +398,7 @@ impl Session {
                         traced.resume(change.stopped_pid());
                     }
                 }
-                Note::LibraryLoaded => held = true,
+                Note::LibrariesChanged => held = true,
             }
         }
         if let Some(every_thread_stopped) = stopped_for_detach {
@@ -442,17 +442,17 @@ impl Session {
         })
     }
 
-    /// Probes the libraries mapped since the last look that `--nest-lib` matches, and hands their
-    /// functions to `drain`; `None` when there is no new one.
-    pub(super) fn probe_new_libraries(
+    /// The planned files the target maps now (after a dlopen or dlclose), by module, each with
+    /// the path that opens it where it is mapped now. The libraries among them that `--nest-lib`
+    /// matches and that are not planned yet are planned, and their functions handed to `drain`.
+    pub(super) fn mapped_modules(
         &mut self,
-        loaded: &LoadedProbes,
         drain: &mut dyn Drain,
-    ) -> Result<Option<AttachedProbes>, GrowError> {
+    ) -> Result<Vec<(usize, PathBuf)>, GrowError> {
         let pid = self.target.pid();
         let mapped =
             executable_files(pid).with_context(|| format!("cannot read /proc/{pid}/maps"))?;
-        let mapped = mapped
+        let mapped: Vec<TracedFile> = mapped
             .into_iter()
             .map(|file| TracedFile {
                 path: file.path,
@@ -461,22 +461,50 @@ impl Session {
             .collect();
         let added = self
             .planner
-            .extend(Loaded::Libraries(mapped))
+            .extend(Loaded::Libraries(mapped.clone()))
             .map_err(anyhow::Error::from)?;
-        if added.modules.is_empty() {
-            return Ok(None);
+        if !added.table.modules.is_empty() {
+            hand_over(&added, drain)?;
         }
-        hand_over(&added, drain)?;
-        let attached = self.attach_modules(loaded, &added.modules, pid)?;
-        if debug_enabled() {
-            for &module in &added.modules {
-                log::debug!(
-                    "probed {} after dlopen",
-                    self.planner.plan().files[module].path
-                );
+        let mut modules: Vec<(usize, PathBuf)> = Vec::new();
+        for file in mapped {
+            // One file mapped under two paths (a symlink) is one module.
+            match self.planner.module_of(&file) {
+                Some(module) if !modules.iter().any(|(known, _)| *known == module) => {
+                    modules.push((module, file.open_path));
+                }
+                _ => {}
             }
         }
-        Ok(Some(attached))
+        Ok(modules)
+    }
+
+    /// Attaches the probes of a library the target has opened with dlopen, where it is mapped
+    /// now (`open_path`): one opened before and closed since may be elsewhere, and its module
+    /// opens there from now on (for the processes `--follow` forks from the target).
+    pub(super) fn probe_opened_library(
+        &mut self,
+        loaded: &LoadedProbes,
+        module: usize,
+        open_path: PathBuf,
+    ) -> Result<AttachedProbes> {
+        self.planner.mapped_at(module, open_path);
+        let attached = self.attach_modules(loaded, &[module], self.target.pid())?;
+        log::debug!(
+            "probed {} after dlopen",
+            self.planner.plan().files[module].path
+        );
+        Ok(attached)
+    }
+
+    /// Says which libraries the target closed have their probes released (`--debug`).
+    pub(super) fn say_closed(&self, closed: &[usize]) {
+        for &module in closed {
+            log::debug!(
+                "releasing the probes of {} after dlclose",
+                self.planner.plan().files[module].path
+            );
+        }
     }
 
     /// Attaches the probes of `modules` (indices into the table), filtered to `pid`.
@@ -682,11 +710,11 @@ fn guardian_duties(
     pid: u32,
     loaded: &LoadedProbes,
     unwind_shadow: bool,
-    stop_on_dlopen: bool,
+    stop_at_dlopen_dlclose: bool,
     options: &TraceOptions,
 ) -> Option<Duties> {
     let signals_from_guardian = probe::strategy().signals == probe::Signals::FromGuardian;
-    let stops = stop_on_dlopen || options.follow;
+    let stops = stop_at_dlopen_dlclose || options.follow;
     let needed = unwind_shadow || (signals_from_guardian && stops);
     if !needed {
         return None;

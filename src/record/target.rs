@@ -113,8 +113,9 @@ impl Target {
         }
     }
 
-    /// Lets a command stopped at a dlopen's return go on (see `stop_on_dlopen` in the BPF
-    /// programs); a process utrace attached to is never stopped.
+    /// Lets a command stopped at a dlopen's or dlclose's return go on (see
+    /// `stop_at_dlopen_dlclose` in the BPF programs); a process utrace attached to is never
+    /// stopped.
     pub fn resume(&self) {
         if let Target::Started(child) = self {
             child.signal(libc::SIGCONT);

@@ -195,6 +195,46 @@ fn build_key(compiler: &Command, source: &Path) -> u64 {
     hash
 }
 
+/// test/reopen.c, and the libraries it opens, closes and opens again: `libcount.so` and
+/// `libspacer.so`, traced with `--nest-lib libcount* --nest-lib libspacer*`.
+pub struct Reopen {
+    pub program: PathBuf,
+    pub counted: PathBuf,
+    pub spacer: PathBuf,
+}
+
+impl Reopen {
+    pub const NEST_LIBS: [&'static str; 4] =
+        ["--nest-lib", "libcount*", "--nest-lib", "libspacer*"];
+
+    pub fn build() -> Reopen {
+        Reopen {
+            program: compile("reopen.c", "reopen", &["-ldl"]),
+            counted: compile("libcount.c", "libcount.so", &["-shared", "-fPIC"]),
+            spacer: compile("libspacer.c", "libspacer.so", &["-shared", "-fPIC"]),
+        }
+    }
+
+    /// Its arguments: the libraries' paths.
+    pub fn libraries(&self) -> [&str; 2] {
+        [
+            self.counted.to_str().unwrap(),
+            self.spacer.to_str().unwrap(),
+        ]
+    }
+
+    /// What one process counts: `outer` calls of lib_outer(10), `steps` of spacer_step.
+    pub fn counts(outer: u64, steps: u64) -> BTreeMap<String, u64> {
+        let counts = [
+            ("lib_outer", outer),
+            ("lib_inner", 10 * outer),
+            ("lib_static", 10 * outer),
+            ("spacer_step", steps),
+        ];
+        counts.map(|(name, count)| (name.to_string(), count)).into()
+    }
+}
+
 /// The `calls <count> <name>` lines a test program prints about itself.
 pub fn own_counts(stdout: &[u8]) -> BTreeMap<String, u64> {
     String::from_utf8_lossy(stdout)
