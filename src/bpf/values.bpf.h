@@ -125,7 +125,8 @@ static long place_in_mapping(struct task_struct *task, struct vm_area_struct *vm
 	struct file *file = BPF_CORE_READ(vma, vm_file);
 
 	p->kind = STRING_IN_MEMORY;
-	if (!file || (BPF_CORE_READ(vma, vm_flags) & STRING_VM_WRITE) || BPF_CORE_READ(vma, anon_vma))
+	if (!file || (BPF_CORE_READ(vma, vm_flags) & STRING_VM_WRITE) ||
+	    BPF_CORE_READ(vma, anon_vma))
 		return 0;
 	p->kind = STRING_IN_FILE;
 	p->inode = BPF_CORE_READ(file, f_inode, i_ino);
