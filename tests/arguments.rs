@@ -248,34 +248,33 @@ const UNTOUCHED_SPECS: &[&str] = &[
 ];
 
 /// test/untouched.c, built, once its first line has said that the string's page is not mapped
-/// before the first call (else the probe would read it, and there would be nothing to test).
-fn untouched_program() -> std::path::PathBuf {
+/// before the first call (else the probe would read it, and there would be nothing to test);
+/// None when `test` cannot run here: without BPF, or without bpf_find_vma, where the probes cannot
+/// place a string they could not read in its file, and the recorder reads it only while the
+/// process runs, which a short program may not.
+fn untouched_program(test: &str) -> Option<std::path::PathBuf> {
+    if !bpf_available(test) {
+        return None;
+    }
+    if kernel_lacks("bpf_find_vma") {
+        eprintln!("{test}: skipped, the kernel lacks bpf_find_vma");
+        return None;
+    }
     let program = compile("untouched.c", "untouched", &[]);
     let untraced = run_untraced(&program, &[]);
     assert_eq!(
         program_lines(&untraced.stdout)[0],
         "page mapped before the first call: no"
     );
-    program
-}
-
-/// Whether the probes can place a string they could not read in its file (bpf_find_vma): else
-/// the recorder reads it only while the process runs, which a short program may not.
-fn strings_are_placed(test: &str) -> bool {
-    let placed = !kernel_lacks("bpf_find_vma");
-    if !placed {
-        eprintln!("{test}: skipped, the kernel lacks bpf_find_vma");
-    }
-    placed
+    Some(program)
 }
 
 #[test]
 fn a_string_on_a_page_nothing_has_touched_is_read_from_its_file() {
     let test = "a_string_on_a_page_nothing_has_touched_is_read_from_its_file";
-    if !bpf_available(test) || !strings_are_placed(test) {
+    let Some(program) = untouched_program(test) else {
         return;
-    }
-    let program = untouched_program();
+    };
     let recording = record_unchanged(&program, &[], UNTOUCHED_SPECS);
     let replay = recording.report(&["--format=replay"]);
     assert_eq!(
@@ -298,10 +297,9 @@ fn a_string_on_a_page_nothing_has_touched_is_read_from_its_file() {
 #[test]
 fn a_pointer_nothing_maps_says_why_it_is_unreadable() {
     let test = "a_pointer_nothing_maps_says_why_it_is_unreadable";
-    if !bpf_available(test) || !strings_are_placed(test) {
+    let Some(program) = untouched_program(test) else {
         return;
-    }
-    let program = untouched_program();
+    };
     // Live: the same reading, on the way to the tree.
     let (lines, tree) = live(UNTOUCHED_SPECS, &program, &[], false);
     let calls = tree_lines(&tree, &["greet(", "keep("]);
