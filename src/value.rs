@@ -2,8 +2,8 @@
 //! `arg2/u8`), and the captured bytes shown as text. The bytes are laid out as the BPF side
 //! writes them (`src/bpf/interface.h`): per spec, in order, an integer's 8 bytes; for a string,
 //! the pointer's 8 bytes, a signed 16-bit count of the bytes read (negative: the pointer could
-//! not be read) and those bytes. An entry's bytes hold its arguments, an exit's its return
-//! value.
+//! not be read, see [`Unreadable`]) and those bytes. An entry's bytes hold its arguments, an
+//! exit's its return value.
 
 use std::fmt::Write;
 
@@ -246,42 +246,152 @@ pub fn value_name(spec: &ValueSpec) -> String {
     }
 }
 
+/// One captured value as its bytes hold it.
+enum Captured<'a> {
+    Integer(u64),
+    /// A string's pointer and the bytes read, or the (negative) count that says they were not.
+    String {
+        pointer: u64,
+        read: Result<&'a [u8], i16>,
+    },
+}
+
+/// The value of `spec` at the start of `rest`, which moves past it; None (and `rest` as it was)
+/// when `rest` is too short.
+fn take_value<'a>(spec: &ValueSpec, rest: &mut &'a [u8]) -> Option<Captured<'a>> {
+    let (raw, after) = take_u64(rest)?;
+    if !spec.is_string() {
+        *rest = after;
+        return Some(Captured::Integer(raw));
+    }
+    let (count, after) = after.split_first_chunk::<2>()?;
+    let count = i16::from_le_bytes(*count);
+    let (read, after) = match usize::try_from(count) {
+        Ok(length) => {
+            let (text, after) = after.split_at_checked(length)?;
+            (Ok(text), after)
+        }
+        Err(_) => (Err(count), after),
+    };
+    *rest = after;
+    Some(Captured::String { pointer: raw, read })
+}
+
 /// Writes the value at the start of `rest` and moves past it; false when `rest` is too short.
 fn write_value(spec: &ValueSpec, rest: &mut &[u8], out: &mut String) -> bool {
-    let Some((raw, after)) = take_u64(rest) else {
+    let Some(value) = take_value(spec, rest) else {
         return false;
     };
-    *rest = after;
-    let ValueFormat::String { max } = spec.format else {
-        spec.write_integer(raw, out);
-        return true;
-    };
-    let Some((count, after)) = rest.split_first_chunk::<2>() else {
-        return false;
-    };
-    let count = i16::from_le_bytes(*count);
-    *rest = after;
-    if raw == 0 {
-        out.push_str("(null)");
-        return true;
-    }
-    if count < 0 {
-        // Unreadable: its address says more than nothing.
-        spec.write_integer(raw, out);
-        return true;
-    }
-    let Some((text, after)) = rest.split_at_checked(count as usize) else {
-        return false;
-    };
-    *rest = after;
-    let shown = &text[..text.len().min(usize::from(max))];
-    out.push('"');
-    escape(shown, '"', out);
-    out.push('"');
-    if text.len() > shown.len() {
-        out.push_str("...");
+    match value {
+        Captured::Integer(raw) => spec.write_integer(raw, out),
+        Captured::String { pointer: 0, .. } => out.push_str("(null)"),
+        Captured::String {
+            pointer,
+            read: Err(count),
+        } => {
+            // Unreadable: its address says more than nothing, and why, where the recorder
+            // found out.
+            spec.write_integer(pointer, out);
+            if let Some(why) = Unreadable::of_count(count) {
+                let _ = write!(out, " <unreadable: {why}>");
+            }
+        }
+        Captured::String { read: Ok(text), .. } => {
+            let max = match spec.format {
+                ValueFormat::String { max } => usize::from(max),
+                _ => text.len(),
+            };
+            let shown = &text[..text.len().min(max)];
+            out.push('"');
+            escape(shown, '"', out);
+            out.push('"');
+            if text.len() > shown.len() {
+                out.push_str("...");
+            }
+        }
     }
     true
+}
+
+/// Why the recorder could not read a string the probe could not read either. Stored as the
+/// string's count, below the errors the probe writes (-1 to -4095: those show the address
+/// alone, as in files written before the recorder read strings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unreadable {
+    /// No mapping of the process holds the address.
+    NotMapped,
+    /// The string was in memory only the process held, and it had ended.
+    ProcessEnded,
+}
+
+impl Unreadable {
+    const COUNT_BASE: i32 = -4096;
+    const ALL: [Unreadable; 2] = [Unreadable::NotMapped, Unreadable::ProcessEnded];
+
+    /// The count that stores it.
+    pub fn count(self) -> i16 {
+        (Self::COUNT_BASE - self as i32) as i16
+    }
+
+    fn of_count(count: i16) -> Option<Unreadable> {
+        Self::ALL.into_iter().find(|why| why.count() == count)
+    }
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Unreadable::NotMapped => "not mapped",
+            Unreadable::ProcessEnded => "process ended",
+        })
+    }
+}
+
+/// `bytes`, captured for `specs` at an entry (`exit == false`) or an exit, with every string
+/// the probe could not read given what `read` finds at its pointer (at most the spec's size and
+/// one byte more, which marks a string cut) or why it finds nothing; None when there was no such
+/// string, as is usual.
+pub fn with_unread_strings(
+    specs: &[ValueSpec],
+    exit: bool,
+    bytes: &[u8],
+    mut read: impl FnMut(u64, u16) -> Result<Vec<u8>, Unreadable>,
+) -> Option<Vec<u8>> {
+    let mut rest = bytes;
+    let mut out: Option<Vec<u8>> = None;
+    for spec in captured_at(specs, exit) {
+        let start = bytes.len() - rest.len();
+        let Some(value) = take_value(spec, &mut rest) else {
+            break;
+        };
+        let (
+            Captured::String {
+                pointer: pointer @ 1..,
+                read: Err(_),
+            },
+            ValueFormat::String { max },
+        ) = (value, spec.format)
+        else {
+            if let Some(out) = &mut out {
+                out.extend_from_slice(&bytes[start..bytes.len() - rest.len()]);
+            }
+            continue;
+        };
+        let out = out.get_or_insert_with(|| bytes[..start].to_vec());
+        out.extend(pointer.to_le_bytes());
+        match read(pointer, max) {
+            Ok(mut text) => {
+                text.truncate(usize::from(max) + 1);
+                out.extend((text.len() as i16).to_le_bytes());
+                out.extend(text);
+            }
+            Err(why) => out.extend(why.count().to_le_bytes()),
+        }
+    }
+    // What follows the values (a stack id) or was cut short stays as it was.
+    let mut out = out?;
+    out.extend_from_slice(rest);
+    Some(out)
 }
 
 fn take_u64(bytes: &[u8]) -> Option<(u64, &[u8])> {
@@ -423,6 +533,68 @@ mod tests {
         assert_eq!(shown(string(0x1234, -14, b"")), "0x1234");
         assert_eq!(shown(string(0x1000, 9, b"abcdefghi")), "\"abcdefgh\"...");
         assert_eq!(shown(string(0x1000, 8, b"abcdefgh")), "\"abcdefgh\"");
+    }
+
+    #[test]
+    fn an_unreadable_string_says_why_where_the_recorder_found_out() {
+        let s = [spec("arg1/s")];
+        let shown = |count: i16| format_values(&s, false, &string(0x1234, count, b""));
+        assert_eq!(
+            shown(Unreadable::NotMapped.count()),
+            "0x1234 <unreadable: not mapped>"
+        );
+        assert_eq!(
+            shown(Unreadable::ProcessEnded.count()),
+            "0x1234 <unreadable: process ended>"
+        );
+        // The probe's own errors (and every count an older file holds): the address alone.
+        assert_eq!(shown(-14), "0x1234");
+        assert_eq!(shown(-4095), "0x1234");
+        assert_eq!(shown(i16::MIN), "0x1234");
+    }
+
+    #[test]
+    fn unread_strings_are_read_in_place_and_the_rest_kept() {
+        let specs = [spec("arg1"), spec("arg2/s"), spec("arg3/s"), spec("arg4/s")];
+        let mut bytes = integer(7);
+        bytes.extend(string(0x10, -14, b""));
+        bytes.extend(string(0x20, 2, b"ok"));
+        bytes.extend(string(0x30, -14, b""));
+        // The stack id after the values.
+        bytes.extend(integer(99));
+        let mut asked = Vec::new();
+        let read = with_unread_strings(&specs, false, &bytes, |pointer, max| {
+            asked.push((pointer, max));
+            match pointer {
+                0x10 => Ok(b"a longer one".to_vec()),
+                _ => Err(Unreadable::ProcessEnded),
+            }
+        })
+        .unwrap();
+        assert_eq!(asked, [(0x10, 8), (0x30, 8)]);
+        let mut expected = integer(7);
+        // At most the size and one byte more, which says the string was cut.
+        expected.extend(string(0x10, 9, b"a longer "));
+        expected.extend(string(0x20, 2, b"ok"));
+        expected.extend(string(0x30, Unreadable::ProcessEnded.count(), b""));
+        expected.extend(integer(99));
+        assert_eq!(read, expected);
+        assert_eq!(
+            format_values(&specs, false, &read),
+            "7, \"a longer\"..., \"ok\", 0x30 <unreadable: process ended>"
+        );
+    }
+
+    #[test]
+    fn strings_read_null_or_of_the_other_side_are_left_alone() {
+        let specs = [spec("arg1/s"), spec("retval/s")];
+        let never = |_, _| -> Result<Vec<u8>, Unreadable> { panic!("nothing to read") };
+        let entry = string(0, -14, b"");
+        assert_eq!(with_unread_strings(&specs, false, &entry, never), None);
+        let exit = string(0x40, 3, b"abc");
+        assert_eq!(with_unread_strings(&specs, true, &exit, never), None);
+        // Cut short (a damaged record): nothing read, nothing changed.
+        assert_eq!(with_unread_strings(&specs, false, &entry[..9], never), None);
     }
 
     #[test]

@@ -232,3 +232,77 @@ fn a_glob_that_matches_nothing_is_a_warning() {
     assert!(stderr.contains(": 4 events in"), "{stderr}");
     assert!(recording.info().contains("events:      4\n"));
 }
+
+/// The values test/untouched.c's calls capture.
+const UNTOUCHED_SPECS: &[&str] = &[
+    "-A",
+    "greet@arg1/s",
+    "-R",
+    "greet@retval",
+    "-A",
+    "keep@arg1/s",
+    "-R",
+    "keep@retval",
+    "-f",
+    "main,greet,keep",
+];
+
+/// test/untouched.c, built, once its first line has said that the string's page is not mapped
+/// before the first call (else the probe would read it, and there would be nothing to test);
+/// None when `test` cannot run here: without BPF, or without bpf_find_vma, where the probes cannot
+/// place a string they could not read in its file, and the recorder reads it only while the
+/// process runs, which a short program may not.
+fn untouched_program(test: &str) -> Option<std::path::PathBuf> {
+    if !bpf_available(test) {
+        return None;
+    }
+    if kernel_lacks("bpf_find_vma") {
+        eprintln!("{test}: skipped, the kernel lacks bpf_find_vma");
+        return None;
+    }
+    let program = compile("untouched.c", "untouched", &[]);
+    let untraced = run_untraced(&program, &[]);
+    assert_eq!(
+        program_lines(&untraced.stdout)[0],
+        "page mapped before the first call: no"
+    );
+    Some(program)
+}
+
+#[test]
+fn a_string_on_a_page_nothing_has_touched_is_read_from_its_file() {
+    let test = "a_string_on_a_page_nothing_has_touched_is_read_from_its_file";
+    let Some(program) = untouched_program(test) else {
+        return;
+    };
+    let recording = record_unchanged(&program, &[], UNTOUCHED_SPECS);
+    let replay = recording.report(&["--format=replay"]);
+    assert_eq!(
+        tree_lines(&replay, &["main(", "greet(", "keep(", "}"]),
+        [
+            "main() {",
+            "  greet(\"hello\") = 5;",
+            "  greet(\"hello\") = 5;",
+            "  keep(0x1234 <unreadable: not mapped>) = 1;",
+            "} /* main */",
+        ],
+        "the tree:\n{replay}"
+    );
+    assert_counts_match(
+        &own_counts(&recording.output.stdout),
+        &recording.traced_counts(),
+    );
+}
+
+#[test]
+fn a_pointer_nothing_maps_says_why_it_is_unreadable() {
+    let test = "a_pointer_nothing_maps_says_why_it_is_unreadable";
+    let Some(program) = untouched_program(test) else {
+        return;
+    };
+    // Live: the same reading, on the way to the tree.
+    let (lines, tree) = live(UNTOUCHED_SPECS, &program, &[], false);
+    let calls = tree_lines(&tree, &["greet(", "keep("]);
+    assert_eq!(calls, lines[1..4], "the tree:\n{tree}");
+    assert_eq!(calls[2], "  keep(0x1234 <unreadable: not mapped>) = 1;");
+}

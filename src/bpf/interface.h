@@ -79,6 +79,32 @@ struct value_spec {
 	__u32 reserved;
 };
 
+/* Where a string lies that the probe could not read (its page not in memory yet: a probe may not
+ * fault), found by values.bpf.h in the process's memory map for the recorder, which reads it
+ * from there (src/record/strings.rs). Only where the kernel has bpf_find_vma. */
+enum string_place_kind {
+	/* In a file mapping that nothing has written to: the file holds what the process sees, at
+	 * `offset` of the file `device` (major << 20 | minor) and `inode`. */
+	STRING_IN_FILE = 1,
+	/* In memory the process may have written: only the process holds it. */
+	STRING_IN_MEMORY = 2,
+	/* No mapping holds the address. */
+	STRING_NOT_MAPPED = 3,
+};
+
+struct string_place_key {
+	__u32 tgid;
+	__u32 reserved;
+	__u64 address;
+};
+
+struct string_place {
+	__u32 kind;
+	__u32 device;
+	__u64 inode;
+	__u64 offset;
+};
+
 /* The 24-byte event. */
 struct event {
 	/* bpf_ktime_get_ns(): CLOCK_MONOTONIC, in nanoseconds. */
@@ -207,6 +233,9 @@ struct interface_types {
 	enum cookie_bits cookie_bits;
 	enum value_bits value_bits;
 	struct value_spec value_spec;
+	enum string_place_kind string_place_kind;
+	struct string_place_key string_place_key;
+	struct string_place string_place;
 	enum kernel_event_bits kernel_event_bits;
 	struct library_code library_code;
 	enum library_code_bits library_code_bits;

@@ -32,6 +32,23 @@ struct {
 	__type(value, struct value_record);
 } value_records SEC(".maps");
 
+/* (process, address) → where a string the probe could not read lies (interface.h). Sized by the
+ * loader where strings are captured; least recently used first out, as the recorder only looks
+ * (an address may fail again before the recorder has read the first failure's event). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct string_place_key);
+	__type(value, struct string_place);
+} string_places SEC(".maps");
+
+/* VM_WRITE (include/linux/mm.h), and ENOENT, bpf_find_vma's error when no mapping holds the
+ * address. */
+#define STRING_VM_WRITE 0x2
+#define STRING_ENOENT 2
+/* Strings per call placed when unread: the rest the recorder reads from the process alone. */
+#define UNREAD_STRINGS_MAX 2
+
 /* What capture_item() reads from and where it writes. */
 struct capture {
 	/* Arguments 1-6 as registers hold them, and the stack pointer (arguments 7 and up). */
@@ -47,6 +64,8 @@ struct capture {
 	bool return_known;
 	/* Bytes of payload written so far. */
 	__u32 length;
+	/* The first strings that could not be read (non-NULL pointers), to place once captured. */
+	__u64 unread[UNREAD_STRINGS_MAX];
 };
 
 /* Captures item `index` of the spec (a step of repeat(): where the kernel has bpf_loop or
@@ -88,11 +107,51 @@ static long capture_item(__u64 index, void *data)
 		/* The count without the NUL, or the error. */
 		if (read > 0)
 			read -= 1;
+		else if (read < 0 && value && !c->unread[UNREAD_STRINGS_MAX - 1])
+			c->unread[c->unread[0] != 0] = value;
 		__builtin_memcpy(&record->payload[off], &read, sizeof(read));
 		off += sizeof(read) + (read > 0 ? read : 0);
 	}
 	c->length = off;
 	return 0;
+}
+
+/* bpf_find_vma's callback: where in `vma` the string at `p->offset` (its address until then)
+ * lies. In a file only where no write has reached the mapping (no anonymous pages, not
+ * writable): there the file holds what the process sees, and cannot be changed by it. */
+static long place_in_mapping(struct task_struct *task, struct vm_area_struct *vma,
+			     struct string_place *p)
+{
+	struct file *file = BPF_CORE_READ(vma, vm_file);
+
+	p->kind = STRING_IN_MEMORY;
+	if (!file || (BPF_CORE_READ(vma, vm_flags) & STRING_VM_WRITE) ||
+	    BPF_CORE_READ(vma, anon_vma))
+		return 0;
+	p->kind = STRING_IN_FILE;
+	p->inode = BPF_CORE_READ(file, f_inode, i_ino);
+	p->device = BPF_CORE_READ(file, f_inode, i_sb, s_dev);
+	p->offset = p->offset - BPF_CORE_READ(vma, vm_start) + (BPF_CORE_READ(vma, vm_pgoff) << 12);
+	return 0;
+}
+
+/* Tells the recorder where the string at `address` lies, which the probe could not read: it
+ * reads it there (a read of its own may fault the page in). Only on this rare path, and never in
+ * legacy programs (no bpf_find_vma: the recorder reads the process's memory while it lives). */
+static __always_inline void place_unread_string(__u64 address, __u32 tgid, const bool legacy)
+{
+	struct string_place_key key = { .tgid = tgid, .address = address };
+	struct string_place place = { .offset = address };
+	long found;
+
+	if (legacy || !address)
+		return;
+	found = bpf_find_vma(bpf_get_current_task_btf(), address, place_in_mapping, &place, 0);
+	if (found == -STRING_ENOENT)
+		place.kind = STRING_NOT_MAPPED;
+	else if (found)
+		return;
+	bpf_map_update_elem(&string_places, &key, &place, BPF_ANY);
 }
 
 /* The event of `function` (its exit when EVENT_EXIT is set) at a probe whose registers are
@@ -133,6 +192,9 @@ static __always_inline int record_values(struct pt_regs *ctx, __u32 function, __
 	    (c.spec.items[(c.spec.count - 1) & (VALUES_MAX - 1)] & VALUE_STACK))
 		c.user_stack = user_stack_id(ctx, legacy);
 	repeat(c.spec.count, VALUES_MAX, capture_item, &c, legacy);
+	/* Before the event goes out, so the recorder finds the places when it reads it. */
+	place_unread_string(c.unread[0], pid_tgid >> 32, legacy);
+	place_unread_string(c.unread[1], pid_tgid >> 32, legacy);
 	out = bpf_map_lookup_elem(&value_records, &zero);
 	if (!out)
 		return 0;

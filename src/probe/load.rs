@@ -73,6 +73,10 @@ impl StackPause {
 /// How many functions may capture values: the map's entries are allocated as they are added.
 const VALUE_FUNCTIONS_MAX: u32 = 65536;
 
+/// How many places of unread strings are kept (least recently used out), allocated at the start
+/// (about 100 bytes each): the recorder looks each up within moments of its event.
+const STRING_PLACES_MAX: u32 = 1024;
+
 /// How many distinct stacks are kept (`--stack`): the user stack map holds them all from the
 /// start, 2 KiB each (65 frames of a build id and an offset), and as many kernel stacks (520
 /// bytes each) when system calls capture theirs.
@@ -216,6 +220,12 @@ fn size_maps(
         open.maps
             .value_specs
             .set_max_entries(VALUE_FUNCTIONS_MAX)
+            .map_err(load_error)?;
+    }
+    if config.string_size.is_some() {
+        open.maps
+            .string_places
+            .set_max_entries(STRING_PLACES_MAX)
             .map_err(load_error)?;
     }
     if config.user_stacks {

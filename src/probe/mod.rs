@@ -23,6 +23,7 @@ mod libbpf_log;
 mod load;
 mod release;
 mod strategy;
+mod string_places;
 mod user_stacks;
 
 pub use attach::{ExitSites, Watch};
@@ -35,4 +36,5 @@ pub use load::{
 };
 pub use release::{release_handed_links, AttachedProbes};
 pub use strategy::{strategy, AttachMode, AttachStrategy, Programs, Signals, ATTACH_MODE_VARIABLE};
+pub use string_places::{StringPlace, StringPlaces};
 pub use user_stacks::{RawCaller, RawFrame, RawStack};

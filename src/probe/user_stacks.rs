@@ -93,7 +93,7 @@ impl LoadedProbes<'_> {
 }
 
 /// A device number as the kernel keeps it (`major << 20 | minor`) as `stat` gives it.
-fn kernel_device_to_user(device: u32) -> u64 {
+pub(super) fn kernel_device_to_user(device: u32) -> u64 {
     libc::makedev(device >> 20, device & 0xf_ffff)
 }
 

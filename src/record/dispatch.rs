@@ -194,6 +194,8 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
                 }
             }
         }
+        // Before the events of what was planned: its probes are attached, not yet consumed.
+        self.inbox.planned(self.session.plan());
         Ok(())
     }
 

@@ -18,6 +18,7 @@ mod seizer;
 mod session;
 mod signals;
 mod stack_writes;
+mod strings;
 mod target;
 mod user;
 mod user_stacks;

@@ -6,7 +6,9 @@ use std::cell::RefCell;
 
 use super::follow::ProcessChange;
 use super::stack_writes::{MalformedRequest, StackWriteRequest};
+use super::strings::UnreadStrings;
 use crate::event::Event;
+use crate::plan::ProbePlan;
 
 /// A ring buffer record the session acts on.
 #[derive(Debug, PartialEq, Eq)]
@@ -28,6 +30,8 @@ pub struct Inbox {
     pub notes: RefCell<Vec<Note>>,
     /// The threads paused for a stack write since the session last let them go.
     pauses: RefCell<Vec<Pause>>,
+    /// Reads the strings the probes could not.
+    unread_strings: RefCell<UnreadStrings>,
 }
 
 /// A thread the shadow stack paused for the recorder.
@@ -48,9 +52,23 @@ pub struct Pause {
 const PAUSE_LEAD_MAX_NS: u64 = 2_000_000;
 
 impl Inbox {
+    /// An inbox whose events get the strings their probes could not read from `unread_strings`.
+    pub fn new(unread_strings: UnreadStrings) -> Inbox {
+        Inbox {
+            unread_strings: RefCell::new(unread_strings),
+            ..Inbox::default()
+        }
+    }
+
+    /// Takes in the functions and files planned since it last did (the first time: all).
+    pub fn planned(&self, plan: &ProbePlan) {
+        self.unread_strings.borrow_mut().learn(plan);
+    }
+
     /// Takes one record of the events ring buffer. A short record cannot come from our
     /// programs; it is skipped rather than stopping the recording. The bytes after the event
-    /// are the call's captured values: they go before it, as value pieces.
+    /// are the call's captured values: they go before it, as value pieces, with the strings the
+    /// probe could not read read here.
     pub fn take_event_record(&self, bytes: &[u8]) {
         let mut event = Event::default();
         if plain::copy_from_bytes(&mut event, bytes).is_err() {
@@ -58,8 +76,12 @@ impl Inbox {
         }
         let values = &bytes[std::mem::size_of::<Event>()..];
         if !values.is_empty() {
+            let read = self.unread_strings.borrow_mut().read_into(&event, values);
             let mut events = self.events.borrow_mut();
-            events.extend(Event::value_pieces(&event, values));
+            events.extend(Event::value_pieces(
+                &event,
+                read.as_deref().unwrap_or(values),
+            ));
             events.push(event);
             return;
         }

@@ -17,6 +17,7 @@ use super::ring::{Inbox, Note};
 use super::seizer::{SeizeError, Seizer};
 use super::signals;
 use super::stack_writes::{MalformedRequest, StackWriteRequest};
+use super::strings::UnreadStrings;
 use super::target::{Prepared, Target, TargetSpec};
 use super::user_stacks;
 use crate::elf::{DebugLookup, SitePolicy};
@@ -24,7 +25,9 @@ use crate::event::Event;
 use crate::filter::FilterSpec;
 use crate::plan::{EventRequests, SourceLines, ValueRequests};
 use crate::plan::{ExitPolicy, Extension, LibraryPatterns, Loaded, PltLibraries};
-use crate::plan::{PlanOptions, Planner, ProcessOrigin, Program, TracedFile, WatchSites};
+use crate::plan::{
+    PlanOptions, Planner, ProbePlan, ProcessOrigin, Program, TracedFile, WatchSites,
+};
 use crate::probe::StackPause;
 use crate::probe::{self, AttachedProbes, EventPrograms, LoadedProbes, ObjectStorage, ProbeConfig};
 use crate::table::FunctionTable;
@@ -204,6 +207,11 @@ impl Session {
         }
     }
 
+    /// What is traced so far, and how.
+    pub fn plan(&self) -> &ProbePlan {
+        self.planner.plan()
+    }
+
     /// The planned functions so far.
     pub fn table(&self) -> &FunctionTable {
         &self.planner.plan().table
@@ -330,7 +338,8 @@ impl Session {
         }
         signals::install().context("installing signal handlers")?;
 
-        let inbox = Inbox::default();
+        let inbox = Inbox::new(UnreadStrings::new(loaded.string_places()?));
+        inbox.planned(self.planner.plan());
         let mut ring = RingBufferBuilder::new();
         ring.add(loaded.events_map(), |bytes: &[u8]| {
             inbox.take_event_record(bytes);
