@@ -19,6 +19,7 @@ hostname utrace-vm
 if [ -f "$run/shares" ]; then
   i=0
   while read -r dir; do
+    mkdir -p "$dir"
     mount -t 9p -o trans=virtio,version=9p2000.L,cache=none,msize=512000 "share$i" "$dir"
     i=$((i + 1))
   done <"$run/shares"
