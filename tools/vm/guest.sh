@@ -15,12 +15,14 @@ mount -t bpf bpf /sys/fs/bpf 2>/dev/null
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 ip link set lo up 2>/dev/null || /bin/busybox ip link set lo up
 hostname utrace-vm
-# The directories shared writable (run.sh --share), in order: tags share0, share1...
+# The directories shared writable (run.sh --share), in order: tags share0, share1... Cached as
+# the root is (the host leaves them alone meanwhile; the sync below writes the guest's changes
+# back): programs and test binaries run from there at the root's speed.
 if [ -f "$run/shares" ]; then
   i=0
   while read -r dir; do
     mkdir -p "$dir"
-    mount -t 9p -o trans=virtio,version=9p2000.L,cache=none,msize=512000 "share$i" "$dir"
+    mount -t 9p -o trans=virtio,version=9p2000.L,cache=loose,msize=512000 "share$i" "$dir"
     i=$((i + 1))
   done <"$run/shares"
 fi
