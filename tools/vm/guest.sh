@@ -5,7 +5,12 @@
 # command reaps every orphan too (waitpid(-1)), as an init must.
 run="$(dirname "$0")"
 mount -t tmpfs tmpfs /run 2>/dev/null
-mount -t tmpfs tmpfs /tmp
+# A fresh /tmp, unless the command runs from there (a clone CI made under /tmp): then the host's,
+# through the root's overlay, where the guest's writes stay in the guest.
+case "$(cat "$run/cwd")/" in
+  /tmp/*) ;;
+  *) mount -t tmpfs tmpfs /tmp ;;
+esac
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm

@@ -8,8 +8,8 @@
 # Usage: tools/vm/run.sh [--timeout SECONDS] [--share DIR]... SERIES COMMAND [ARG...]
 #   SERIES: 6.12, 6.1 or 5.10 (see tools/vm/kernels.sh)
 #   --share DIR: DIR is writable in the guest, at the same path, and what the guest writes there
-#   stays (everything else it writes is gone with it). A current directory under /tmp is shared
-#   always: the guest's /tmp is its own.
+#   stays (everything else it writes is gone with it). The guest's /tmp is its own, unless the
+#   command runs from a directory there.
 # Environment: UTRACE_VM_DIR (where the kernels are), UTRACE_VM_MEMORY (default 3G),
 # UTRACE_VM_CPUS (default 2). The guest gets PATH, HOME, RUST_BACKTRACE, RUST_LOG, CI and every
 # UTRACE_* variable of this environment.
@@ -31,11 +31,6 @@ if (($# < 2)); then
 fi
 series="$1"
 shift
-# The guest mounts a fresh /tmp: a working directory there (a clone CI made under /tmp) is
-# shared, or the command would not find it.
-case "$PWD/" in
-  /tmp/*) [[ " ${shares[*]} " == *" $PWD "* ]] || shares+=("$PWD") ;;
-esac
 kernel="$cache/$series"
 if [ ! -f "$kernel/vmlinuz" ] || [ ! -f "$kernel/initramfs.gz" ]; then
   echo "tools/vm/run.sh: no kernel $series in $cache: run tools/vm/kernels.sh $series" >&2
