@@ -10,7 +10,8 @@ use utrace::data::OnDamage;
 use utrace::elf::{DebugLookup, SitePolicy};
 use utrace::filter::{parse_globs, FilterError, FilterSpec};
 use utrace::plan::{
-    EventRequests, ExitPolicy, LibraryPatterns, PltLibraries, SourceLines, ValueRequests,
+    EventRequests, ExitPolicy, KernelFunctionRequests, LibraryPatterns, PltLibraries, SourceLines,
+    ValueRequests,
 };
 use utrace::record::{
     self, split_command, ChildSetup, RecordOptions, TargetSpec, TraceOptions, UserIds,
@@ -234,10 +235,21 @@ pub struct TraceArgs {
     /// libraries, with their arguments); repeatable, or a comma list.
     #[arg(short = 'E', long = "event", value_name = "EVENT")]
     pub events: Vec<String>,
-    /// Also trace the kernel functions matching GLOB (repeatable, comma lists): needs fentry or
-    /// kprobe_multi, and is not available yet (utrace says what the kernel lacks).
+    /// Also trace the kernel functions matching GLOB (repeatable, comma lists), as calls under
+    /// the user function whose system call reached them, in module [kernel]: needs kprobes
+    /// (kprobe_multi links where the kernel has them, Linux 5.18; else one kprobe pair per
+    /// function, with BPF cookies, Linux 5.15).
     #[arg(short = 'k', long = "kernel", value_name = "GLOB")]
     pub kernel: Vec<String>,
+    /// With -k: record the traced kernel functions only down to depth N below a system call (1:
+    /// those it reaches first).
+    #[arg(
+        short = 'K',
+        long = "kernel-depth",
+        value_name = "N",
+        requires = "kernel"
+    )]
+    pub kernel_depth: Option<u32>,
     /// Say what was planned, attached and measured; twice (-dd) adds libbpf's own messages.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub debug: u8,
@@ -445,8 +457,10 @@ impl TraceArgs {
                 args.auto_args,
                 args.string_size,
             )?,
-            events: EventRequests::parse(&args.events)?,
-            kernel_functions: args.kernel,
+            events: EventRequests {
+                kernel_functions: KernelFunctionRequests::parse(&args.kernel, args.kernel_depth)?,
+                ..EventRequests::parse(&args.events)?
+            },
         })
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use common::*;
 
-/// Per folded stack (`main;sleep_all;nanosleep@plt;linux:schedule`), its weight: self time in ns,
+/// Per folded stack (`main;sleep_all;nanosleep@plt;linux:schedule_[k]`), its weight: self time in ns,
 /// or calls.
 fn folded(recording: &Recording, weight: &str) -> BTreeMap<String, u64> {
     let report = recording.report(&["--format=flame-graph", &format!("--weight={weight}")]);
@@ -43,12 +43,12 @@ fn off_cpu_time_is_a_call_of_linux_schedule_where_the_thread_slept() {
     let recording = record_unchanged(&sleeper, &[&SLEEPS.to_string(), "3"], &["-E", "offcpu"]);
     let calls = folded(&recording, "calls");
     let times = folded(&recording, "time");
-    let naps = under(&calls, "sleep_all", "linux:schedule");
+    let naps = under(&calls, "sleep_all", "linux:schedule_[k]");
     assert!(
         naps >= SLEEPS,
         "{naps} off-CPU intervals in sleep_all: {calls:?}"
     );
-    let slept = under(&times, "sleep_all", "linux:schedule") as f64;
+    let slept = under(&times, "sleep_all", "linux:schedule_[k]") as f64;
     let asked = (SLEEPS * 2_000_000) as f64;
     assert!(
         (slept - asked).abs() <= 0.2 * asked,
@@ -118,12 +118,12 @@ fn system_calls_are_calls_under_the_function_that_made_them_with_their_return_va
         let calls = folded(&recording, "calls");
         // Exactly the program's own: not utrace's writes, not other processes'.
         assert_eq!(
-            under(&calls, "write_all", "sys_write"),
+            under(&calls, "write_all", "sys_write_[k]"),
             WRITES,
             "{event}: {calls:?}"
         );
         assert_eq!(
-            under(&calls, "write@plt", "sys_write"),
+            under(&calls, "write@plt", "sys_write_[k]"),
             WRITES,
             "{event}: nested under the PLT call that made it: {calls:?}"
         );

@@ -11,8 +11,10 @@ series=("$@")
 ((${#series[@]})) || series=(6.12 6.1 5.10)
 
 # The subset: what every kernel must do (exact counts, threads, C++ exceptions and Rust panics,
-# -p attach and detach, kill -9 of the recorder, dlopen, --follow, arguments, kernel events),
-# as TEST-FILE TEST-NAME lines.
+# -p attach and detach, kill -9 of the recorder, dlopen, --follow, arguments, kernel events,
+# kernel functions), as TEST-FILE TEST-NAME lines, with the kernels a test is limited to after
+# it where it is (SERIES,...: user stacks' frames in the executable read [unknown] on 6.1 in
+# these guests, the kernel finding no build id for them).
 subset=(
   "record sample_sort_counts_are_exact"
   "record recursion_pointers_plt_and_threads_are_counted_exactly"
@@ -39,6 +41,12 @@ subset=(
   "kernel_events system_calls_are_calls_under_the_function_that_made_them_with_their_return_values"
   "kernel_events follow_puts_a_childs_system_calls_and_off_cpu_time_under_its_pid"
   "kernels what_the_kernel_lacks_is_refused_before_anything_runs"
+  "kernel_functions kernel_functions_are_calls_under_the_system_calls_that_reached_them"
+  "kernel_functions kernel_functions_of_a_running_process_are_counted_exactly"
+  "kernel_functions kernel_depth_limits_the_levels_below_a_system_call"
+  "kernel_functions a_glob_of_hundreds_of_kernel_functions_attaches_and_says_how_long_it_took"
+  "kernel_functions stack_on_a_kernel_function_gives_user_frames_then_kernel_frames 6.12"
+  "kernel_events stack_on_a_system_call_gives_user_frames_then_kernel_frames 6.12"
 )
 
 tools/vm/kernels.sh "${series[@]}"
@@ -56,26 +64,28 @@ for line in sys.stdin:
         print(message["target"]["name"], message["executable"])
 ')
 
-# One script for the guest (which sees this machine's files, but not its /tmp): each test binary
-# with its tests of the subset.
+# One script per kernel for the guest (which sees this machine's files, but not its /tmp): each
+# test binary with its tests of the subset.
 mkdir -p target/vm-test
-script="$PWD/target/vm-test/subset.sh"
-{
+write_script() { # SERIES SCRIPT
+  local -A tests
+  local line file test only
   echo 'status=0'
-  declare -A tests
   for line in "${subset[@]}"; do
-    read -r file test <<<"$line"
-    tests[$file]+=" $test"
+    read -r file test only <<<"$line"
+    [[ -z $only || ,$only, == *",$1,"* ]] && tests[$file]+=" $test"
   done
   for file in "${!tests[@]}"; do
     binary="${binaries[$file]:?no test binary for tests/$file.rs}"
     echo "$binary --exact --color never --test-threads=2 ${tests[$file]} || status=1"
   done
   echo 'exit $status'
-} >"$script"
+}
 
 failed=()
 for s in "${series[@]}"; do
+  script="$PWD/target/vm-test/subset-$s.sh"
+  write_script "$s" >"$script"
   started=$SECONDS
   echo "tools/vm-test.sh: Linux $s ($(cat "${UTRACE_VM_DIR:-/var/cache/utrace-vm}/$s/version"))" >&2
   if UTRACE_REQUIRE_BPF=1 tools/vm/run.sh --timeout 2400 "$s" sh "$script"; then

@@ -201,6 +201,10 @@ struct settings {
 	 * thread sits in the stop, the kernel detaches it and delivers the signal, which then
 	 * vanishes (a SIGSTOP would stop the process for good). */
 	__u32 pause_signal;
+	/* -K: the deepest kernel function recorded, 1 for those a system call reaches first among
+	 * the traced ones (kernel_functions.bpf.h); 0: every depth. 64 bits, so the struct has no
+	 * padding. */
+	__u64 kernel_depth;
 };
 
 /* Kernel events and USDT probes (-E, kernel_events.bpf.h). */

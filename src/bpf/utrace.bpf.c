@@ -175,6 +175,7 @@ static __always_inline int record(__u32 function, __u64 stack)
 #include "values.bpf.h"
 #include "go.bpf.h"
 #include "kernel_events.bpf.h"
+#include "kernel_functions.bpf.h"
 
 /* At the return of dlopen or dlclose: tells the recorder a library may have been mapped or
  * unmapped. */

@@ -11,8 +11,9 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
+use super::kernel_functions::KernelFunctionRequests;
 use super::syscall_names::SYSCALLS;
-use super::{ProbePlan, TracedFile};
+use super::{PlanError, ProbePlan, TracedFile};
 use crate::elf::{ElfFile, ExitProbe};
 use crate::filter::{split_list, Glob, GlobError};
 use crate::table::{FunctionId, FunctionKind, ProbeClass, TracedFunction};
@@ -40,6 +41,8 @@ pub struct EventRequests {
     pub syscalls: BTreeSet<u32>,
     /// `usdt:PROVIDER:NAME` patterns.
     pub usdt: Vec<UsdtPattern>,
+    /// Kernel functions (`-k`, `-K`).
+    pub kernel_functions: KernelFunctionRequests,
 }
 
 /// One `usdt:PROVIDER:NAME` (globs in both).
@@ -79,7 +82,10 @@ impl EventRequests {
 
     /// Whether anything is asked.
     pub fn any(&self) -> bool {
-        self.off_cpu || !self.syscalls.is_empty() || !self.usdt.is_empty()
+        self.off_cpu
+            || !self.syscalls.is_empty()
+            || !self.usdt.is_empty()
+            || self.kernel_functions.any()
     }
 
     fn add(&mut self, item: &str) -> Result<(), EventRequestError> {
@@ -143,6 +149,12 @@ pub struct PlannedEvents {
     pub syscalls: Vec<(u32, FunctionId)>,
     /// The USDT probes to attach.
     pub usdt: Vec<PlannedUsdt>,
+    /// The kernel functions traced (`-k`).
+    pub kernel_functions: Vec<PlannedKernelFunction>,
+    /// The kernel functions `-k` matched that the kernel cannot trace, by name.
+    pub untraceable_kernel_functions: Vec<String>,
+    /// `-K`: the deepest kernel function recorded below a system call, 0 for every one.
+    pub kernel_depth: u32,
     /// `[utrace: stack repair]`'s id, when the program maps an unwinder, whose shadow stack
     /// utrace may stop a thread to repair.
     pub stack_repair: Option<FunctionId>,
@@ -150,8 +162,19 @@ pub struct PlannedEvents {
 
 impl PlannedEvents {
     pub fn is_empty(&self) -> bool {
-        self.off_cpu.is_none() && self.syscalls.is_empty() && self.usdt.is_empty()
+        self.off_cpu.is_none()
+            && self.syscalls.is_empty()
+            && self.usdt.is_empty()
+            && self.kernel_functions.is_empty()
     }
+}
+
+/// One kernel function traced (`-k`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedKernelFunction {
+    pub function: FunctionId,
+    /// Its symbol, as the kernel lists it.
+    pub symbol: String,
 }
 
 /// One USDT probe of a file: all its sites, one function.
@@ -183,9 +206,14 @@ pub(super) fn plan(
     requests: &EventRequests,
     files: &[(u32, &TracedFile, &ElfFile)],
     plan: &mut ProbePlan,
-) -> Result<PlannedEvents, NoUsdtProbe> {
+) -> Result<PlannedEvents, PlanError> {
     let mut planned = PlannedEvents::default();
-    if requests.off_cpu || !requests.syscalls.is_empty() {
+    let kernel = &requests.kernel_functions;
+    let kernel_functions = match kernel.any() {
+        true => Some(kernel.matching()?),
+        false => None,
+    };
+    if requests.off_cpu || !requests.syscalls.is_empty() || kernel_functions.is_some() {
         let module = plan.table.push_module(KERNEL_MODULE.to_owned());
         plan.files.push(TracedFile {
             path: KERNEL_MODULE.to_owned(),
@@ -206,6 +234,17 @@ pub(super) fn plan(
             let id = add_function(plan, name, module, FunctionKind::Kernel);
             plan.table.functions[id as usize].values = vec![returned];
             planned.syscalls.push((number, id));
+        }
+        if let Some(matched) = kernel_functions {
+            for symbol in matched.traceable {
+                let id = add_function(plan, symbol.clone(), module, FunctionKind::Kernel);
+                planned.kernel_functions.push(PlannedKernelFunction {
+                    function: id,
+                    symbol,
+                });
+            }
+            planned.untraceable_kernel_functions = matched.untraceable;
+            planned.kernel_depth = kernel.depth;
         }
     }
     for pattern in &requests.usdt {
@@ -244,7 +283,8 @@ pub(super) fn plan(
             return Err(NoUsdtProbe {
                 pattern: pattern.text.clone(),
                 files: names.join(", "),
-            });
+            }
+            .into());
         }
     }
     Ok(planned)

@@ -17,12 +17,14 @@
 //! - `values`: which arguments and return values each function captures (`-A`, `-R`, `-a`);
 //! - `watches`: where the recorder watches `dlopen`, `dlclose` and the unwinder;
 //! - `events`: kernel events and USDT probes (`-E`) as pseudo-functions after the program's;
+//! - `kernel_functions`: which kernel functions `-k` matches, and which of them can be traced;
 //! - `planner`: the [`Planner`].
 
 mod events;
 mod exits;
 mod go;
 mod ifuncs;
+mod kernel_functions;
 mod landings;
 mod libraries;
 mod module;
@@ -36,12 +38,14 @@ mod watches;
 #[cfg(test)]
 mod tests;
 
+pub use events::PlannedKernelFunction;
 pub use events::{EventRequestError, EventRequests, NoUsdtProbe, PlannedEvents, PlannedUsdt};
 pub use events::{KERNEL_MODULE, OFF_CPU_FUNCTION, SYSCALL_NUMBERS, USDT_ARGUMENTS_MAX};
 pub use events::{STACK_REPAIR_FUNCTION, TRACER_MODULE};
 pub use exits::{ExitPolicy, UnknownExitPolicy};
 pub use go::Pairing;
 pub use ifuncs::{IfuncChoices, IfuncNotFollowed, IfuncsUnknown, ResolvedIfuncs};
+pub use kernel_functions::{KernelFunctionError, KernelFunctionRequests};
 pub use landings::{LandedCall, Landings, StubKept};
 pub use libraries::{LibraryPatterns, PltLibraries};
 pub use planner::{Extension, Loaded, Planner};
@@ -169,4 +173,7 @@ pub enum PlanError {
 
     #[error(transparent)]
     NoUsdtProbe(#[from] NoUsdtProbe),
+
+    #[error(transparent)]
+    KernelFunctions(#[from] KernelFunctionError),
 }

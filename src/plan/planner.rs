@@ -128,10 +128,12 @@ impl Planner {
         if !plan.unwinder_sites.is_empty() {
             plan.events.stack_repair = Some(events::plan_stack_repair(&mut plan));
         }
-        // A system call or linux:schedule --stack names captures the user and kernel stacks
-        // at its entry.
+        // A system call, kernel function or linux:schedule --stack names captures the user and
+        // kernel stacks at its entry.
         let syscalls = plan.events.syscalls.iter().map(|&(_, id)| id);
-        for id in syscalls.chain(plan.events.off_cpu).collect::<Vec<_>>() {
+        let kernel_functions = plan.events.kernel_functions.iter().map(|k| k.function);
+        let kernel = syscalls.chain(kernel_functions).chain(plan.events.off_cpu);
+        for id in kernel.collect::<Vec<_>>() {
             let function = &mut plan.table.functions[id as usize];
             function.user_stack = options
                 .values

@@ -6,33 +6,18 @@ use libbpf_rs::{Link, MapCore, MapFlags, UsdtOpts};
 
 use super::error::{load_error, ProbeError};
 use super::interface::skel::{types, OpenUtraceSkel};
-use super::{LoadedProbes, Programs, Support};
-use crate::plan::PlannedEvents;
+use super::strategy::KernelAttach;
+use super::{LoadedProbes, Programs};
+use crate::plan::{KernelFunctionRequests, PlannedEvents};
 use crate::table::FunctionTable;
 
-/// Whether kernel functions (`-k GLOB`) can be traced here; the error names what is missing and
-/// what would provide it. They need fentry/fexit programs (BPF trampolines); utrace does not
-/// trace them yet on any kernel, and says so where the kernel would allow them.
-pub fn check_kernel_functions(globs: &[String]) -> Result<(), ProbeError> {
-    let Some(first) = globs.first() else {
-        return Ok(());
-    };
-    let fentry = super::strategy().features.fentry;
-    let why = match fentry {
-        Support::Yes => "utrace does not trace kernel functions yet (this kernel loads fentry \
-                         programs)"
-            .to_owned(),
-        _ => format!(
-            "tracing kernel functions needs fentry/fexit programs (BPF trampolines), which this \
-             kernel refuses (fentry: {fentry}): use a kernel that loads them \
-             (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS, CONFIG_DEBUG_INFO_BTF, and no security \
-             policy refusing them)"
-        ),
-    };
-    Err(ProbeError::KernelFunctions {
-        asked: first.clone(),
-        why,
-    })
+/// Whether the kernel functions `requests` asks for (`-k`) can be traced here, before anything
+/// runs: the error names what the kernel lacks and which kernels have it.
+pub fn check_kernel_functions(requests: &KernelFunctionRequests) -> Result<(), ProbeError> {
+    match requests.any() {
+        true => super::strategy().kernel_functions().map(|_| ()),
+        false => Ok(()),
+    }
 }
 
 /// Which event programs a recording needs.
@@ -44,17 +29,36 @@ pub struct EventPrograms {
     pub off_cpu_stack: bool,
     pub syscalls: bool,
     pub usdt: bool,
+    /// How kernel functions (`-k`) are attached, when there are any.
+    pub kernel_functions: Option<KernelAttach>,
+    /// `-K`: the deepest kernel function recorded, 0 for all.
+    pub kernel_depth: u32,
+    /// Whether some kernel functions' entries capture the stacks (`--stack`).
+    pub kernel_function_stacks: bool,
 }
 
 impl EventPrograms {
-    /// The programs `events` needs.
-    pub fn of(events: &PlannedEvents) -> EventPrograms {
-        EventPrograms {
+    /// The programs `events` needs (of `table`'s functions).
+    pub fn of(events: &PlannedEvents, table: &FunctionTable) -> Result<EventPrograms, ProbeError> {
+        let kernel_functions = match events.kernel_functions.is_empty() {
+            true => None,
+            false => Some(super::strategy().kernel_functions()?),
+        };
+        Ok(EventPrograms {
             off_cpu: events.off_cpu,
             off_cpu_stack: events.off_cpu_stack,
             syscalls: !events.syscalls.is_empty(),
             usdt: !events.usdt.is_empty(),
-        }
+            kernel_functions,
+            kernel_depth: events.kernel_depth,
+            kernel_function_stacks: (events.kernel_functions.iter())
+                .any(|k| table.functions[k.function as usize].user_stack),
+        })
+    }
+
+    /// Whether the kernel stacks are captured somewhere (`--stack` on a kernel event).
+    pub fn kernel_stacks(&self) -> bool {
+        self.syscalls || self.off_cpu_stack || self.kernel_function_stacks
     }
 
     /// Leaves out of the load the programs not needed, and those of the variant this kernel does
@@ -70,6 +74,12 @@ impl EventPrograms {
             .set_autoload(self.syscalls && legacy);
         progs.syscall_exited.set_autoload(self.syscalls);
         progs.usdt_hit.set_autoload(self.usdt);
+        let multi = self.kernel_functions == Some(KernelAttach::Multi);
+        let single = self.kernel_functions == Some(KernelAttach::Single);
+        progs.kernel_function_entered_multi.set_autoload(multi);
+        progs.kernel_function_returned_multi.set_autoload(multi);
+        progs.kernel_function_entered.set_autoload(single);
+        progs.kernel_function_returned.set_autoload(single);
     }
 }
 
@@ -88,7 +98,7 @@ impl LoadedProbes<'_> {
         table: &FunctionTable,
         pid: u32,
     ) -> Result<EventLinks, ProbeError> {
-        let mut links = Vec::new();
+        let mut links = self.attach_kernel_functions(events, table)?;
         let progs = &self.skel.progs;
         let legacy = self.strategy.programs == Programs::Legacy;
         if events.off_cpu.is_some() {
@@ -99,12 +109,7 @@ impl LoadedProbes<'_> {
             links.push(program.attach().map_err(load_error)?);
         }
         for &(number, function) in &events.syscalls {
-            // Its entries capture the user and kernel stacks (--stack).
-            let stack = match table.functions[function as usize].user_stack {
-                true => 1 << types::event_bits::KERNEL_EVENT_STACK_BIT.0,
-                false => 0,
-            };
-            let function = function | stack;
+            let function = kernel_event_id(table, function);
             self.skel
                 .maps
                 .syscall_functions
@@ -139,5 +144,14 @@ impl LoadedProbes<'_> {
             links.push(link);
         }
         Ok(EventLinks { _links: links })
+    }
+}
+
+/// What a kernel event's probe knows it by: its function id, with KERNEL_EVENT_STACK set when
+/// its entries capture the user and kernel stacks (`--stack`).
+pub(super) fn kernel_event_id(table: &FunctionTable, function: u32) -> u32 {
+    match table.functions[function as usize].user_stack {
+        true => function | 1 << types::event_bits::KERNEL_EVENT_STACK_BIT.0,
+        false => function,
     }
 }

@@ -64,8 +64,13 @@ pub struct KernelFeatures {
     pub find_vma: Support,
     /// Open-coded iterators (`bpf_iter_num_*` kfuncs, 6.4): loops verified fastest.
     pub iterators: Support,
-    /// fentry/fexit programs, for kernel functions later.
+    /// fentry/fexit programs (BPF trampolines).
     pub fentry: Support,
+    /// kprobes (`CONFIG_KPROBES`): a kernel function's entry and return, one probe each.
+    pub kprobes: Support,
+    /// `kprobe_multi` links (Linux 5.18, on fprobe): many kernel functions' entries, or
+    /// returns, attached at once, each with its own cookie.
+    pub kprobe_multi: Support,
     /// How long probing took.
     pub probe_time: Duration,
 }
@@ -97,6 +102,8 @@ impl KernelFeatures {
                 Some(target) => fentry_link(target.type_id().into()),
                 None => Support::Unknown(libc::ENOENT),
             },
+            kprobes: kprobes(),
+            kprobe_multi: kprobe_multi_link(),
             probe_time: started.elapsed(),
         }
     }
@@ -106,13 +113,15 @@ impl fmt::Display for KernelFeatures {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "uprobe_multi {}, uprobe sessions {}, ring buffer {}, fentry {}; helpers \
-             bpf_get_attach_cookie {}, bpf_loop {}, bpf_find_vma {}; kfuncs \
-             bpf_session_is_return {}, bpf_send_signal_task {}, open-coded iterators {}",
+            "uprobe_multi {}, uprobe sessions {}, ring buffer {}, fentry {}, kprobes {}, \
+             kprobe_multi {}; helpers bpf_get_attach_cookie {}, bpf_loop {}, bpf_find_vma {}; \
+             kfuncs bpf_session_is_return {}, bpf_send_signal_task {}, open-coded iterators {}",
             self.uprobe_multi,
             self.uprobe_session,
             self.ring_buffer,
             self.fentry,
+            self.kprobes,
+            self.kprobe_multi,
             self.cookies,
             self.bpf_loop,
             self.find_vma,
@@ -217,6 +226,46 @@ fn ring_buffer() -> Support {
     // SAFETY: a descriptor libbpf just opened, owned by nobody else.
     drop(unsafe { OwnedFd::from_raw_fd(map) });
     Support::Yes
+}
+
+/// Whether the kernel has kprobes: their perf event type, which libbpf attaches through, or
+/// else the tracefs file it falls back on.
+fn kprobes() -> Support {
+    let places = [
+        "/sys/bus/event_source/devices/kprobe/type",
+        "/sys/kernel/tracing/kprobe_events",
+        "/sys/kernel/debug/tracing/kprobe_events",
+    ];
+    bool_support(
+        places
+            .iter()
+            .any(|place| std::path::Path::new(place).exists()),
+    )
+}
+
+/// Whether `kprobe_multi` links can be made: the kernel takes the request and only then finds
+/// that no function has the name asked for.
+fn kprobe_multi_link() -> Support {
+    let attach_type = sys::BPF_TRACE_KPROBE_MULTI;
+    let program = match load_return_zero(sys::BPF_PROG_TYPE_KPROBE, attach_type, 0) {
+        Ok(program) => program,
+        Err(errno) => return support_after(errno),
+    };
+    let mut symbol = c"utrace_no_such_function".as_ptr();
+    let mut opts = sys::bpf_link_create_opts {
+        sz: size_of::<sys::bpf_link_create_opts>() as _,
+        ..Default::default()
+    };
+    opts.__bindgen_anon_1.kprobe_multi = sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_2 {
+        syms: &mut symbol,
+        cnt: 1,
+        ..Default::default()
+    };
+    match link(&program, attach_type, &opts) {
+        Err(libc::ESRCH | libc::ENOENT) => Support::Yes,
+        Err(errno) => support_after(errno),
+        Ok(()) => Support::No,
+    }
 }
 
 /// Whether a program can be attached at the entry of the kernel function of BTF id `function`.

@@ -237,7 +237,7 @@ fn size_maps(
             .stacks
             .set_max_entries(USER_STACKS_MAX)
             .map_err(load_error)?;
-        if config.events.syscalls || config.events.off_cpu_stack {
+        if config.events.kernel_stacks() {
             open.maps
                 .kernel_stacks
                 .set_max_entries(USER_STACKS_MAX)
@@ -308,6 +308,7 @@ fn settings(config: &ProbeConfig) -> types::settings {
                 false => 0,
             },
         pause_signal: config.pause.signal() as u32,
+        kernel_depth: u64::from(config.events.kernel_depth),
     }
 }
 

@@ -5,7 +5,8 @@
 //!    attached on it (`uprobe_multi`, or one uprobe per probe site);
 //! 1. `load.rs`: open the skeleton, write its configuration, load the programs;
 //! 2. `attach.rs`: attach the planned functions' probes and the watches, filtered to a process;
-//!    `events.rs`: the kernel events and USDT probes (`-E`);
+//!    `events.rs`: the kernel events and USDT probes (`-E`); `kernel_functions.rs`: the kernel
+//!    functions (`-k`);
 //! 3. `globals.rs`: while they run, switch recording on and off and read their counters;
 //! 4. `release.rs`: detach every link, in the order the kernel needs.
 //!
@@ -19,6 +20,7 @@ mod features;
 mod globals;
 pub use globals::{replaced_return_addresses, GuardianMaps};
 mod interface;
+mod kernel_functions;
 mod libbpf_log;
 mod load;
 mod release;
@@ -35,6 +37,7 @@ pub use load::{
     allow_many_probes, ring_buffer_size, LoadedProbes, ObjectStorage, ProbeConfig, StackPause,
 };
 pub use release::{release_handed_links, AttachedProbes};
-pub use strategy::{strategy, AttachMode, AttachStrategy, Programs, Signals, ATTACH_MODE_VARIABLE};
+pub use strategy::ATTACH_MODE_VARIABLE;
+pub use strategy::{strategy, AttachMode, AttachStrategy, KernelAttach, Programs, Signals};
 pub use string_places::{StringPlace, StringPlaces};
 pub use user_stacks::{RawCaller, RawFrame, RawStack};

@@ -35,6 +35,26 @@ impl fmt::Display for AttachMode {
     }
 }
 
+/// How kernel functions (`-k`) are attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelAttach {
+    /// One kprobe_multi link for the entries and one for the returns, the function id in each
+    /// function's cookie.
+    Multi,
+    /// One kprobe and one kretprobe (perf-event links) per function, with its cookie: slower to
+    /// attach and detach, the same per hit.
+    Single,
+}
+
+impl fmt::Display for KernelAttach {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            KernelAttach::Multi => "kprobe_multi",
+            KernelAttach::Single => "one kprobe and one kretprobe per function",
+        })
+    }
+}
+
 /// Which variant of the probe programs loads (see src/bpf/compat.bpf.h).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Programs {
@@ -110,6 +130,31 @@ impl AttachStrategy {
             Programs::Legacy => Err(ProbeError::Unsupported {
                 what: "--stack",
                 needs: "bpf_find_vma and BPF cookies for uprobes (Linux 5.17)",
+            }),
+        }
+    }
+
+    /// How kernel functions can be traced (`-k`): with kprobe_multi links where the kernel has
+    /// them, else with a kprobe pair per function, whose programs need BPF cookies to know
+    /// which function was hit. fentry/fexit would cost less a call, but no Debian kernel can
+    /// attach one program to many functions: it takes one program loaded (and verified) per
+    /// function, seconds at start for hundreds of them.
+    pub fn kernel_functions(&self) -> Result<KernelAttach, ProbeError> {
+        let features = &self.features;
+        if features.kprobes.missing() {
+            return Err(ProbeError::Unsupported {
+                what: "-k",
+                needs: "kprobes (CONFIG_KPROBES, as in Debian's, Ubuntu's and Fedora's kernels)",
+            });
+        }
+        if !features.kprobe_multi.missing() {
+            return Ok(KernelAttach::Multi);
+        }
+        match features.cookies.missing() {
+            false => Ok(KernelAttach::Single),
+            true => Err(ProbeError::Unsupported {
+                what: "-k",
+                needs: "kprobe_multi links (Linux 5.18) or BPF cookies for kprobes (Linux 5.15)",
             }),
         }
     }
@@ -212,7 +257,19 @@ mod tests {
             find_vma: Support::Yes,
             iterators: Support::Yes,
             fentry: Support::Yes,
+            kprobes: Support::Yes,
+            kprobe_multi: Support::Yes,
             probe_time: Duration::ZERO,
+        }
+    }
+
+    /// What this machine's 6.18 reports: no kprobes, no fentry.
+    fn linux_6_18_here() -> KernelFeatures {
+        KernelFeatures {
+            fentry: Support::Unknown(libc::EPERM),
+            kprobes: Support::No,
+            kprobe_multi: Support::No,
+            ..current()
         }
     }
 
@@ -225,11 +282,12 @@ mod tests {
         }
     }
 
-    /// Debian 12's 6.1: no uprobe_multi, no open-coded iterators.
+    /// Debian 12's 6.1: no uprobe_multi, no open-coded iterators, no kprobe_multi.
     fn linux_6_1() -> KernelFeatures {
         KernelFeatures {
             uprobe_multi: Support::No,
             iterators: Support::No,
+            kprobe_multi: Support::No,
             ..linux_6_12()
         }
     }
@@ -280,6 +338,20 @@ mod tests {
         assert_eq!(strategy.programs, Programs::Legacy);
         assert_eq!(strategy.signals, Signals::FromGuardian);
         assert!(strategy.user_stacks().is_err() && strategy.usdt().is_err());
+    }
+
+    #[test]
+    fn kernel_functions_are_attached_the_best_way_the_kernel_has() {
+        let attach = |features| AttachStrategy::choose(features, None).kernel_functions();
+        assert_eq!(attach(linux_6_12()).unwrap(), KernelAttach::Multi);
+        assert_eq!(attach(linux_6_1()).unwrap(), KernelAttach::Single);
+        let refused = attach(linux_5_10()).unwrap_err().to_string();
+        assert!(refused.starts_with("-k needs kprobe_multi links (Linux 5.18) or BPF cookies"));
+        let refused = attach(linux_6_18_here()).unwrap_err().to_string();
+        assert!(
+            refused.starts_with("-k needs kprobes (CONFIG_KPROBES"),
+            "{refused}"
+        );
     }
 
     #[test]

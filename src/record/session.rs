@@ -60,11 +60,8 @@ pub struct TraceOptions {
     pub follow: bool,
     /// The arguments and return values to capture (`-A`, `-R`, `-a`).
     pub values: ValueRequests,
-    /// Kernel events and USDT probes (`-E`).
+    /// Kernel events and USDT probes (`-E`), kernel functions (`-k`, `-K`).
     pub events: EventRequests,
-    /// Kernel functions (`-k`): refused for now, with what is missing (see
-    /// [`probe::check_kernel_functions`]).
-    pub kernel_functions: Vec<String>,
     /// Read each traced function's source line from DWARF (`--srcline`).
     pub source_lines: SourceLines,
 }
@@ -148,7 +145,7 @@ impl Session {
     /// Starts the command (held before exec) or finds the process, and plans its functions.
     pub fn prepare(options: &TraceOptions) -> Result<Session> {
         probe::forward_libbpf_messages();
-        probe::check_kernel_functions(&options.kernel_functions)?;
+        probe::check_kernel_functions(&options.events.kernel_functions)?;
         // Fork (for -c) before any thread exists: the child only waits and execs.
         let Prepared { target, program } = Target::prepare(&options.target, &options.child_setup)?;
         // After the fork: the command keeps the limit it was given.
@@ -288,7 +285,7 @@ impl Session {
                 pairing: plan.pairing,
                 string_size: values.any().then_some(values.string_size),
                 user_stacks: self.table().functions.iter().any(|f| f.user_stack),
-                events: EventPrograms::of(&plan.events),
+                events: EventPrograms::of(&plan.events, self.table())?,
             },
         )?;
         // Outlives a killed recorder to give the stacks back and let stopped processes go (see

@@ -3,7 +3,8 @@
 //! innermost function on that path, so the weights of all lines add up to the traced time; or,
 //! with [`Weight::Calls`], by the number of calls of that path, so they add up to the calls.
 //!
-//! - Frames are the function names of the table. A `;` inside a name (which would split the
+//! - Frames are the function names of the table, kernel functions marked `_[k]` as
+//!   flamegraph.pl marks them. A `;` inside a name (which would split the
 //!   frame) becomes `:`, and a line break becomes a space, so each line stays parseable; spaces
 //!   are kept, since the weight is read after the last one.
 //! - Paths with a weight of 0 are left out.
@@ -21,7 +22,8 @@ use thiserror::Error;
 
 use crate::fast_hash::FastHashMap;
 use crate::replay::{CallSink, FinishedCall};
-use crate::table::{FunctionId, FunctionTable};
+use crate::table::{FunctionId, FunctionKind, FunctionTable};
+use crate::user_stack::KERNEL_FRAME_SUFFIX;
 
 /// What a call adds to its path (`--weight`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -175,6 +177,13 @@ fn push_stack_text(text: &mut String, table: &FunctionTable, stack: &[FunctionId
         }
         let name = table.name_of(id);
         text.push_str(&frame_name(name));
+        // Kernel frames as flamegraph.pl marks them, which colours them apart.
+        if table
+            .function(id)
+            .is_some_and(|f| f.kind == FunctionKind::Kernel)
+        {
+            text.push_str(KERNEL_FRAME_SUFFIX);
+        }
     }
 }
 

@@ -1,0 +1,295 @@
+//! End to end: kernel functions (`-k`, `-K`) as calls in the tree, under the user call whose
+//! system call reached them, counted exactly, on every kernel that has kprobes with BPF cookies
+//! (Linux 5.15) or kprobe_multi links; refused in one line on the others (this machine's 6.18,
+//! built without kprobes; Debian 11's 5.10, which has no BPF cookies). These tests run in the
+//! guests of tools/vm-test.sh.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+
+/// Whether this kernel can trace kernel functions, found apart from utrace: kprobes, and a
+/// kernel recent enough for BPF cookies on them (5.15).
+fn kernel_traces_functions() -> bool {
+    let kprobes = Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut numbers = release
+        .split(['.', '-'])
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let version = (numbers.next().unwrap(), numbers.next().unwrap());
+    kprobes && version >= (5, 15)
+}
+
+/// On a kernel that cannot trace kernel functions: `-k` fails before the program runs, in one
+/// line that says what the kernel lacks.
+fn assert_refused(program: &Path) {
+    let output = utrace()
+        .args(["record", "-o", "/dev/null", "-k", "vfs_write", "--"])
+        .arg(program)
+        .args(["3", "1"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    // The kernel's fallbacks may be said before, in lines of their own.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].starts_with("utrace: error: -k needs ")
+            && errors[0].ends_with(", which this kernel lacks"),
+        "{stderr}"
+    );
+    // Refused before the program ran: it prints its counts when it ends.
+    assert!(output.stdout.is_empty(), "the program ran");
+}
+
+/// Per folded stack (`main;write_all;write@plt;vfs_write_[k]`), its calls.
+fn folded_calls(data: &Path) -> BTreeMap<String, u64> {
+    let output = report_output(data, &["--format=flame-graph", "--weight=calls"]);
+    assert_success(&output);
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| {
+            let (stack, calls) = line.rsplit_once(' ').expect("a folded stack line");
+            (stack.to_owned(), calls.parse().expect("a count"))
+        })
+        .collect()
+}
+
+/// The calls of stacks that end in `path` (`write@plt;vfs_write_[k]`), whatever leads there.
+fn ending_in(stacks: &BTreeMap<String, u64>, path: &str) -> u64 {
+    let tail = format!(";{path}");
+    stacks
+        .iter()
+        .filter(|(stack, _)| stack.ends_with(&tail) || *stack == path)
+        .map(|(_, calls)| calls)
+        .sum()
+}
+
+/// Another copy of the program writing and reading in a loop while the test records: none of
+/// its calls may be counted. Killed when dropped.
+struct Neighbour(Child);
+
+impl Neighbour {
+    fn start(program: &Path) -> Neighbour {
+        let script = format!("while :; do '{}' 50 50 >/dev/null; done", program.display());
+        let child = Command::new("sh")
+            .args(["-c", &script])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        Neighbour(child)
+    }
+}
+
+impl Drop for Neighbour {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const WRITES: u64 = 300;
+const READS: u64 = 200;
+
+#[test]
+fn kernel_functions_are_calls_under_the_system_calls_that_reached_them() {
+    if !bpf_available("kernel_functions_are_calls_under_the_system_calls_that_reached_them") {
+        return;
+    }
+    let program = compile("file_io.c", "file_io", &[]);
+    if !kernel_traces_functions() {
+        return assert_refused(&program);
+    }
+    let _neighbour = Neighbour::start(&program);
+    let recording = record_unchanged(
+        &program,
+        &[&WRITES.to_string(), &READS.to_string()],
+        &[
+            "-k",
+            "vfs_write,vfs_read",
+            "-E",
+            "tracepoint:syscalls:sys_enter_write",
+        ],
+    );
+    let stacks = folded_calls(&recording.data());
+    // Each write() the program made: its system call, and in it vfs_write.
+    let path = "main;write_all;write@plt;sys_write_[k];vfs_write_[k]";
+    assert_eq!(stacks.get(path), Some(&WRITES), "{stacks:#?}");
+    let path = "main;read_all;read@plt;vfs_read_[k]";
+    assert_eq!(stacks.get(path), Some(&READS), "{stacks:#?}");
+    // Besides, only the flush of its output at exit, in this process alone: none of the
+    // neighbour's thousands.
+    let json = recording.json();
+    assert_eq!(calls_of(&json, "vfs_write"), WRITES + 1, "{stacks:#?}");
+    assert_eq!(
+        ending_in(&stacks, "sys_write_[k];vfs_write_[k]"),
+        WRITES + 1
+    );
+    // One process: the report names none.
+    let functions = json["functions"].as_array().unwrap();
+    assert!(functions.iter().all(|f| f.get("pid").is_none()), "{json}");
+    assert_eq!(module_of(&json, "vfs_write").as_deref(), Some("[kernel]"));
+    // Timed like user calls, and within their callers.
+    let replay = recording.report(&["--format=replay"]);
+    let lines: Vec<&str> = replay.lines().collect();
+    let nested = lines.windows(4).filter(|four| {
+        four[0].ends_with("|     write@plt() {")
+            && four[1].ends_with("|       sys_write() {")
+            && four[2].ends_with("|         vfs_write();")
+            && four[3].ends_with("|       } = 1; /* sys_write */")
+    });
+    assert_eq!(nested.count() as u64, WRITES, "{replay}");
+}
+
+#[test]
+fn kernel_functions_of_a_running_process_are_counted_exactly() {
+    if !bpf_available("kernel_functions_of_a_running_process_are_counted_exactly") {
+        return;
+    }
+    let program = compile("file_io.c", "file_io", &[]);
+    if !kernel_traces_functions() {
+        return assert_refused(&program);
+    }
+    let (mut process, lines) = start_waiting(
+        Command::new(&program)
+            .args([&WRITES.to_string(), &READS.to_string()])
+            .env("FILE_IO_WAIT", "1"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("utrace.data");
+    let recorder = AttachedRecorder::start(process.id(), &data, &["-k", "vfs_write,vfs_read"]);
+    send_signal(process.id(), libc::SIGUSR1);
+    let stdout: Vec<String> = lines.map(|line| line.unwrap()).collect();
+    assert!(process.wait().unwrap().success());
+    recorder.finish();
+    assert!(stdout.contains(&format!("writes {WRITES}")), "{stdout:?}");
+    let stacks = folded_calls(&data);
+    // main was running when utrace attached: the paths start below it.
+    let path = "write_all;write@plt;vfs_write_[k]";
+    assert_eq!(stacks.get(path), Some(&WRITES), "{stacks:#?}");
+    let path = "read_all;read@plt;vfs_read_[k]";
+    assert_eq!(stacks.get(path), Some(&READS), "{stacks:#?}");
+}
+
+#[test]
+fn kernel_depth_limits_the_levels_below_a_system_call() {
+    if !bpf_available("kernel_depth_limits_the_levels_below_a_system_call") {
+        return;
+    }
+    let program = compile("file_io.c", "file_io", &[]);
+    if !kernel_traces_functions() {
+        return assert_refused(&program);
+    }
+    let (writes, reads) = (WRITES.to_string(), READS.to_string());
+    let args = [writes.as_str(), reads.as_str()];
+    // vfs_write calls rw_verify_area, and so does vfs_read, which is not traced here.
+    let functions = "vfs_write,rw_verify_area";
+    let all = record_unchanged(&program, &args, &["-k", functions]);
+    let stacks = folded_calls(&all.data());
+    let path = "main;write_all;write@plt;vfs_write_[k];rw_verify_area_[k]";
+    assert_eq!(stacks.get(path), Some(&WRITES), "{stacks:#?}");
+    let path = "main;read_all;read@plt;rw_verify_area_[k]";
+    assert_eq!(stacks.get(path), Some(&READS), "{stacks:#?}");
+
+    // One level: rw_verify_area only where it is the first traced one, under read().
+    // vfs_caches_init (__init code, freed after boot) cannot be traced: one warning.
+    let functions = "vfs_write,rw_verify_area,vfs_caches_init";
+    let first = record_unchanged(&program, &args, &["-K", "1", "-k", functions]);
+    let stderr = String::from_utf8_lossy(&first.output.stderr);
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("cannot be traced"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("1 kernel function -k matched cannot be traced (vfs_caches_init:"),
+        "{stderr}"
+    );
+    let stacks = folded_calls(&first.data());
+    let path = "main;write_all;write@plt;vfs_write_[k]";
+    assert_eq!(stacks.get(path), Some(&WRITES), "{stacks:#?}");
+    let path = "main;read_all;read@plt;rw_verify_area_[k]";
+    assert_eq!(stacks.get(path), Some(&READS), "{stacks:#?}");
+    assert_eq!(ending_in(&stacks, "vfs_write_[k];rw_verify_area_[k]"), 0);
+}
+
+#[test]
+fn a_glob_of_hundreds_of_kernel_functions_attaches_and_says_how_long_it_took() {
+    if !bpf_available("a_glob_of_hundreds_of_kernel_functions_attaches_and_says_how_long_it_took") {
+        return;
+    }
+    let program = compile("file_io.c", "file_io", &[]);
+    if !kernel_traces_functions() {
+        return assert_refused(&program);
+    }
+    let recording = record_unchanged(
+        &program,
+        &["20", "10"],
+        &["-d", "-k", "tcp_*,udp_*,ip_*,vfs_*"],
+    );
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    // "kernel functions: N attached with kprobe_multi in T ms"
+    let attached = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("utrace: kernel functions: "))
+        .filter(|rest| rest.contains(" attached with "))
+        .unwrap_or_else(|| panic!("no attach line: {stderr}"));
+    let count: usize = attached.split(' ').next().unwrap().parse().unwrap();
+    assert!(count >= 500, "{attached}");
+    let millis: f64 = attached
+        .rsplit_once(" in ")
+        .and_then(|(_, time)| time.strip_suffix(" ms"))
+        .and_then(|time| time.parse().ok())
+        .unwrap_or_else(|| panic!("no attach time in {attached}"));
+    assert!(millis > 0.0, "{attached}");
+    // The program's own write()s are among the calls.
+    let stacks = folded_calls(&recording.data());
+    let path = "main;write_all;write@plt;vfs_write_[k]";
+    assert_eq!(stacks.get(path), Some(&20), "{stacks:#?}");
+}
+
+#[test]
+fn stack_on_a_kernel_function_gives_user_frames_then_kernel_frames() {
+    if !bpf_available("stack_on_a_kernel_function_gives_user_frames_then_kernel_frames") {
+        return;
+    }
+    let program = compile("file_io.c", "file_io-fp", &["-fno-omit-frame-pointer"]);
+    if !kernel_traces_functions() {
+        return assert_refused(&program);
+    }
+    let recording = record_unchanged(
+        &program,
+        &[&WRITES.to_string(), "0"],
+        &["-k", "vfs_write", "--stack", "vfs_write"],
+    );
+    let text = recording.report(&["--format=stacks", "-f", "vfs_write", "--folded"]);
+    let through_write_all: Vec<(Vec<&str>, u64)> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("[user stack];"))
+        .map(|line| {
+            let (frames, calls) = line.rsplit_once(' ').expect("a weight after the frames");
+            (frames.split(';').collect(), calls.parse().expect("a count"))
+        })
+        .filter(|(frames, _): &(Vec<&str>, u64)| frames.contains(&"write_all"))
+        .collect();
+    let calls: u64 = through_write_all.iter().map(|(_, calls)| calls).sum();
+    assert_eq!(calls, WRITES, "{text}");
+    for (frames, _) in &through_write_all {
+        // Root to leaf: main, write_all, the C library's write, then the kernel's frames to
+        // vfs_write.
+        let write_all = frames.iter().position(|&f| f == "write_all").unwrap();
+        assert_eq!(frames[write_all - 1], "main", "{frames:?}");
+        let first_kernel = frames
+            .iter()
+            .position(|frame| frame.ends_with("_[k]"))
+            .unwrap_or_else(|| panic!("no kernel frame in {frames:?}"));
+        assert!(first_kernel > write_all, "{frames:?}");
+        assert!(frames[first_kernel..].iter().all(|f| f.ends_with("_[k]")));
+        assert!(frames.contains(&"do_syscall_64_[k]"), "{frames:?}");
+    }
+}
