@@ -84,13 +84,18 @@ fn traced_kinds(table: &FunctionTable) -> String {
     let code = count(FunctionKind::Function) + count(FunctionKind::Plt);
     let mut parts = vec![format!("{code} functions")];
     let kernel = functions.clone().filter(|f| f.kind == FunctionKind::Kernel);
-    let (off_cpu, syscalls): (Vec<_>, Vec<_>) =
+    let (off_cpu, calls): (Vec<_>, Vec<_>) =
         kernel.partition(|f| f.name == crate::plan::OFF_CPU_FUNCTION);
+    let (syscalls, kernel_functions): (Vec<_>, Vec<_>) =
+        (calls.into_iter()).partition(|f| crate::plan::is_syscall_function_name(&f.name));
     if !off_cpu.is_empty() {
         parts.push(format!("off-CPU time ({})", crate::plan::OFF_CPU_FUNCTION));
     }
     if !syscalls.is_empty() {
         parts.push(format!("{} system calls", syscalls.len()));
+    }
+    if !kernel_functions.is_empty() {
+        parts.push(format!("{} kernel functions", kernel_functions.len()));
     }
     let usdt: Vec<&str> = (functions.clone())
         .filter(|f| f.kind == FunctionKind::Event)

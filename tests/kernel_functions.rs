@@ -134,6 +134,11 @@ fn kernel_functions_are_calls_under_the_system_calls_that_reached_them() {
     let functions = json["functions"].as_array().unwrap();
     assert!(functions.iter().all(|f| f.get("pid").is_none()), "{json}");
     assert_eq!(module_of(&json, "vfs_write").as_deref(), Some("[kernel]"));
+    let info = recording.info();
+    assert!(
+        info.contains(", 1 system calls, 2 kernel functions\n"),
+        "{info}"
+    );
     // Timed like user calls, and within their callers.
     let replay = recording.report(&["--format=replay"]);
     let lines: Vec<&str> = replay.lines().collect();

@@ -138,6 +138,12 @@ pub fn syscall_function_name(number: u32) -> String {
     }
 }
 
+/// Whether `name` is a system call's pseudo-function (`sys_write`), not a kernel function's.
+pub fn is_syscall_function_name(name: &str) -> bool {
+    name.strip_prefix("sys_")
+        .is_some_and(|call| SYSCALLS.iter().any(|&(_, known)| known == call))
+}
+
 /// The events planned, by function id.
 #[derive(Clone, Debug, Default)]
 pub struct PlannedEvents {
@@ -385,6 +391,10 @@ mod tests {
 
     #[test]
     fn system_call_names() {
+        assert!(is_syscall_function_name("sys_write"));
+        assert!(
+            !is_syscall_function_name("sys_ni_syscall") && !is_syscall_function_name("vfs_write")
+        );
         assert_eq!(syscall_function_name(1), "sys_write");
         assert_eq!(syscall_function_name(35), "sys_nanosleep");
         assert_eq!(syscall_function_name(511), "sys_511");

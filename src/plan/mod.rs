@@ -38,7 +38,7 @@ mod watches;
 #[cfg(test)]
 mod tests;
 
-pub use events::PlannedKernelFunction;
+pub use events::{is_syscall_function_name, PlannedKernelFunction};
 pub use events::{EventRequestError, EventRequests, NoUsdtProbe, PlannedEvents, PlannedUsdt};
 pub use events::{KERNEL_MODULE, OFF_CPU_FUNCTION, SYSCALL_NUMBERS, USDT_ARGUMENTS_MAX};
 pub use events::{STACK_REPAIR_FUNCTION, TRACER_MODULE};
