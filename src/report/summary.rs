@@ -131,6 +131,9 @@ const SKEWED_CALLS: u64 = 20;
 /// How the summary marks a function whose average a few long calls carry.
 const SKEWED_MARK: &str = "~ ";
 
+/// How the summary marks the kernel's functions and events (`-k`, `-E`).
+const KERNEL_MARK: &str = " [k]";
+
 /// The figures of one function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FunctionStats {
@@ -470,7 +473,12 @@ impl Summary {
                 0 => String::new(),
                 n => format!(" ({n} of unknown time)"),
             };
-            writeln!(out, "  {mark}{skew}{name}{unknown}")?;
+            // Kernel functions and events apart, as flame graphs mark their frames.
+            let kernel = match row.function.kind {
+                FunctionKind::Kernel => KERNEL_MARK,
+                _ => "",
+            };
+            writeln!(out, "  {mark}{skew}{name}{kernel}{unknown}")?;
         }
         Ok(TableMarks { bounds, skewed })
     }

@@ -1745,8 +1745,8 @@ fn report_takes_time_off_the_cpu_out_of_the_calls_it_fell_in() {
     );
     // main's 3 ms less the 1 ms off the CPU.
     assert_eq!(words("main")[..3], ["2.000", "ms", "100.00%"], "{text}");
-    assert_eq!(words("linux:schedule")[2], "-", "{text}");
-    assert_eq!(words("linux:schedule")[12], "-", "{text}");
+    assert_eq!(words("linux:schedule [k]")[2], "-", "{text}");
+    assert_eq!(words("linux:schedule [k]")[12], "-", "{text}");
     let json: serde_json::Value = serde_json::from_str(&report_of_table(
         &table,
         &events,
