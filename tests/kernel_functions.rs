@@ -134,6 +134,8 @@ fn kernel_functions_are_calls_under_the_system_calls_that_reached_them() {
     let functions = json["functions"].as_array().unwrap();
     assert!(functions.iter().all(|f| f.get("pid").is_none()), "{json}");
     assert_eq!(module_of(&json, "vfs_write").as_deref(), Some("[kernel]"));
+    let summary = recording.report(&[]);
+    assert!(summary.contains("  vfs_write [k]\n"), "{summary}");
     let info = recording.info();
     assert!(
         info.contains(", 1 system calls, 2 kernel functions\n"),
