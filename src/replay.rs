@@ -23,8 +23,8 @@
 //! - a call of a function that switches stacks (`swapcontext`, see [`Replayer::for_table`])
 //!   followed by any event but its own exit left its stack for another: the calls made there
 //!   nest under it, their slots never compared with those of the stack it left. An exit that
-//!   lands back on a call that left a stack resumes it: the frames above it, on the stack it
-//!   switched to, are closed with unknown time (they are suspended, or gone);
+//!   lands back on a call below it, at its very slot, resumes that stack: the frames above that
+//!   call, on the stack left, are closed with unknown time (they are suspended, or gone);
 //! - entries without exits (the process exited, or we detached) stay open until
 //!   [`Replayer::finish`] closes them at the end of the trace with `complete == false`;
 //! - events without a slot (`stack == 0`: synthetic events, files of older versions) pair by
@@ -605,8 +605,9 @@ impl CallStack {
     /// For an exit of `function` through `slot`: how many frames from the top lie at or below
     /// the slot without being that call (their returns were skipped), and whether the call
     /// itself is the next frame. Looks no deeper into the stack than the slot, nor past a call
-    /// that left the stack (see [`CallStack::note_switch`]), except to resume that very call:
-    /// then every frame above it is on the stack it switched to, suspended there.
+    /// that left the stack (see [`CallStack::note_switch`]), except for that very call at that
+    /// very slot: a `swapcontext` resumed, or the caller of a `getcontext` that a `setcontext`
+    /// went back to. Every frame above it is then on the stack it left, suspended or gone.
     fn frames_returned_through(&self, function: FunctionId, slot: u32) -> (usize, bool) {
         let mut gone = 0;
         for (frame, &open) in self.frames.iter().zip(&self.path).rev() {
@@ -619,10 +620,13 @@ impl CallStack {
                 _ => gone += 1,
             }
         }
-        let resumed = (self.frames.iter().zip(&self.path).rev())
-            .position(|(frame, &open)| frame.switched && frame.slot == slot && open == function);
+        let Some(left) = self.frames.iter().rposition(|frame| frame.switched) else {
+            return (gone, false);
+        };
+        let resumed = (self.frames[..=left].iter().zip(&self.path))
+            .rposition(|(frame, &open)| frame.slot == slot && open == function);
         match resumed {
-            Some(above) => (above, true),
+            Some(index) => (self.frames.len() - 1 - index, true),
             None => (gone, false),
         }
     }
@@ -1787,5 +1791,46 @@ mod tests {
         replayer.push_all(&events, &mut sink);
         replayer.finish(10, &mut sink);
         assert_eq!(paths, vec![vec![MAIN, 1], vec![MAIN, 2], vec![MAIN]]);
+    }
+
+    #[test]
+    fn replay_closes_what_a_setcontext_back_to_a_getcontext_left_where_its_caller_returns() {
+        // main → f, which saves its context (getcontext) and calls g; g goes back to it
+        // (setcontext), and f calls h, then returns.
+        let table =
+            FunctionTable::of_names(&["main", "f", "getcontext@plt", "g", "setcontext@plt", "h"]);
+        let (f, get, g, set, h) = (1, 2, 3, 4, 5);
+        let events = [
+            entry_at(0, MAIN, 0x1000),
+            entry_at(1, f, 0x0f00),
+            entry_at(2, get, 0x0e00),
+            exit_at(3, get, 0x0e00),
+            entry_at(4, g, 0x0e00),
+            entry_at(5, set, 0x0d00),
+            // getcontext returns again, at its call's slot.
+            exit_at(6, get, 0x0e00),
+            entry_at(7, h, 0x0e00),
+            exit_at(8, h, 0x0e00),
+            exit_at(9, f, 0x0f00),
+            exit_at(10, MAIN, 0x1000),
+        ];
+        let mut calls = Vec::new();
+        let mut sink = |call: &FinishedCall, stack: &[FunctionId]| {
+            calls.push((stack.to_vec(), call.time_known.then_some(call.duration_ns)));
+        };
+        let mut replayer = Replayer::for_table(&table);
+        replayer.push_all(&events, &mut sink);
+        let stats = replayer.finish(100, &mut sink);
+        let expected = vec![
+            (vec![MAIN, f, get], Some(1)),
+            // Until f returns, h seems to run under the setcontext.
+            (vec![MAIN, f, g, set, h], Some(1)),
+            (vec![MAIN, f, g, set], None),
+            (vec![MAIN, f, g], None),
+            (vec![MAIN, f], Some(8)),
+            (vec![MAIN], Some(10)),
+        ];
+        assert_eq!(calls, expected);
+        assert_eq!((stats.unmatched_exits, stats.unknown_time_calls), (1, 2));
     }
 }
