@@ -1678,13 +1678,8 @@ mod tests {
     /// with `swapcontext` under a scheduler on the main stack; pong ends into the scheduler. The
     /// coroutines' stacks lie at `ping` and `pong`, below or above the main stack's 0x8000_0000:
     /// either way the calls follow the switches and no frame of the main stack is closed early.
-    fn replay_coroutines(ping: u32, pong: u32) {
-        const SCHEDULE: FunctionId = 1;
-        const SWAP: FunctionId = 2;
-        const PING: FunctionId = 3;
-        const PONG: FunctionId = 4;
-        const WORK: FunctionId = 5;
-        const PASS: FunctionId = 6;
+    fn replay_coroutines(ping_at: u32, pong_at: u32) {
+        let [schedule, swap, ping, pong, work, pass]: [FunctionId; 6] = [1, 2, 3, 4, 5, 6];
         let table = FunctionTable::of_names(&[
             "main",
             "schedule",
@@ -1697,31 +1692,31 @@ mod tests {
         let main = 0x8000_0000;
         let events = [
             entry_at(0, MAIN, main),
-            entry_at(1, SCHEDULE, main - 0x40),
-            entry_at(2, SWAP, main - 0x80),
+            entry_at(1, schedule, main - 0x40),
+            entry_at(2, swap, main - 0x80),
             // makecontext's function starts on its own stack.
-            entry_at(3, PING, ping),
-            entry_at(4, WORK, ping - 0x40),
-            exit_at(5, WORK, ping - 0x40),
-            entry_at(6, PASS, ping - 0x40),
-            entry_at(7, SWAP, ping - 0x80),
-            entry_at(8, PONG, pong),
-            entry_at(9, PASS, pong - 0x40),
-            entry_at(10, SWAP, pong - 0x80),
+            entry_at(3, ping, ping_at),
+            entry_at(4, work, ping_at - 0x40),
+            exit_at(5, work, ping_at - 0x40),
+            entry_at(6, pass, ping_at - 0x40),
+            entry_at(7, swap, ping_at - 0x80),
+            entry_at(8, pong, pong_at),
+            entry_at(9, pass, pong_at - 0x40),
+            entry_at(10, swap, pong_at - 0x80),
             // Back in ping, whose swapcontext returns.
-            exit_at(11, SWAP, ping - 0x80),
-            exit_at(12, PASS, ping - 0x40),
-            entry_at(13, PASS, ping - 0x40),
-            entry_at(14, SWAP, ping - 0x80),
+            exit_at(11, swap, ping_at - 0x80),
+            exit_at(12, pass, ping_at - 0x40),
+            entry_at(13, pass, ping_at - 0x40),
+            entry_at(14, swap, ping_at - 0x80),
             // Back in pong, whose calls were closed when it was left.
-            exit_at(15, SWAP, pong - 0x80),
-            exit_at(16, PASS, pong - 0x40),
-            entry_at(17, WORK, pong - 0x40),
-            exit_at(18, WORK, pong - 0x40),
-            exit_at(19, PONG, pong),
+            exit_at(15, swap, pong_at - 0x80),
+            exit_at(16, pass, pong_at - 0x40),
+            entry_at(17, work, pong_at - 0x40),
+            exit_at(18, work, pong_at - 0x40),
+            exit_at(19, pong, pong_at),
             // pong's uc_link resumes the scheduler.
-            exit_at(20, SWAP, main - 0x80),
-            exit_at(21, SCHEDULE, main - 0x40),
+            exit_at(20, swap, main - 0x80),
+            exit_at(21, schedule, main - 0x40),
             exit_at(22, MAIN, main),
         ];
         let mut calls = Vec::new();
@@ -1732,27 +1727,30 @@ mod tests {
         let mut replayer = Replayer::for_table(&table);
         replayer.push_all(&events, &mut sink);
         let stats = replayer.finish(100, &mut sink);
-        let (sched, swap) = (vec![MAIN, SCHEDULE], vec![MAIN, SCHEDULE, SWAP]);
-        let in_ping = [swap.clone(), vec![PING]].concat();
-        let ping_passes = [in_ping.clone(), vec![PASS, SWAP]].concat();
-        let in_pong = [ping_passes.clone(), vec![PONG]].concat();
+        let (in_main, in_schedule) = (vec![MAIN, schedule], vec![MAIN, schedule, swap]);
+        let in_ping = [in_schedule.clone(), vec![ping]].concat();
+        let ping_passes = [in_ping.clone(), vec![pass, swap]].concat();
+        let in_pong = [ping_passes.clone(), vec![pong]].concat();
         let expected = vec![
-            (4, [in_ping.clone(), vec![WORK]].concat(), Some(1)),
-            (10, [in_pong.clone(), vec![PASS, SWAP]].concat(), None),
-            (9, [in_pong.clone(), vec![PASS]].concat(), None),
+            (4, [in_ping.clone(), vec![work]].concat(), Some(1)),
+            (10, [in_pong.clone(), vec![pass, swap]].concat(), None),
+            (9, [in_pong.clone(), vec![pass]].concat(), None),
             (8, in_pong.clone(), None),
             (7, ping_passes.clone(), Some(4)),
-            (6, [in_ping.clone(), vec![PASS]].concat(), Some(6)),
+            (6, [in_ping.clone(), vec![pass]].concat(), Some(6)),
             // pong, resumed, runs under the swapcontext that switched to it.
-            (17, [ping_passes.clone(), vec![WORK]].concat(), Some(1)),
+            (17, [ping_passes.clone(), vec![work]].concat(), Some(1)),
             (14, ping_passes.clone(), None),
-            (13, [in_ping.clone(), vec![PASS]].concat(), None),
+            (13, [in_ping.clone(), vec![pass]].concat(), None),
             (3, in_ping, None),
-            (2, swap, Some(18)),
-            (1, sched, Some(20)),
+            (2, in_schedule, Some(18)),
+            (1, in_main, Some(20)),
             (0, vec![MAIN], Some(22)),
         ];
-        assert_eq!(calls, expected, "ping at {ping:#x}, pong at {pong:#x}");
+        assert_eq!(
+            calls, expected,
+            "ping at {ping_at:#x}, pong at {pong_at:#x}"
+        );
         // pong's swapcontext and pass_to, and pong itself, had been closed when it was left.
         assert_eq!((stats.unmatched_exits, stats.unknown_time_calls), (3, 6));
     }

@@ -8,6 +8,14 @@ mod common;
 
 use common::*;
 
+/// The call tree of test/coroutines.c, 2 rounds, from the scheduler's first swapcontext to its
+/// end, without durations: ping starts on its own stack under the swapcontext that switched to
+/// it, and so does pong under ping's; pong's swapcontext returns on ping's stack, into ping's
+/// call, and pong's calls are left there, with unknown time; resumed, pong goes on under ping's
+/// next swapcontext (its pass_to's return is not paired again); ping returns on its own stack,
+/// and its uc_link resumes the scheduler, as pong's does.
+const EXPECTED_TREE: &str = include_str!("data/coroutines.tree.txt");
+
 /// Every `--exit-probes` policy, and the default.
 const POLICIES: [&[&str]; 3] = [&[], &["--exit-probes=uretprobe"], &["--exit-probes=ret"]];
 
@@ -49,51 +57,7 @@ fn coroutines_run_as_untraced_and_their_tree_follows_each_switch() {
             "{policy:?}: {stderr}"
         );
         let tree = recording.report(&["--format=replay"]);
-        let expected = [
-            "     swapcontext@plt() {",
-            "       ping() {",
-            "         work() {",
-            "           leaf();",
-            "         } /* work */",
-            "         pass_to() {",
-            "           swapcontext@plt() {",
-            // pong starts on its own stack, under the swapcontext that switched to it.
-            "             pong() {",
-            "               work() {",
-            "                 leaf();",
-            "                 leaf();",
-            "               } /* work */",
-            "               pass_to() {",
-            // Its swapcontext returns on ping's stack, into ping's call: pong's calls are left.
-            "                 swapcontext@plt(); /* time unknown */",
-            "               } /* pass_to: time unknown */",
-            "             } /* pong: time unknown */",
-            "           } /* swapcontext@plt */",
-            "         } /* pass_to */",
-            "         work() {",
-            "           leaf();",
-            "         } /* work */",
-            "         pass_to() {",
-            "           swapcontext@plt() {",
-            // pong goes on after its pass_to, whose return is not paired again.
-            "             work() {",
-            "               leaf();",
-            "               leaf();",
-            "             } /* work */",
-            "             pass_to() {",
-            "               swapcontext@plt(); /* time unknown */",
-            "             } /* pass_to: time unknown */",
-            "           } /* swapcontext@plt */",
-            "         } /* pass_to */",
-            // ping returns on its own stack, and its uc_link resumes the scheduler.
-            "       } /* ping */",
-            "     } /* swapcontext@plt */",
-            "     between();",
-            // pong, resumed, ends at once into the scheduler.
-            "     swapcontext@plt();",
-            "     between();",
-            "   } /* schedule */",
-        ];
+        let expected: Vec<&str> = EXPECTED_TREE.lines().collect();
         assert_eq!(
             tree_between(&tree, expected[0], expected[expected.len() - 1]),
             expected,
