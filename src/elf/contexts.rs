@@ -30,7 +30,7 @@ pub fn switches_stacks(symbol: &str) -> bool {
     STACK_SWITCHERS.contains(&name)
 }
 
-/// Who may switch stacks in a file: a file the program calls it from.
+/// Which of a file's symbols of a stack-switching function tell that the program switches stacks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SwitcherUse {
     /// The file imports it (a program or library calling the C library's `swapcontext`).
