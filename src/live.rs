@@ -115,7 +115,7 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
     let mut session = prepared?;
     let calibration = calibration?;
     let table = session.table().clone();
-    let mut replayer = Replayer::new(table.functions.len());
+    let mut replayer = Replayer::for_table(&table);
     let costs = calibration.as_ref().and_then(|c| c.costs.as_ref());
     if let Some(costs) = costs {
         replayer.correct_probe_costs(&table, costs);
@@ -168,7 +168,7 @@ impl<P: LivePrinter> Drain for LiveDrain<'_, P> {
 
     /// The functions of a program a followed process exec'ed (live mode does not follow dlopen).
     fn more_functions(&mut self, more: &FunctionTable) -> bool {
-        self.replayer.add_functions(more.functions.len());
+        self.replayer.add_functions(more);
         self.filtered.add_functions(self.filter.function_mask(more));
         self.filtered.inner_mut().add_functions(more);
         true

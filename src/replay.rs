@@ -20,6 +20,11 @@
 //!   frames that are gone is a new call after a longjmp;
 //! - an [`Event::UNWOUND`] note says where an exception or a panic landed: the frames below its
 //!   stack pointer are closed with unknown time;
+//! - a call of a function that switches stacks (`swapcontext`, see [`Replayer::for_table`])
+//!   followed by any event but its own exit left its stack for another: the calls made there
+//!   nest under it, their slots never compared with those of the stack it left. An exit that
+//!   lands back on a call below it, at its very slot, resumes that stack: the frames above that
+//!   call, on the stack left, are closed with unknown time (they are suspended, or gone);
 //! - entries without exits (the process exited, or we detached) stay open until
 //!   [`Replayer::finish`] closes them at the end of the trace with `complete == false`;
 //! - events without a slot (`stack == 0`: synthetic events, files of older versions) pair by
@@ -32,6 +37,7 @@
 //! the number of threads that are inside a traced call *at the same time*; never with the length
 //! of the trace. Once the stacks have grown, replaying an event allocates nothing.
 
+use crate::elf::contexts::switches_stacks;
 use crate::event::Event;
 use crate::fast_hash::FastHashMap;
 use crate::probe_cost::{ProbeCost, ProbeCosts};
@@ -200,6 +206,8 @@ pub struct Replayer {
     /// By function id, whether its calls are time apart from the calls around them, taken out
     /// whole of them. Empty when durations are raw.
     apart: Vec<Apart>,
+    /// By function id, whether it switches stacks; a function beyond it does not.
+    switchers: Vec<bool>,
     stats: ReplayStats,
 }
 
@@ -216,8 +224,18 @@ impl Replayer {
             events_seen: 0,
             costs: Vec::new(),
             apart: Vec::new(),
+            switchers: Vec::new(),
             stats: ReplayStats::default(),
         }
+    }
+
+    /// A replayer for the functions of `table`, which follows the threads from stack to stack
+    /// at the calls of its functions that switch stacks (`swapcontext@plt`, see
+    /// src/elf/contexts.rs).
+    pub fn for_table(table: &FunctionTable) -> Replayer {
+        let mut replayer = Replayer::new(0);
+        replayer.add_functions(table);
+        replayer
     }
 
     /// Takes utrace's own probe costs out of every duration and self time from now on: those of
@@ -289,6 +307,9 @@ impl Replayer {
                 self.stats.unknown_time_calls += 1;
             }
         }
+        if event.stack != 0 {
+            stack.note_switch(function, event, &self.switchers);
+        }
         if event.is_exit() && event.stack == 0 {
             if !stack.is_active(function) {
                 self.stats.unmatched_exits += 1;
@@ -349,9 +370,16 @@ impl Replayer {
         }
     }
 
-    /// Makes room for `count` more functions, numbered on from the table's (a library probed
+    /// Makes room for the functions of `more`, numbered on from the table's (a library probed
     /// during the recording).
-    pub fn add_functions(&mut self, count: usize) {
+    pub fn add_functions(&mut self, more: &FunctionTable) {
+        let count = more.functions.len();
+        self.switchers.resize(self.function_count, false);
+        (self.switchers).extend(
+            more.functions
+                .iter()
+                .map(|function| function.kind.is_probed_code() && switches_stacks(&function.name)),
+        );
         self.function_count += count;
         let size = self.function_count;
         for stack in &mut self.stacks {
@@ -426,11 +454,9 @@ impl Replayer {
             outermost: &mut self.stats.outermost_ns,
             apart: &self.apart,
         };
-        while stack
-            .frames
-            .last()
-            .is_some_and(|frame| frame.slot != 0 && height(note.stack, frame.slot) > 0)
-        {
+        while stack.frames.last().is_some_and(|frame| {
+            frame.slot != 0 && !frame.switched && height(note.stack, frame.slot) > 0
+        }) {
             stack.pop(FrameEnd::Unknown, sink, &mut ending);
             self.stats.unknown_time_calls += 1;
         }
@@ -476,6 +502,9 @@ struct Frame {
     /// far as they have ended (see [`FinishedCall::recursion_ns`]).
     recursion_ns: u64,
     recursive: bool,
+    /// A call of a function that switches stacks, after which the thread ran on another stack:
+    /// the frames above it are there, and their slots tell nothing of this one's or below.
+    switched: bool,
     /// What its probes captured.
     values: CallValues,
 }
@@ -575,17 +604,44 @@ impl CallStack {
 
     /// For an exit of `function` through `slot`: how many frames from the top lie at or below
     /// the slot without being that call (their returns were skipped), and whether the call
-    /// itself is the next frame. Looks no deeper into the stack than the slot.
+    /// itself is the next frame. Looks no deeper into the stack than the slot, nor past a call
+    /// that left the stack (see [`CallStack::note_switch`]), except for that very call at that
+    /// very slot: a `swapcontext` resumed, or the caller of a `getcontext` that a `setcontext`
+    /// went back to. Every frame above it is then on the stack it left, suspended or gone.
     fn frames_returned_through(&self, function: FunctionId, slot: u32) -> (usize, bool) {
         let mut gone = 0;
         for (frame, &open) in self.frames.iter().zip(&self.path).rev() {
+            if frame.switched {
+                break;
+            }
             match height(slot, frame.slot) {
                 ..0 => break,
                 0 if open == function => return (gone, true),
                 _ => gone += 1,
             }
         }
-        (gone, false)
+        let Some(left) = self.frames.iter().rposition(|frame| frame.switched) else {
+            return (gone, false);
+        };
+        let resumed = (self.frames[..=left].iter().zip(&self.path))
+            .rposition(|(frame, &open)| frame.slot == slot && open == function);
+        match resumed {
+            Some(index) => (self.frames.len() - 1 - index, true),
+            None => (gone, false),
+        }
+    }
+
+    /// Before an event of `function` (`event`): if the frame on top is a call of a function
+    /// that switches stacks and the event is not that call's return, the thread runs on another
+    /// stack now.
+    fn note_switch(&mut self, function: FunctionId, event: &Event, switchers: &[bool]) {
+        let (Some(top), Some(&open)) = (self.frames.last_mut(), self.path.last()) else {
+            return;
+        };
+        let returns = event.is_exit() && open == function && top.slot == event.stack;
+        if !returns && switchers.get(open as usize) == Some(&true) {
+            top.switched = true;
+        }
     }
 
     /// For an entry of `function` whose return address goes to `slot`: how many frames from the
@@ -594,16 +650,19 @@ impl CallStack {
     /// call, whose return comes right after the callee's: see [`CallStack::awaiting_exit`]);
     /// below frames that are gone, `function` again at the same slot is a new call after a
     /// longjmp, and the old one is gone too.
+    /// A call that left the stack (see [`CallStack::note_switch`]) and the frames below it are
+    /// on another stack: never gone for a call on this one.
     fn frames_called_over(&self, function: FunctionId, slot: u32) -> usize {
         let deeper = self
             .frames
             .iter()
             .rev()
-            .take_while(|frame| height(slot, frame.slot) > 0)
+            .take_while(|frame| !frame.switched && height(slot, frame.slot) > 0)
             .count();
         let below = self.frames.len() - deeper;
         let again = deeper > 0
             && below > 0
+            && !self.frames[below - 1].switched
             && height(slot, self.frames[below - 1].slot) == 0
             && self.path[below - 1] == function;
         deeper + usize::from(again)
@@ -635,6 +694,7 @@ impl CallStack {
             stopped_ns: 0,
             recursion_ns: 0,
             recursive,
+            switched: false,
             values: CallValues::default(),
         });
     }
@@ -1612,5 +1672,163 @@ mod tests {
             (stats.unfinished_calls, stats.unknown_function_events),
             (3, 0)
         );
+    }
+
+    /// Two coroutines, ping and pong, each on a stack of its own, pass control to each other
+    /// with `swapcontext` under a scheduler on the main stack; pong ends into the scheduler. The
+    /// coroutines' stacks lie at `ping` and `pong`, below or above the main stack's 0x8000_0000:
+    /// either way the calls follow the switches and no frame of the main stack is closed early.
+    fn replay_coroutines(ping_at: u32, pong_at: u32) {
+        let [schedule, swap, ping, pong, work, pass]: [FunctionId; 6] = [1, 2, 3, 4, 5, 6];
+        let table = FunctionTable::of_names(&[
+            "main",
+            "schedule",
+            "swapcontext@plt",
+            "ping",
+            "pong",
+            "work",
+            "pass_to",
+        ]);
+        let main = 0x8000_0000;
+        let events = [
+            entry_at(0, MAIN, main),
+            entry_at(1, schedule, main - 0x40),
+            entry_at(2, swap, main - 0x80),
+            // makecontext's function starts on its own stack.
+            entry_at(3, ping, ping_at),
+            entry_at(4, work, ping_at - 0x40),
+            exit_at(5, work, ping_at - 0x40),
+            entry_at(6, pass, ping_at - 0x40),
+            entry_at(7, swap, ping_at - 0x80),
+            entry_at(8, pong, pong_at),
+            entry_at(9, pass, pong_at - 0x40),
+            entry_at(10, swap, pong_at - 0x80),
+            // Back in ping, whose swapcontext returns.
+            exit_at(11, swap, ping_at - 0x80),
+            exit_at(12, pass, ping_at - 0x40),
+            entry_at(13, pass, ping_at - 0x40),
+            entry_at(14, swap, ping_at - 0x80),
+            // Back in pong, whose calls were closed when it was left.
+            exit_at(15, swap, pong_at - 0x80),
+            exit_at(16, pass, pong_at - 0x40),
+            entry_at(17, work, pong_at - 0x40),
+            exit_at(18, work, pong_at - 0x40),
+            exit_at(19, pong, pong_at),
+            // pong's uc_link resumes the scheduler.
+            exit_at(20, swap, main - 0x80),
+            exit_at(21, schedule, main - 0x40),
+            exit_at(22, MAIN, main),
+        ];
+        let mut calls = Vec::new();
+        let mut sink = |call: &FinishedCall, stack: &[FunctionId]| {
+            let time = call.time_known.then_some(call.duration_ns);
+            calls.push((call.start_ns, stack.to_vec(), time));
+        };
+        let mut replayer = Replayer::for_table(&table);
+        replayer.push_all(&events, &mut sink);
+        let stats = replayer.finish(100, &mut sink);
+        let (in_main, in_schedule) = (vec![MAIN, schedule], vec![MAIN, schedule, swap]);
+        let in_ping = [in_schedule.clone(), vec![ping]].concat();
+        let ping_passes = [in_ping.clone(), vec![pass, swap]].concat();
+        let in_pong = [ping_passes.clone(), vec![pong]].concat();
+        let expected = vec![
+            (4, [in_ping.clone(), vec![work]].concat(), Some(1)),
+            (10, [in_pong.clone(), vec![pass, swap]].concat(), None),
+            (9, [in_pong.clone(), vec![pass]].concat(), None),
+            (8, in_pong.clone(), None),
+            (7, ping_passes.clone(), Some(4)),
+            (6, [in_ping.clone(), vec![pass]].concat(), Some(6)),
+            // pong, resumed, runs under the swapcontext that switched to it.
+            (17, [ping_passes.clone(), vec![work]].concat(), Some(1)),
+            (14, ping_passes.clone(), None),
+            (13, [in_ping.clone(), vec![pass]].concat(), None),
+            (3, in_ping, None),
+            (2, in_schedule, Some(18)),
+            (1, in_main, Some(20)),
+            (0, vec![MAIN], Some(22)),
+        ];
+        assert_eq!(
+            calls, expected,
+            "ping at {ping_at:#x}, pong at {pong_at:#x}"
+        );
+        // pong's swapcontext and pass_to, and pong itself, had been closed when it was left.
+        assert_eq!((stats.unmatched_exits, stats.unknown_time_calls), (3, 6));
+    }
+
+    #[test]
+    fn replay_follows_coroutines_on_stacks_below_the_main_one() {
+        replay_coroutines(0x1000_0000, 0x2000_0000);
+        replay_coroutines(0x2000_0000, 0x1000_0000);
+    }
+
+    #[test]
+    fn replay_follows_coroutines_on_stacks_above_the_main_one() {
+        replay_coroutines(0xf000_0000, 0xe000_0000);
+        replay_coroutines(0xe000_0000, 0xf000_0000);
+        replay_coroutines(0x1000_0000, 0xf000_0000);
+    }
+
+    #[test]
+    fn replay_without_a_switch_keeps_a_swapcontext_that_returns_at_once() {
+        // swapcontext failed (or switched to its own context): its exit comes at its slot.
+        let table = FunctionTable::of_names(&["main", "swapcontext@plt", "work"]);
+        let events = [
+            entry_at(0, MAIN, 0x1000),
+            entry_at(1, 1, 0x0f00),
+            exit_at(2, 1, 0x0f00),
+            entry_at(3, 2, 0x0f00),
+            exit_at(4, 2, 0x0f00),
+            exit_at(5, MAIN, 0x1000),
+        ];
+        let mut paths = Vec::new();
+        let mut sink = |call: &FinishedCall, stack: &[FunctionId]| {
+            assert!(call.time_known);
+            paths.push(stack.to_vec());
+        };
+        let mut replayer = Replayer::for_table(&table);
+        replayer.push_all(&events, &mut sink);
+        replayer.finish(10, &mut sink);
+        assert_eq!(paths, vec![vec![MAIN, 1], vec![MAIN, 2], vec![MAIN]]);
+    }
+
+    #[test]
+    fn replay_closes_what_a_setcontext_back_to_a_getcontext_left_where_its_caller_returns() {
+        // main → f, which saves its context (getcontext) and calls g; g goes back to it
+        // (setcontext), and f calls h, then returns.
+        let table =
+            FunctionTable::of_names(&["main", "f", "getcontext@plt", "g", "setcontext@plt", "h"]);
+        let (f, get, g, set, h) = (1, 2, 3, 4, 5);
+        let events = [
+            entry_at(0, MAIN, 0x1000),
+            entry_at(1, f, 0x0f00),
+            entry_at(2, get, 0x0e00),
+            exit_at(3, get, 0x0e00),
+            entry_at(4, g, 0x0e00),
+            entry_at(5, set, 0x0d00),
+            // getcontext returns again, at its call's slot.
+            exit_at(6, get, 0x0e00),
+            entry_at(7, h, 0x0e00),
+            exit_at(8, h, 0x0e00),
+            exit_at(9, f, 0x0f00),
+            exit_at(10, MAIN, 0x1000),
+        ];
+        let mut calls = Vec::new();
+        let mut sink = |call: &FinishedCall, stack: &[FunctionId]| {
+            calls.push((stack.to_vec(), call.time_known.then_some(call.duration_ns)));
+        };
+        let mut replayer = Replayer::for_table(&table);
+        replayer.push_all(&events, &mut sink);
+        let stats = replayer.finish(100, &mut sink);
+        let expected = vec![
+            (vec![MAIN, f, get], Some(1)),
+            // Until f returns, h seems to run under the setcontext.
+            (vec![MAIN, f, g, set, h], Some(1)),
+            (vec![MAIN, f, g, set], None),
+            (vec![MAIN, f, g], None),
+            (vec![MAIN, f], Some(8)),
+            (vec![MAIN], Some(10)),
+        ];
+        assert_eq!(calls, expected);
+        assert_eq!((stats.unmatched_exits, stats.unknown_time_calls), (1, 2));
     }
 }

@@ -79,17 +79,6 @@ fn entries_and_exits_carry_the_same_stack_slot() {
     }
 }
 
-/// How many calls of `name` the JSON report says had unknown time.
-fn unknown_time_of(json: &serde_json::Value, name: &str) -> u64 {
-    json["functions"]
-        .as_array()
-        .expect("functions array")
-        .iter()
-        .filter(|f| f["name"] == name)
-        .map(|f| f["unknown_time_calls"].as_u64().unwrap())
-        .sum()
-}
-
 /// (function, start, duration) of every call, sorted.
 type Timed = Vec<(u32, u64, u64)>;
 

@@ -30,6 +30,7 @@
 //! - `loader`, `ldcache`: the libraries a program will load, found as the dynamic loader does.
 
 pub mod binding;
+pub mod contexts;
 pub mod debug_file;
 pub mod debuginfod;
 mod demangle;
@@ -66,7 +67,7 @@ use crate::table::FunctionKind;
 pub use debug_file::{DebugLookup, SymbolSource};
 pub use demangle::demangle;
 pub use file::{ElfFile, SymbolOrigin};
-pub use returns::NoExitSites;
+pub use returns::{LeafExits, NoExitSites};
 pub use site::{NoSite, ProbeSite, SingleStepCause, SiteKind, SitePolicy};
 
 /// One function of an ELF file that a uprobe can attach to.
@@ -278,8 +279,9 @@ impl ElfFile {
         })
     }
 
-    /// Where the exit of each of `functions` (of this file) is seen, in the same order.
-    pub fn exit_probes(&self, functions: &[FunctionSymbol]) -> Vec<ExitProbe> {
+    /// Where the exit of each of `functions` (of this file) is seen, in the same order; a
+    /// leaf's as `leaves` says.
+    pub fn exit_probes(&self, functions: &[FunctionSymbol], leaves: LeafExits) -> Vec<ExitProbe> {
         let defined = symbols::defined_functions(&self.symbols);
         // Every function start is a tail call's possible target, traced or not.
         let starts = defined
@@ -313,7 +315,7 @@ impl ElfFile {
                 | FunctionKind::Kernel
                 | FunctionKind::Event
                 | FunctionKind::Tracer => {
-                    returns::exit_sites(&index, function.address, function.size)
+                    returns::exit_sites(&index, function.address, function.size, leaves)
                 }
             };
             let sites = sites.and_then(|addresses| {

@@ -119,9 +119,23 @@ impl<'a> CodeIndex<'a> {
     }
 }
 
+/// Where the exits of a function that calls nothing (a leaf) are seen: no exception unwinds
+/// through its frame, so a uretprobe, cheaper than a probe on each `ret`, is safe there unless
+/// the program switches stacks (see src/elf/contexts.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeafExits {
+    Uretprobe,
+    Instructions,
+}
+
 /// The addresses of the instructions that leave the function at `address` with `size` bytes:
 /// its `ret`s and its tail jumps, in address order.
-pub fn exit_sites(index: &CodeIndex, address: u64, size: u64) -> Result<Vec<u64>, NoExitSites> {
+pub fn exit_sites(
+    index: &CodeIndex,
+    address: u64,
+    size: u64,
+    leaves: LeafExits,
+) -> Result<Vec<u64>, NoExitSites> {
     let body = address..address.saturating_add(size);
     let mut exits = Vec::new();
     let mut fragments = Vec::new();
@@ -169,7 +183,7 @@ pub fn exit_sites(index: &CodeIndex, address: u64, size: u64) -> Result<Vec<u64>
         check_fragment(index, &body, start, size)?;
     }
     // Calls made from a cold fragment count too: an exception can come from them.
-    if !calls && !tail_jumps && fragments.is_empty() {
+    if !calls && !tail_jumps && fragments.is_empty() && leaves == LeafExits::Uretprobe {
         return Err(NoExitSites::Leaf);
     }
     Ok(exits)
@@ -351,10 +365,18 @@ mod tests {
             0xe8, 0, 0, 0, 0, 0x85, 0xff, 0x74, 0x01, 0xc3, 0x31, 0xc0, 0xc3,
         ];
         let index = index(&code, &[BASE], &[]);
-        assert_eq!(exit_sites(&index, BASE, 13), Ok(vec![BASE + 9, BASE + 12]));
+        assert_eq!(
+            exit_sites(&index, BASE, 13, LeafExits::Uretprobe),
+            Ok(vec![BASE + 9, BASE + 12])
+        );
         // Without the call, no exception can unwind through it: a uretprobe is cheaper.
         let index = super::tests::index(&code[5..], &[BASE], &[]);
-        assert_eq!(exit_sites(&index, BASE, 8), Err(NoExitSites::Leaf));
+        assert_eq!(
+            exit_sites(&index, BASE, 8, LeafExits::Uretprobe),
+            Err(NoExitSites::Leaf)
+        );
+        let on_instructions = exit_sites(&index, BASE, 8, LeafExits::Instructions);
+        assert_eq!(on_instructions, Ok(vec![BASE + 4, BASE + 7]));
     }
 
     #[test]
@@ -397,7 +419,10 @@ mod tests {
         // f at 0: call 0 (itself); 5: jmp 0 (its own start: the entry probe runs again)
         let code = [0xe8, 0xfb, 0xff, 0xff, 0xff, 0xeb, 0xf9];
         let index = index(&code, &[BASE], &[]);
-        assert_eq!(exit_sites(&index, BASE, 7), Ok(vec![BASE + 5]));
+        assert_eq!(
+            exit_sites(&index, BASE, 7, LeafExits::Uretprobe),
+            Ok(vec![BASE + 5])
+        );
     }
 
     #[test]
@@ -405,11 +430,14 @@ mod tests {
         // f at 0: jmp 8 (g); 5: nop x3; g at 8: ret
         let code = [0xeb, 0x06, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0xc3];
         let index = index(&code, &[BASE, BASE + 8], &[]);
-        assert_eq!(exit_sites(&index, BASE, 8), Ok(vec![BASE]));
+        assert_eq!(
+            exit_sites(&index, BASE, 8, LeafExits::Uretprobe),
+            Ok(vec![BASE])
+        );
         // Without a function there, the jump goes nowhere known.
         let index = super::tests::index(&code, &[BASE], &[]);
         assert_eq!(
-            exit_sites(&index, BASE, 8),
+            exit_sites(&index, BASE, 8, LeafExits::Uretprobe),
             Err(NoExitSites::JumpOutside {
                 address: BASE,
                 target: BASE + 8
@@ -423,14 +451,14 @@ mod tests {
         let code = [0xff, 0xe0];
         let index = index(&code, &[BASE], &[]);
         assert_eq!(
-            exit_sites(&index, BASE, 2),
+            exit_sites(&index, BASE, 2, LeafExits::Uretprobe),
             Err(NoExitSites::IndirectJump { address: BASE })
         );
         // 0: jne 4 (g); 2: ret; 3: nop; g at 4: ret
         let code = [0x75, 0x02, 0xc3, 0x90, 0xc3];
         let index = super::tests::index(&code, &[BASE, BASE + 4], &[]);
         assert_eq!(
-            exit_sites(&index, BASE, 4),
+            exit_sites(&index, BASE, 4, LeafExits::Uretprobe),
             Err(NoExitSites::ConditionalExit {
                 address: BASE,
                 target: BASE + 4
@@ -446,13 +474,16 @@ mod tests {
             0x74, 0x04, 0x31, 0xc0, 0xc3, 0x90, 0xb8, 0x01, 0, 0, 0, 0xeb, 0xf7,
         ];
         let index = index(&code, &[BASE], &[(BASE + 6, 7)]);
-        assert_eq!(exit_sites(&index, BASE, 6), Ok(vec![BASE + 4]));
+        assert_eq!(
+            exit_sites(&index, BASE, 6, LeafExits::Uretprobe),
+            Ok(vec![BASE + 4])
+        );
         // The same fragment ending in its own ret: that ret would be f's exit.
         let mut code = code;
         code[11] = 0xc3;
         let index = super::tests::index(&code, &[BASE], &[(BASE + 6, 6)]);
         assert_eq!(
-            exit_sites(&index, BASE, 6),
+            exit_sites(&index, BASE, 6, LeafExits::Uretprobe),
             Err(NoExitSites::FragmentExit {
                 fragment: BASE + 6,
                 address: BASE + 11
@@ -466,7 +497,7 @@ mod tests {
         let code = [0x90, 0x48];
         let index = index(&code, &[BASE], &[]);
         assert_eq!(
-            exit_sites(&index, BASE, 2),
+            exit_sites(&index, BASE, 2, LeafExits::Uretprobe),
             Err(NoExitSites::Undecodable { address: BASE + 1 })
         );
     }

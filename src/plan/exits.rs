@@ -1,9 +1,11 @@
 //! How function exits are seen (`--exit-probes`): the policy, and where each function's exit is
 //! probed under it.
 
+use super::program::OpenedFile;
 use super::{ProcessOrigin, WatchSites};
+use crate::elf::contexts::SwitcherUse;
 use crate::elf::returns::saves_its_return_address;
-use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, NoExitSites};
+use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, LeafExits, NoExitSites};
 
 /// How function exits are seen (`--exit-probes`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -16,6 +18,18 @@ pub enum ExitPolicy {
     /// kills a C++ program whose exception unwinds through the frame.
     #[default]
     Uretprobe,
+}
+
+/// Whether a function may keep a uretprobe: where [`ExitPolicy::Uretprobe`] asks for one, or
+/// where its exits cannot all be found on its instructions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReturnProbes {
+    #[default]
+    Allowed,
+    /// No uretprobe at all, whatever `--exit-probes` says: the program switches stacks (see
+    /// src/elf/contexts.rs), or is Go (see src/plan/go.rs). A function whose exits cannot all be
+    /// found on its instructions is traced at its entry only.
+    Never,
 }
 
 /// An `--exit-probes` value that is neither `ret` nor `uretprobe`.
@@ -107,7 +121,7 @@ pub(super) fn exit_probes(
         |f: &FunctionSymbol| saves_its_return_address(f.plt_symbol.as_deref().unwrap_or(&f.name));
     let on_instructions = |f: &FunctionSymbol| saves(f) || (!stacks && is_main(f));
     let mut probes = match policy {
-        ExitPolicy::Ret => elf.exit_probes(functions),
+        ExitPolicy::Ret => elf.exit_probes(functions, LeafExits::Uretprobe),
         ExitPolicy::Uretprobe => {
             let chosen: Vec<FunctionSymbol> = functions
                 .iter()
@@ -116,7 +130,7 @@ pub(super) fn exit_probes(
                 .collect();
             let mut chosen_probes = match chosen.is_empty() {
                 true => Vec::new(),
-                false => elf.exit_probes(&chosen),
+                false => elf.exit_probes(&chosen, LeafExits::Uretprobe),
             }
             .into_iter();
             functions
@@ -134,6 +148,85 @@ pub(super) fn exit_probes(
         }
     }
     probes
+}
+
+/// Where the exits of `functions` of `elf` are probed without a single uretprobe
+/// ([`ReturnProbes::Never`]): on their instructions, and nowhere (entry only) for a function whose
+/// exits cannot all be found.
+pub(super) fn instruction_exit_probes(
+    elf: &ElfFile,
+    functions: &[FunctionSymbol],
+) -> Vec<ExitProbe> {
+    let mut probes = elf.exit_probes(functions, LeafExits::Instructions);
+    for probe in &mut probes {
+        if matches!(probe, ExitProbe::Uretprobe(_)) {
+            *probe = ExitProbe::Sites(Vec::new());
+        }
+    }
+    probes
+}
+
+/// The function through which the program of `opened` (the executable, then its libraries)
+/// switches stacks, if it does: one its executable imports or defines, or one a library imports
+/// (the C library defines `swapcontext` for everyone).
+pub(super) fn stack_switcher(opened: &[OpenedFile]) -> Option<String> {
+    opened.iter().enumerate().find_map(|(position, opened)| {
+        let using = match position {
+            0 => SwitcherUse::ImportedOrDefined,
+            _ => SwitcherUse::Imported,
+        };
+        let elf = opened.elf.as_ref().ok()?;
+        elf.stack_switcher(using).map(str::to_owned)
+    })
+}
+
+/// The exit policy of a program that gets no uretprobe ([`ReturnProbes::Never`]), named
+/// `program` in messages (`Go program`) as it gets none because `why`: exits on their
+/// instructions, whatever was `chosen`; says so when the user asked for uretprobes.
+pub(super) fn policy_without_uretprobes(
+    chosen: Option<ExitPolicy>,
+    program: &str,
+    why: &str,
+) -> ExitPolicy {
+    if chosen == Some(ExitPolicy::Uretprobe) {
+        log::warn!(
+            "{program}: --exit-probes=uretprobe ignored ({why}); exits are probed on their ret \
+             instructions"
+        );
+    }
+    ExitPolicy::Ret
+}
+
+/// Says in one line what a user gets on `program`, which has no uretprobe, with how many of
+/// `exits` are entry only; `more` follows.
+pub(super) fn say_without_uretprobes(program: &str, exits: &[ExitProbe], more: &str) {
+    let entry_only = exits
+        .iter()
+        .filter(|exit| matches!(exit, ExitProbe::Sites(sites) if sites.is_empty()))
+        .count();
+    log::warn!(
+        "{program}: exits seen at ret instructions ({entry_only} of {} functions entry only, \
+         their durations unknown){more}",
+        exits.len()
+    );
+}
+
+/// The exit policy of a program that switches stacks through `switcher`: exits on their
+/// instructions, whatever was `chosen`; says so when the user asked for uretprobes.
+pub(super) fn stack_switching_policy(chosen: Option<ExitPolicy>, switcher: &str) -> ExitPolicy {
+    let why = "the kernel would return to the frames of one stack from the other";
+    policy_without_uretprobes(chosen, &switching_program(switcher), why)
+}
+
+/// Says in one line what a user gets on a program that switches stacks through `switcher`, with
+/// how many of `exits` are entry only.
+pub(super) fn say_stack_switches(switcher: &str, exits: &[ExitProbe]) {
+    say_without_uretprobes(&switching_program(switcher), exits, "");
+}
+
+/// How messages name a program that switches stacks through `switcher`.
+fn switching_program(switcher: &str) -> String {
+    format!("the program switches stacks ({switcher})")
 }
 
 /// The program's `main`, which returns when the program is about to end.

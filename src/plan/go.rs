@@ -8,9 +8,9 @@
 //! between its entry and its exit, and a goroutine moves between threads: its calls are paired
 //! by function within the goroutine ([`Pairing::Goroutine`]).
 
-use super::exits::exit_probes;
+use super::exits::{policy_without_uretprobes, say_without_uretprobes};
 use super::ExitPolicy;
-use crate::elf::{ElfFile, ExitProbe, FunctionSymbol};
+use crate::elf::ExitProbe;
 
 /// How the BPF programs tell which entry an exit closes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,39 +24,17 @@ pub enum Pairing {
     Goroutine,
 }
 
+/// How messages name a Go program.
+const GO_PROGRAM: &str = "Go program";
+
 /// The exit policy of a Go program: exits on their instructions, whatever was `chosen`; says so
 /// when the user asked for uretprobes.
 pub(super) fn exit_policy(chosen: Option<ExitPolicy>) -> ExitPolicy {
-    if chosen == Some(ExitPolicy::Uretprobe) {
-        log::warn!(
-            "Go program: --exit-probes=uretprobe ignored (a uretprobe's return address crashes \
-             Go's stack unwinder); exits are probed on their ret instructions"
-        );
-    }
-    ExitPolicy::Ret
-}
-
-/// Where the exits of `functions` of the Go file `elf` are probed: on their instructions, and
-/// nowhere (entry only) for a function whose exits cannot all be found.
-pub(super) fn go_exit_probes(elf: &ElfFile, functions: &[FunctionSymbol]) -> Vec<ExitProbe> {
-    let mut probes = exit_probes(elf, functions, ExitPolicy::Ret, false);
-    for probe in &mut probes {
-        if matches!(probe, ExitProbe::Uretprobe(_)) {
-            *probe = ExitProbe::Sites(Vec::new());
-        }
-    }
-    probes
+    let why = "a uretprobe's return address crashes Go's stack unwinder";
+    policy_without_uretprobes(chosen, GO_PROGRAM, why)
 }
 
 /// Says in one line what a user gets on a Go program, with how many of `exits` are entry only.
 pub(super) fn say_go_program(exits: &[ExitProbe]) {
-    let entry_only = exits
-        .iter()
-        .filter(|exit| matches!(exit, ExitProbe::Sites(sites) if sites.is_empty()))
-        .count();
-    log::warn!(
-        "Go program: exits seen at ret instructions ({entry_only} of {} functions entry only, \
-         their durations unknown); calls paired by goroutine",
-        exits.len()
-    );
+    say_without_uretprobes(GO_PROGRAM, exits, "; calls paired by goroutine");
 }

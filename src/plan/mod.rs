@@ -42,7 +42,7 @@ pub use events::{is_syscall_function_name, PlannedKernelFunction};
 pub use events::{EventRequestError, EventRequests, NoUsdtProbe, PlannedEvents, PlannedUsdt};
 pub use events::{KERNEL_MODULE, OFF_CPU_FUNCTION, SYSCALL_NUMBERS, USDT_ARGUMENTS_MAX};
 pub use events::{STACK_REPAIR_FUNCTION, TRACER_MODULE};
-pub use exits::{ExitPolicy, UnknownExitPolicy};
+pub use exits::{ExitPolicy, ReturnProbes, UnknownExitPolicy};
 pub use go::Pairing;
 pub use ifuncs::{IfuncChoices, IfuncNotFollowed, IfuncsUnknown, ResolvedIfuncs};
 pub use kernel_functions::{KernelFunctionError, KernelFunctionRequests};
@@ -140,6 +140,9 @@ pub struct ProbePlan {
     /// process to keep the shadow stack (see src/bpf/shadow.bpf.h), and a uretprobe in a frame an
     /// exception unwinds through kills it.
     pub exit_policy: ExitPolicy,
+    /// Whether a function may keep a uretprobe: never in a Go program or one that switches
+    /// stacks.
+    pub return_probes: ReturnProbes,
     /// The executable's PLT stubs whose calls are probed in the library function they land in.
     pub landings: Landings,
     /// The lowest virtual address of the executable's code segments (0 when no PLT call may be

@@ -4,8 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::exits::exit_probes;
-use super::go;
+use super::exits::{exit_probes, instruction_exit_probes, ReturnProbes};
 use super::values::{plan_values, Refused};
 use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, SourceLines, TracedFile};
 use crate::diagnostics::plural;
@@ -40,6 +39,7 @@ pub(super) fn plan(
     elf: &ElfFile,
     options: &PlanOptions,
     exit_policy: ExitPolicy,
+    return_probes: ReturnProbes,
     scope: &BindingScope,
 ) -> Result<PlannedModule, PlanError> {
     let read = elf
@@ -65,8 +65,8 @@ pub(super) fn plan(
         elf.move_sites_past_go_stack_checks(&mut functions);
     }
     say_sites(&file.path, &functions, &read.single_stepped);
-    let exits = match is_go {
-        true => go::go_exit_probes(elf, &functions),
+    let exits = match is_go || return_probes == ReturnProbes::Never {
+        true => instruction_exit_probes(elf, &functions),
         false => exit_probes(
             elf,
             &functions,

@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use super::program::{ProgramFiles, UnmatchedPatterns};
-use super::{events, go, landings, module, stubs, watches};
-use super::{ExitPolicy, Pairing, PlanError, PlanOptions, ProbePlan, Program, TracedFile};
+use super::TracedFile;
+use super::{events, exits, go, landings, module, stubs, watches};
+use super::{ExitPolicy, Pairing, PlanError, PlanOptions, ProbePlan, Program, ReturnProbes};
 use crate::elf::binding::BindingScope;
 use crate::elf::{ElfFile, ExitProbe};
 use crate::table::{Execution, FunctionId, FunctionTable};
@@ -56,12 +57,21 @@ impl Planner {
         let files = ProgramFiles::select(program, &options, UnmatchedPatterns::Warn);
         let unwinder_sites = watches::unwinder_sites(&files.opened);
         let is_go = files.executable().elf.as_ref().is_ok_and(ElfFile::is_go);
-        let (exit_policy, pairing) = match is_go {
-            true => (go::exit_policy(options.exits), Pairing::Goroutine),
-            false => (
+        let switcher = exits::stack_switcher(&files.opened);
+        let (exit_policy, pairing) = match (is_go, &switcher) {
+            (true, _) => (go::exit_policy(options.exits), Pairing::Goroutine),
+            (false, Some(switcher)) => (
+                exits::stack_switching_policy(options.exits, switcher),
+                Pairing::ReturnSlot,
+            ),
+            (false, None) => (
                 ExitPolicy::chosen_or_default(options.exits, options.origin, &unwinder_sites),
                 Pairing::ReturnSlot,
             ),
+        };
+        let return_probes = match is_go || switcher.is_some() {
+            true => ReturnProbes::Never,
+            false => ReturnProbes::Allowed,
         };
         let dlopen_dlclose_sites = match options.nest_libs.is_empty() {
             true => None,
@@ -79,6 +89,7 @@ impl Planner {
                 elf,
                 &options,
                 exit_policy,
+                return_probes,
                 &files.scope,
             )?);
         }
@@ -105,6 +116,7 @@ impl Planner {
             exits: Vec::new(),
             files: Vec::new(),
             exit_policy,
+            return_probes,
             landings,
             executable_code_vaddr,
             dlopen_dlclose_sites,
@@ -150,6 +162,8 @@ impl Planner {
         }
         if is_go {
             go::say_go_program(&plan.exits);
+        } else if let Some(switcher) = &switcher {
+            exits::say_stack_switches(switcher, &plan.exits);
         }
         say_planned(&plan);
         log::debug!("planned in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
@@ -217,8 +231,15 @@ impl Planner {
                         }
                     })?;
                 elf.load_debug_symbols(&self.options.debug, Path::new(&file.path));
-                let exits = self.plan.exit_policy;
-                module::plan(&file, &elf, &self.options, exits, &self.scope)
+                let (exits, return_probes) = (self.plan.exit_policy, self.plan.return_probes);
+                module::plan(
+                    &file,
+                    &elf,
+                    &self.options,
+                    exits,
+                    return_probes,
+                    &self.scope,
+                )
             })
             .collect()
     }
@@ -231,12 +252,21 @@ impl Planner {
         program: Program,
     ) -> Result<(Vec<usize>, Vec<module::PlannedModule>), PlanError> {
         let files = ProgramFiles::select(program, &self.options, UnmatchedPatterns::Ignore);
-        let exits = ExitPolicy::for_execed_program(
-            self.options.exits,
-            self.plan.exit_policy,
-            &watches::unwinder_sites(&files.opened),
-            &files.executable().file.path,
-        );
+        let (exits, return_probes) = match exits::stack_switcher(&files.opened) {
+            Some(switcher) => (
+                exits::stack_switching_policy(self.options.exits, &switcher),
+                ReturnProbes::Never,
+            ),
+            None => (
+                ExitPolicy::for_execed_program(
+                    self.options.exits,
+                    self.plan.exit_policy,
+                    &watches::unwinder_sites(&files.opened),
+                    &files.executable().file.path,
+                ),
+                ReturnProbes::Allowed,
+            ),
+        };
         let mut known = Vec::new();
         let mut planned = Vec::new();
         for position in 0..files.traced.len() {
@@ -249,7 +279,14 @@ impl Planner {
             let Ok(elf) = &files.opened[index].elf else {
                 return Err(files.into_read_error(index));
             };
-            planned.push(module::plan(file, elf, &self.options, exits, &files.scope)?);
+            planned.push(module::plan(
+                file,
+                elf,
+                &self.options,
+                exits,
+                return_probes,
+                &files.scope,
+            )?);
         }
         Ok((known, planned))
     }

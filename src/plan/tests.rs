@@ -94,6 +94,38 @@ fn exits_get_uretprobes_unless_the_function_saves_its_return_address() {
 }
 
 /// A stripped program's stubs are called from code no symbol describes: their calls, and so
+/// A program that switches stacks (test/coroutines.c: getcontext, makecontext, swapcontext) gets
+/// no uretprobe, whatever `--exit-probes` says: the kernel would return from the frames of one
+/// stack to those of the other (see src/elf/contexts.rs). Every exit is probed on instructions,
+/// a leaf's too.
+#[test]
+fn a_program_that_switches_stacks_gets_no_uretprobe() {
+    let dir = TempDir::new().unwrap();
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/test/coroutines.c");
+    let program = compile(&dir, "cc", source, "coroutines", &["-O2"]);
+    for exits in [None, Some(ExitPolicy::Uretprobe), Some(ExitPolicy::Ret)] {
+        let options = PlanOptions {
+            exits,
+            ..PlanOptions::default()
+        };
+        let planner = plan_of(&program, options).unwrap();
+        let plan = planner.plan();
+        assert_eq!(plan.exit_policy, ExitPolicy::Ret, "{exits:?}");
+        assert_eq!(plan.return_probes, ReturnProbes::Never, "{exits:?}");
+        let uretprobes: Vec<&str> = (plan.table.functions.iter().zip(&plan.exits))
+            .filter(|(_, exit)| matches!(exit, ExitProbe::Uretprobe(_)))
+            .map(|(function, _)| function.name.as_str())
+            .collect();
+        assert_eq!(uretprobes, Vec::<&str>::new(), "{exits:?}");
+        for name in ["leaf", "pass_to", "swapcontext@plt"] {
+            let ExitProbe::Sites(sites) = exit_of(plan, name) else {
+                unreachable!("no uretprobe")
+            };
+            assert!(!sites.is_empty(), "{exits:?}: {name} has no exit probe");
+        }
+    }
+}
+
 /// the exits of setjmp's stub (and of every stub under `--exit-probes=ret`), are found from its
 /// `.eh_frame`, where they are in the same program with its symbols.
 #[test]
@@ -705,6 +737,7 @@ fn ids_are_dense_across_modules() {
         exits: Vec::new(),
         files: Vec::new(),
         exit_policy: ExitPolicy::Uretprobe,
+        return_probes: Default::default(),
         landings: Landings::default(),
         executable_code_vaddr: 0,
         dlopen_dlclose_sites: None,

@@ -116,7 +116,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
             .filters_events()
             .then(|| FilteredSink::new(&trace.filter, session.table(), &mut encoder)),
         shown: &shown,
-        replayer: Replayer::new(session.table().functions.len()),
+        replayer: Replayer::for_table(session.table()),
         size: SizeWatch::new(&options.output, options.max_size),
     };
     let ran = session.run(trace, SessionMode::Record, &mut drain);
@@ -284,7 +284,7 @@ impl Drain for RecordDrain<'_> {
     }
 
     fn more_functions(&mut self, more: &FunctionTable) -> bool {
-        self.replayer.add_functions(more.functions.len());
+        self.replayer.add_functions(more);
         if let Some(filtered) = &mut self.filtered {
             filtered.add_functions(self.filter.function_mask(more));
         }

@@ -308,7 +308,7 @@ where
     E: EventSource + ?Sized,
     S: CallSink,
 {
-    let mut replayer = Replayer::new(table.functions.len());
+    let mut replayer = Replayer::for_table(table);
     if let Some(costs) = probe_costs {
         replayer.correct_probe_costs(table, costs);
     }

@@ -372,6 +372,17 @@ pub fn counts_by_module(json: &serde_json::Value) -> BTreeMap<String, BTreeMap<S
     modules
 }
 
+/// How many calls of `name` the JSON report says had unknown time.
+pub fn unknown_time_of(json: &serde_json::Value, name: &str) -> u64 {
+    json["functions"]
+        .as_array()
+        .expect("functions array")
+        .iter()
+        .filter(|f| f["name"] == name)
+        .map(|f| f["unknown_time_calls"].as_u64().unwrap())
+        .sum()
+}
+
 /// Calls per function name in a JSON report (a name in two modules: the counts added).
 pub fn counts_of(json: &serde_json::Value) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
