@@ -332,9 +332,10 @@ fn program_cases(dir: &Path) -> Vec<Case> {
             ],
         ),
         Case::new(
-            "kernel functions",
-            &[&"record", &"-k", &"vfs_write", &"/bin/true"],
-            &["-k 'vfs_write'", "kernel functions"],
+            // What the kernel lacks for -k: tests/kernel_functions.rs.
+            "kernel function depth",
+            &[&"record", &"-K", &"0", &"-k", &"vfs_write", &"/bin/true"],
+            &["-K 0", "counts from 1"],
         ),
         Case::new(
             "USDT listing of a missing file",
