@@ -42,7 +42,7 @@ pub use events::{STACK_REPAIR_FUNCTION, TRACER_MODULE};
 pub use exits::{ExitPolicy, UnknownExitPolicy};
 pub use go::Pairing;
 pub use ifuncs::{IfuncChoices, IfuncNotFollowed, IfuncsUnknown, ResolvedIfuncs};
-pub use landings::{LandedCall, Landings, StubKept};
+pub use landings::{LandedCall, Landings, Route, StubKept};
 pub use libraries::{LibraryPatterns, PltLibraries};
 pub use planner::{Extension, Loaded, Planner};
 pub use program::{Program, TracedFile};
