@@ -81,7 +81,7 @@ pub fn write_usdt_notes(notes: &[UsdtNote], out: &mut dyn Write) -> io::Result<(
 fn traced_kinds(table: &FunctionTable) -> String {
     let functions = table.functions.iter();
     let count = |kind: FunctionKind| functions.clone().filter(|f| f.kind == kind).count();
-    let code = count(FunctionKind::Function) + count(FunctionKind::Plt);
+    let code = count(FunctionKind::Function) + count(FunctionKind::Plt) + count(FunctionKind::Got);
     let mut parts = vec![format!("{code} functions")];
     let kernel = functions.clone().filter(|f| f.kind == FunctionKind::Kernel);
     let (off_cpu, calls): (Vec<_>, Vec<_>) =

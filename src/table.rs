@@ -21,6 +21,9 @@ pub enum FunctionKind {
     Function,
     /// A PLT stub (`name@plt`): a call into a shared library.
     Plt,
+    /// The calls through a GOT slot (`name@got`): calls into a shared library that take no PLT
+    /// stub (`call *slot(%rip)`: `-fno-plt`, Rust). Probed only where they land, in the library.
+    Got,
     /// What the kernel did for the thread, shown as a call (`-E`): a system call (`sys_write`),
     /// an interval off the CPU (`linux:schedule`). Module `[kernel]`; not probed as user code.
     Kernel,

@@ -138,8 +138,9 @@ enum cookie_bits {
 	 * finds the function's cookie where the entry left it (see compat.bpf.h). */
 	COOKIE_RETURN_PROBED_BIT = 35,
 	/* plt_call: the stub's virtual address in the executable fills the high 32 bits;
-	 * library_plt_call: the stub's file offset in its library. */
-	COOKIE_STUB_SHIFT = 32,
+	 * library_plt_call: the stub's file offset in its library; got_call: the GOT slot's
+	 * virtual address in the executable. */
+	COOKIE_ROUTE_SHIFT = 32,
 };
 
 #define COOKIE_ALSO_EXIT (1ull << COOKIE_ALSO_EXIT_BIT)

@@ -273,6 +273,26 @@ static __always_inline bool called_from_executable_stub(__u64 ret, __u64 stub)
 	return direct_call_target(ret) == start - settings.executable_code_vaddr + stub;
 }
 
+/* Whether the return address `ret` follows a `call *disp32(%rip)` (ff 15 disp32) in the
+ * executable's code that reads the GOT slot at `got_slot` (its virtual address in the file). */
+static __always_inline bool called_through_executable_got(__u64 ret, __u64 got_slot)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u64 start = BPF_CORE_READ(task, mm, start_code);
+	__u64 end = BPF_CORE_READ(task, mm, end_code);
+	__u8 call[6];
+	__s32 disp;
+
+	if (ret < start + sizeof(call) || ret > end)
+		return false;
+	if (bpf_probe_read_user(call, sizeof(call), (void *)(ret - sizeof(call))))
+		return false;
+	if (call[0] != 0xff || call[1] != 0x15)
+		return false;
+	__builtin_memcpy(&disp, &call[2], sizeof(disp));
+	return ret + disp == start - settings.executable_code_vaddr + got_slot;
+}
+
 /* The PLT stubs of traced libraries whose calls are probed where they land: per stub's
  * function id, the library's slot in library_code. Filled by the recorder. */
 struct {
@@ -346,21 +366,33 @@ static __always_inline bool called_from_library_stub(__u64 ret, __u32 function, 
 	return target - lookup.base == stub;
 }
 
-/* A PLT call probed in the library function it lands in rather than at its stub, whose
- * indirect jump the kernel would single-step. The function's other callers hit this probe too:
- * only a call made through the stub counts, and only that one gets a return probe (a session:
- * returning 1 at the entry skips the return; the kernel, though, keeps the return probe without
- * asking for a process other than the link's that hits the breakpoint, which happens when
- * another tracer probes the same function in its own process). The cookie holds the stub's
- * function id and, in its high 32 bits, where the stub is: its virtual address in the
- * executable (plt_call), its file offset in a traced library (library_plt_call). */
-static __always_inline int plt_call_session(struct pt_regs *ctx, bool from_library)
+/* The calls a landed probe counts: those through one route into the library. */
+enum landed_route {
+	/* A direct call of the executable's PLT stub (plt_call). */
+	EXECUTABLE_STUB,
+	/* A direct call of a traced library's PLT stub (library_plt_call). */
+	LIBRARY_STUB,
+	/* A call through the executable's GOT slot (got_call). */
+	EXECUTABLE_GOT,
+};
+
+/* A library call probed in the library function it lands in: a PLT call rather than at its
+ * stub, whose indirect jump the kernel would single-step; a call through the GOT, which has no
+ * stub. The function's other callers hit this probe too: only a call made through the route
+ * counts, and only that one gets a return probe (a session: returning 1 at the entry skips the
+ * return; the kernel, though, keeps the return probe without asking for a process other than
+ * the link's that hits the breakpoint, which happens when another tracer probes the same
+ * function in its own process). The cookie holds the call's function id and, in its high 32
+ * bits, where the route is: the stub's virtual address in the executable (plt_call), its file
+ * offset in a traced library (library_plt_call), the GOT slot's virtual address in the
+ * executable (got_call). */
+static __always_inline int landed_call_session(struct pt_regs *ctx, const enum landed_route route)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u64 stub = cookie >> COOKIE_STUB_SHIFT;
+	__u64 where = cookie >> COOKIE_ROUTE_SHIFT;
 	__u64 sp = PT_REGS_SP(ctx);
 	__u64 ret;
-	bool through_stub;
+	bool through_route;
 
 	if (bpf_session_is_return()) {
 		/* The `ret` has popped the return address: its slot is just below sp. */
@@ -375,11 +407,13 @@ static __always_inline int plt_call_session(struct pt_regs *ctx, bool from_libra
 		return 1;
 	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)sp))
 		return 1;
-	if (from_library)
-		through_stub = called_from_library_stub(ret, (__u32)cookie, stub);
+	if (route == LIBRARY_STUB)
+		through_route = called_from_library_stub(ret, (__u32)cookie, where);
+	else if (route == EXECUTABLE_GOT)
+		through_route = called_through_executable_got(ret, where);
 	else
-		through_stub = called_from_executable_stub(ret, stub);
-	if (!through_stub)
+		through_route = called_from_executable_stub(ret, where);
+	if (!through_route)
 		return 1;
 	/* This call gets a return probe: an exception through it needs its address restored. */
 	shadow_entered(sp, false);
@@ -390,13 +424,19 @@ static __always_inline int plt_call_session(struct pt_regs *ctx, bool from_libra
 SEC("uprobe.session")
 int plt_call(struct pt_regs *ctx)
 {
-	return plt_call_session(ctx, false);
+	return landed_call_session(ctx, EXECUTABLE_STUB);
 }
 
 SEC("uprobe.session")
 int library_plt_call(struct pt_regs *ctx)
 {
-	return plt_call_session(ctx, true);
+	return landed_call_session(ctx, LIBRARY_STUB);
+}
+
+SEC("uprobe.session")
+int got_call(struct pt_regs *ctx)
+{
+	return landed_call_session(ctx, EXECUTABLE_GOT);
 }
 
 /* On a `ret` or a tail jump of the function (sp points at the return address), or after a call

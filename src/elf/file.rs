@@ -9,7 +9,7 @@ use goblin::elf::Elf;
 use super::debug_file::{DebugLinks, DebugLookup, SymbolSource};
 use super::frames::EhFrameSection;
 use super::mapped::{FileBytes, MappedFile};
-use super::plt::{self, PltStub};
+use super::plt::{self, PltStub, SlotTarget};
 use super::prototypes::{self, DwarfError, Prototype};
 use super::segments::ExecutableSegments;
 use super::source_lines;
@@ -57,6 +57,8 @@ pub struct ElfFile {
     pub(super) segments: ExecutableSegments,
     /// The function symbols of `.symtab` and `.dynsym`.
     pub(super) symbols: Vec<Symbol>,
+    /// The GOT slots that relocations fill with a function's address, by virtual address.
+    pub(super) got_slots: HashMap<u64, SlotTarget>,
     /// The PLT stubs, sorted by address.
     pub(super) stubs: Vec<PltStub>,
     /// The stubs whose addresses a data relocation stores (function pointers to stubs).
@@ -99,7 +101,8 @@ impl ElfFile {
     fn parsed(path: &Path, bytes: FileBytes) -> Result<ElfFile, ElfError> {
         let elf = parse(path, &bytes)?;
         let symbols = symbols::function_symbols(&elf);
-        let stubs = plt::stubs(&elf, &bytes, &symbols);
+        let got_slots = plt::got_slot_targets(&elf, &symbols);
+        let stubs = plt::stubs(&elf, &bytes, &got_slots);
         let stubs_in_data = plt_calls::stubs_in_data(&elf, &stubs);
         let code_sections = plt_calls::code_sections(&elf);
         let eh_frame = EhFrameSection::of(&elf);
@@ -121,6 +124,7 @@ impl ElfFile {
             position_independent,
             segments,
             symbols,
+            got_slots,
             stubs,
             stubs_in_data,
             code_sections,
@@ -307,6 +311,24 @@ impl ElfFile {
                 .chain(super::symbols::cold_fragments(&self.symbols))
                 .map(|function| (function.address, function.size))
                 .collect(),
+        }
+    }
+
+    /// Decodes every instruction of the file's code ([`ElfFile::code_ranges`]), handing each to
+    /// `visit`.
+    pub(super) fn for_each_instruction(&self, mut visit: impl FnMut(&iced_x86::Instruction)) {
+        use iced_x86::{Decoder, DecoderOptions, Instruction};
+        let mut instruction = Instruction::default();
+        for (address, size) in self.code_ranges() {
+            let Some(offset) = self.segments.file_offset(address) else {
+                continue;
+            };
+            let bytes = self.code_at(offset, size);
+            let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
+            while decoder.can_decode() {
+                decoder.decode_out(&mut instruction);
+                visit(&instruction);
+            }
         }
     }
 

@@ -37,6 +37,7 @@ mod demangle;
 mod file;
 mod frames;
 mod go;
+pub mod got_calls;
 pub mod ldcache;
 pub mod loader;
 mod mapped;
@@ -310,6 +311,7 @@ impl ElfFile {
                 FunctionKind::Plt => plt_sites
                     .remove(&function.address)
                     .unwrap_or(Ok(Vec::new())),
+                FunctionKind::Got => Err(NoExitSites::ProbedWhereItLands),
                 // Symbols are functions or stubs; events are planned elsewhere.
                 FunctionKind::Function
                 | FunctionKind::Kernel
@@ -358,7 +360,7 @@ fn code_at(bytes: &[u8], offset: u64, size: u64) -> &[u8] {
 
 fn kind_rank(kind: FunctionKind) -> u8 {
     match kind {
-        FunctionKind::Plt => 0,
+        FunctionKind::Plt | FunctionKind::Got => 0,
         FunctionKind::Function | FunctionKind::Kernel | FunctionKind::Event => 1,
         FunctionKind::Tracer => 1,
     }

@@ -51,9 +51,9 @@ pub(super) struct PltStub {
     pub size: u64,
 }
 
-/// The PLT stubs of the file, sorted by address.
-pub(super) fn stubs(elf: &Elf, bytes: &[u8], symbols: &[Symbol]) -> Vec<PltStub> {
-    let slots = got_slot_targets(elf, symbols);
+/// The PLT stubs of the file, sorted by address; `slots` are its GOT slots
+/// ([`got_slot_targets`]).
+pub(super) fn stubs(elf: &Elf, bytes: &[u8], slots: &HashMap<u64, SlotTarget>) -> Vec<PltStub> {
     if slots.is_empty() {
         return Vec::new();
     }
@@ -68,7 +68,7 @@ pub(super) fn stubs(elf: &Elf, bytes: &[u8], symbols: &[Symbol]) -> Vec<PltStub>
                 code,
                 section.sh_addr,
                 section.sh_entsize,
-                &slots,
+                slots,
             ));
         }
     }
@@ -146,15 +146,15 @@ pub(super) fn jump_slot(code: &[u8], address: u64) -> Option<u64> {
 
 /// The function a GOT slot ends up holding.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct SlotTarget {
+pub(super) struct SlotTarget {
     /// Demangled.
-    name: String,
+    pub name: String,
     /// The relocation's symbol, raw; `None` for `R_X86_64_IRELATIVE`.
-    symbol: Option<String>,
+    pub symbol: Option<String>,
 }
 
 /// The GOT slots filled by PLT-related relocations, each with the function it ends up holding.
-fn got_slot_targets(elf: &Elf, symbols: &[Symbol]) -> HashMap<u64, SlotTarget> {
+pub(super) fn got_slot_targets(elf: &Elf, symbols: &[Symbol]) -> HashMap<u64, SlotTarget> {
     let ifuncs = ifunc_names(symbols);
     let mut slots = HashMap::new();
     let dynamic = [&elf.pltrelocs, &elf.dynrelas];

@@ -27,7 +27,7 @@ use goblin::elf::reloc::R_X86_64_RELATIVE;
 use goblin::elf::section_header::SHF_EXECINSTR;
 use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
 use goblin::elf::Elf;
-use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
+use iced_x86::{Code, FlowControl, Instruction, OpKind};
 
 use super::plt::PltStub;
 use super::{site, symbols, DebugLookup, ElfFile};
@@ -70,33 +70,28 @@ impl ElfFile {
         let stubs: BTreeSet<u64> = self.stubs.iter().map(|stub| stub.address).collect();
         let mut named_otherwise = self.stubs_in_data.clone();
         let mut tail_jumps: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-        let mut instruction = Instruction::default();
-        for (address, size) in self.code_ranges() {
-            let Some(offset) = self.segments.file_offset(address) else {
-                continue;
-            };
-            let bytes = self.code_at(offset, size);
-            let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
-            while decoder.can_decode() {
-                decoder.decode_out(&mut instruction);
-                match stub_use(&instruction, &stubs) {
-                    Some(StubUse::TailJump(stub)) => {
-                        tail_jumps.entry(stub).or_default().push(instruction.ip());
-                    }
-                    Some(StubUse::Other(stub)) => {
-                        named_otherwise.insert(stub);
-                    }
-                    None => {}
-                }
+        self.for_each_instruction(|instruction| match stub_use(instruction, &stubs) {
+            Some(StubUse::TailJump(stub)) => {
+                tail_jumps.entry(stub).or_default().push(instruction.ip());
             }
-        }
+            Some(StubUse::Other(stub)) => {
+                named_otherwise.insert(stub);
+            }
+            None => {}
+        });
         StubUses {
             pie: self.position_independent,
-            code_vaddr: self.segments.lowest_vaddr().unwrap_or(0),
+            code_vaddr: self.code_vaddr(),
             code_segments: self.segments.len(),
             named_otherwise,
             tail_jumps,
         }
+    }
+
+    /// The lowest virtual address of the executable `PT_LOAD` segments (see
+    /// [`StubUses::code_vaddr`]).
+    pub fn code_vaddr(&self) -> u64 {
+        self.segments.lowest_vaddr().unwrap_or(0)
     }
 
     /// The file offset of the code at virtual address `address`.

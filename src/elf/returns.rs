@@ -78,6 +78,9 @@ pub enum NoExitSites {
 
     #[error("the instruction after its call at {address:#x} has a prefix the kernel cannot probe")]
     UnprobeableReturnSite { address: u64 },
+
+    #[error("its calls are probed where they land, whose return probe sees their return")]
+    ProbedWhereItLands,
 }
 
 /// The code of one ELF file as far as exits are concerned: where functions start, where the

@@ -1,6 +1,8 @@
 //! The PLT calls of the executable and of the traced libraries probed in the library function
 //! they land in rather than at their stub, which the kernel single-steps (see
-//! [`crate::elf::plt_calls`]), and why the others keep their stub.
+//! [`crate::elf::plt_calls`]), and why the others keep their stub; and the executable's calls
+//! through its GOT slots (`-fno-plt`, Rust: see [`crate::elf::got_calls`]), which have no stub
+//! and are only seen where they land.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -9,30 +11,40 @@ use super::ifuncs::{IfuncChoices, IfuncNotFollowed};
 use super::program::OpenedFile;
 use super::{ExitPolicy, PlanOptions};
 use crate::elf::binding::BindingScope;
+use crate::elf::got_calls::GotCall;
 use crate::elf::plt_calls::StubUses;
 use crate::elf::plt_calls::{ImplementationLanding, Implementations, Landing, LibraryEntries};
 use crate::elf::returns::saves_its_return_address;
 use crate::elf::unwinder::UNWINDER_ENTRY_POINTS;
-use crate::elf::{ElfFile, FunctionSymbol, SitePolicy};
-use crate::table::{FunctionId, FunctionKind};
+use crate::elf::{ElfFile, FunctionSymbol, ProbeSite, SitePolicy};
+use crate::table::{Execution, FunctionId, FunctionKind};
 
-/// The calls through one PLT stub, probed in the library function they land in: the BPF program
-/// keeps a hit when its return address follows a direct call of the stub. In the executable,
-/// it finds the stub from the kernel's `mm->start_code` and
+/// The calls through one PLT stub or GOT slot, probed in the library function they land in: the
+/// BPF program keeps a hit when its return address follows a call that took that route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LandedCall {
+    /// The stub's (or GOT call's) function id.
+    pub function: FunctionId,
+    /// The file offset of the probe site in the library called.
+    pub offset: u64,
+    pub route: Route,
+}
+
+/// The calls a landing counts: how the BPF program tells them from the function's other callers.
+/// In the executable, it finds the stub or slot from the kernel's `mm->start_code` and
 /// [`ProbePlan::executable_code_vaddr`](super::ProbePlan::executable_code_vaddr); in a traced
 /// library, from where the kernel has mapped the library's file (its inode: see
 /// [`CallingLibrary`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LandedCall {
-    /// The stub's function id.
-    pub function: FunctionId,
-    /// Where the stub is: its virtual address in the executable, its file offset in a library.
-    pub stub: u32,
-    /// The file offset of the probe site in the library called.
-    pub offset: u64,
-    /// The traced library whose stub it is, by its slot in [`Landings::calling_libraries`];
-    /// `None` for the executable's.
-    pub caller: Option<u32>,
+pub enum Route {
+    /// Direct calls (`e8 rel32`) of the executable's PLT stub at this virtual address.
+    ExecutableStub(u32),
+    /// Direct calls of the PLT stub at file offset `stub` of the traced library of slot
+    /// `library` in [`Landings::calling_libraries`].
+    LibraryStub { stub: u32, library: u32 },
+    /// Calls `call *slot(%rip)` (`ff 15 disp32`) through the executable's GOT slot at this
+    /// virtual address.
+    ExecutableGot(u32),
 }
 
 /// A tail call through a PLT stub whose direct calls land: the probe goes on the jump
@@ -96,7 +108,7 @@ impl Landings {
         &self.libraries
     }
 
-    /// The traced libraries whose stubs' calls land, by slot ([`LandedCall::caller`]).
+    /// The traced libraries whose stubs' calls land, by slot ([`Route::LibraryStub`]).
     pub fn calling_libraries(&self) -> &[CallingLibrary] {
         &self.calling_libraries
     }
@@ -228,18 +240,31 @@ pub(super) struct PltCalls<'a> {
 }
 
 /// Which PLT stubs of the traced files are probed in the library function their calls land in,
-/// and the lowest virtual address of the executable's code (0 when none of its stubs may be).
+/// with the executable's GOT calls `got` that land, and the lowest virtual address of the
+/// executable's code (0 when none of its stubs or GOT calls may be).
 /// Under `--debug`, says per file how many got which kind of site and why the others keep their
 /// stub.
 pub(super) fn plan(
     program: &PltCalls,
     options: &PlanOptions,
     exit_policy: ExitPolicy,
+    got: &[GotLanding],
 ) -> (Landings, u64) {
     let mut landings = Landings::default();
     let mut executable_code_vaddr = 0;
     let all_kept = every_stub_kept(options, exit_policy);
     for (position, caller) in program.callers.iter().enumerate() {
+        if position == 0 && !got.is_empty() {
+            if let Ok(elf) = &caller.file.elf {
+                executable_code_vaddr = elf.code_vaddr();
+            }
+            for (library, call, implementation) in got_calls_of(caller, got) {
+                landings.add(&library, call);
+                if let Some(name) = implementation {
+                    landings.implementations.insert(call.function, name);
+                }
+            }
+        }
         let stubs: Vec<(FunctionId, &FunctionSymbol)> = (caller.first_id..)
             .zip(caller.functions)
             .filter(|(_, f)| f.kind == FunctionKind::Plt)
@@ -367,6 +392,108 @@ struct PlannedFile {
     calling_library: Option<CallingLibrary>,
 }
 
+/// One of the executable's GOT slots whose calls land: its function (`name@got`, which the
+/// planner adds to the executable's module) and where the calls land.
+pub(super) struct GotLanding {
+    pub function: FunctionSymbol,
+    /// The library called, as opened.
+    library: PathBuf,
+    offset: u64,
+    implementation: Option<String>,
+}
+
+/// Which of the calls of `executable` through its GOT slots land, as functions `name@got`: those
+/// that [`LandingSites::find`] places and the function-name filter and `--lib`/`--no-lib` show.
+/// The others are not traced (they have no stub to probe); `--debug` says why.
+pub(super) fn land_got_calls(
+    program: &PltCalls,
+    options: &PlanOptions,
+    exit_policy: ExitPolicy,
+    executable: &OpenedFile,
+) -> Vec<GotLanding> {
+    let Ok(elf) = executable.elf.as_ref() else {
+        return Vec::new();
+    };
+    let calls = elf.got_calls();
+    if calls.is_empty() {
+        return Vec::new();
+    }
+    let mut kept: BTreeMap<StubKept, usize> = BTreeMap::new();
+    let mut landed = Vec::new();
+    if let Some(why) = every_stub_kept(options, exit_policy) {
+        kept.insert(why, calls.len());
+    } else {
+        let mut sites = LandingSites::new(program, options);
+        for call in &calls {
+            let name = format!("{}@got", call.target);
+            let library = program.scope.library_of(&call.symbol);
+            if !options.functions.shows_name(&name)
+                || !options.plt_libraries.traces_calls_into(library)
+            {
+                continue;
+            }
+            let found = u32::try_from(call.slot)
+                .map_err(|_| StubKept::Beyond4GiB)
+                .and_then(|_| sites.find(elf, &call.symbol, &name));
+            match found {
+                Ok(found) => landed.push(GotLanding {
+                    function: got_function(name, call),
+                    library: found.library.file.open_path.clone(),
+                    offset: found.offset,
+                    implementation: found.implementation,
+                }),
+                Err(why) => *kept.entry(why).or_default() += 1,
+            }
+        }
+    }
+    log::debug!(
+        "GOT calls of {}: {} slots called through, {} probed in the library function they \
+         call (an emulated site), the others not traced{}",
+        executable.file.path,
+        calls.len(),
+        landed.len(),
+        counted_reasons(&kept, |why| why.why()),
+    );
+    landed
+}
+
+/// The function of the calls through the GOT slot of `call`, named `name`. It has no probe site
+/// of its own: its address is the slot's.
+fn got_function(name: String, call: &GotCall) -> FunctionSymbol {
+    FunctionSymbol {
+        name,
+        address: call.slot,
+        offset: 0,
+        size: 0,
+        kind: FunctionKind::Got,
+        site: ProbeSite::ENTRY,
+        execution: Execution::Emulated,
+        plt_symbol: Some(call.symbol.clone()),
+    }
+}
+
+/// The landed calls of the executable's GOT functions among `caller`'s functions, by the
+/// landings `got` found for them.
+fn got_calls_of(caller: &Caller, got: &[GotLanding]) -> Vec<(PathBuf, LandedCall, Option<String>)> {
+    (caller.first_id..)
+        .zip(caller.functions)
+        .filter(|(_, f)| f.kind == FunctionKind::Got)
+        .filter_map(|(function, symbol)| {
+            let landing = got.iter().find(|g| g.function.address == symbol.address)?;
+            let call = LandedCall {
+                function,
+                offset: landing.offset,
+                route: Route::ExecutableGot(u32::try_from(symbol.address).ok()?),
+            };
+            Some((
+                landing.library.clone(),
+                call,
+                landing.implementation.clone(),
+            ))
+        })
+        .collect()
+}
+
 /// Where the calls through each of `stubs` of `caller` (its file read as `elf`) land, or why
 /// they do not.
 fn land(
@@ -386,23 +513,18 @@ fn land(
         implementations: BTreeMap::new(),
         calling_library: None,
     };
-    let slot = match location {
-        StubLocation::ExecutableAddress => None,
-        StubLocation::LibraryOffset(slot) => {
-            use std::os::unix::fs::MetadataExt;
-            let Ok(metadata) = std::fs::metadata(&caller.file.file.open_path) else {
-                planned.kept.insert(StubKept::Unreadable, stubs.len());
-                return planned;
-            };
-            planned.calling_library = Some(CallingLibrary {
-                path: caller.file.file.path.clone(),
-                inode: metadata.ino(),
-            });
-            Some(slot)
-        }
-    };
-    let mut entries: BTreeMap<&str, Option<LibraryEntries>> = BTreeMap::new();
-    let mut implementations: BTreeMap<&str, Implementations> = BTreeMap::new();
+    if let StubLocation::LibraryOffset(_) = location {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(metadata) = std::fs::metadata(&caller.file.file.open_path) else {
+            planned.kept.insert(StubKept::Unreadable, stubs.len());
+            return planned;
+        };
+        planned.calling_library = Some(CallingLibrary {
+            path: caller.file.file.path.clone(),
+            inode: metadata.ino(),
+        });
+    }
+    let mut sites = LandingSites::new(program, options);
     for &(function, symbol) in stubs {
         let landed = (|| {
             let raw = symbol.plt_symbol.as_deref().ok_or(StubKept::OwnIfunc)?;
@@ -410,14 +532,6 @@ fn land(
                 return Err(StubKept::NotOnlyCalled);
             }
             let tail_jumps = tail_jumps_to(caller, elf, uses, symbol.address, function)?;
-            // Its landing would get a return probe, which setjmp would save as its return address.
-            if saves_its_return_address(raw) {
-                return Err(StubKept::SavesReturnAddress);
-            }
-            // Probed there, the unwinder would walk the frame before the shadow stack knew it.
-            if UNWINDER_ENTRY_POINTS.contains(&raw) {
-                return Err(StubKept::Unwinder);
-            }
             let stub = match location {
                 StubLocation::ExecutableAddress => Some(symbol.address),
                 StubLocation::LibraryOffset(_) => elf.code_offset(symbol.address),
@@ -425,69 +539,24 @@ fn land(
             let stub = stub
                 .and_then(|stub| u32::try_from(stub).ok())
                 .ok_or(StubKept::Beyond4GiB)?;
-            let path = program
-                .scope
-                .library_of(raw)
-                .ok_or(StubKept::BoundToNoLibrary)?;
-            let library = program
-                .libraries
-                .iter()
-                .find(|l| l.file.path == path)
-                .ok_or(StubKept::BoundToProgram)?;
-            // The traced function's own probe may fire first, at an earlier site, and take
-            // the return address the landing's check reads.
-            let traced = |caller: &Caller| caller.file.file.path == library.file.path;
-            if program.callers.iter().any(traced) {
-                return Err(StubKept::IntoTracedLibrary);
-            }
-            let read = entries.entry(path).or_insert_with(|| {
-                let elf = library.elf.as_ref().ok()?;
-                Some(elf.library_entries())
-            });
-            let version = elf.requested_version(raw);
-            let call = |offset| LandedCall {
-                function,
-                stub,
-                offset,
-                caller: slot,
+            let route = match location {
+                StubLocation::ExecutableAddress => Route::ExecutableStub(stub),
+                StubLocation::LibraryOffset(library) => Route::LibraryStub { stub, library },
             };
-            match read
-                .as_ref()
-                .map(|read| read.landing_of_version(raw, version))
-            {
-                Some(Landing::At(offset)) => Ok((library, call(offset), None, tail_jumps)),
-                Some(Landing::Ifunc) => {
-                    let library_elf = library.elf.as_ref().map_err(|_| StubKept::Unresolved)?;
-                    let known_as = Path::new(&library.file.path);
-                    let address = (options.ifuncs)
-                        .implementation(known_as, library_elf.build_id(), raw)
-                        .map_err(|why| match why {
-                            IfuncNotFollowed::Unknown => StubKept::Ifunc,
-                            IfuncNotFollowed::OtherBuild => StubKept::IfuncOfOtherBuild,
-                            IfuncNotFollowed::NotResolved => StubKept::IfuncNotResolved,
-                        })?;
-                    let functions = implementations
-                        .entry(path)
-                        .or_insert_with(|| library_elf.implementations(&options.debug, known_as));
-                    match library_elf.implementation_landing(functions, address, raw) {
-                        ImplementationLanding::At { offset, name } => {
-                            say_ifunc_landing(&symbol.name, raw, &name, offset, known_as);
-                            Ok((library, call(offset), Some(name), tail_jumps))
-                        }
-                        ImplementationLanding::SingleStepped { .. } => Err(StubKept::SingleStepped),
-                        ImplementationLanding::UnknownSize => Err(StubKept::IfuncWithoutSymbols),
-                    }
-                }
-                Some(Landing::SingleStepped) => Err(StubKept::SingleStepped),
-                Some(Landing::Versioned) => Err(StubKept::Versioned),
-                Some(Landing::Undefined) | None => Err(StubKept::Unresolved),
-            }
+            Ok((sites.find(elf, raw, &symbol.name)?, route, tail_jumps))
         })();
         match landed {
-            Ok((library, call, implementation, tail_jumps)) => {
-                planned.calls.push((library.file.open_path.clone(), call));
+            Ok((landed, route, tail_jumps)) => {
+                let call = LandedCall {
+                    function,
+                    offset: landed.offset,
+                    route,
+                };
+                planned
+                    .calls
+                    .push((landed.library.file.open_path.clone(), call));
                 planned.tail_jumps.extend(tail_jumps);
-                if let Some(name) = implementation {
+                if let Some(name) = landed.implementation {
                     planned.implementations.insert(function, name);
                 }
             }
@@ -495,6 +564,109 @@ fn land(
         }
     }
     planned
+}
+
+/// Where a call into a library lands.
+struct Landed<'a> {
+    library: &'a OpenedFile,
+    /// The file offset of the probe site in `library`.
+    offset: u64,
+    /// For an ifunc, the name of the implementation the loader chose.
+    implementation: Option<String>,
+}
+
+/// Finds where calls into libraries land, reading each library's entries once.
+struct LandingSites<'a> {
+    program: &'a PltCalls<'a>,
+    options: &'a PlanOptions,
+    entries: BTreeMap<&'a str, Option<LibraryEntries>>,
+    implementations: BTreeMap<&'a str, Implementations>,
+}
+
+impl<'a> LandingSites<'a> {
+    fn new(program: &'a PltCalls<'a>, options: &'a PlanOptions) -> LandingSites<'a> {
+        LandingSites {
+            program,
+            options,
+            entries: BTreeMap::new(),
+            implementations: BTreeMap::new(),
+        }
+    }
+
+    /// Where the calls of the file `elf` into its symbol `raw` (a stub or GOT call named `name`)
+    /// land, or why they are not probed there.
+    fn find(&mut self, elf: &ElfFile, raw: &str, name: &str) -> Result<Landed<'a>, StubKept> {
+        // Its landing would get a return probe, which setjmp would save as its return address.
+        if saves_its_return_address(raw) {
+            return Err(StubKept::SavesReturnAddress);
+        }
+        // Probed there, the unwinder would walk the frame before the shadow stack knew it.
+        if UNWINDER_ENTRY_POINTS.contains(&raw) {
+            return Err(StubKept::Unwinder);
+        }
+        let program = self.program;
+        let path = program
+            .scope
+            .library_of(raw)
+            .ok_or(StubKept::BoundToNoLibrary)?;
+        let library = program
+            .libraries
+            .iter()
+            .find(|l| l.file.path == path)
+            .ok_or(StubKept::BoundToProgram)?;
+        // The traced function's own probe may fire first, at an earlier site, and take
+        // the return address the landing's check reads.
+        let traced = |caller: &Caller| caller.file.file.path == library.file.path;
+        if program.callers.iter().any(traced) {
+            return Err(StubKept::IntoTracedLibrary);
+        }
+        let read = self.entries.entry(path).or_insert_with(|| {
+            let elf = library.elf.as_ref().ok()?;
+            Some(elf.library_entries())
+        });
+        let version = elf.requested_version(raw);
+        let at = |offset, implementation| Landed {
+            library,
+            offset,
+            implementation,
+        };
+        match read
+            .as_ref()
+            .map(|read| read.landing_of_version(raw, version))
+        {
+            Some(Landing::At(offset)) => Ok(at(offset, None)),
+            Some(Landing::Ifunc) => {
+                let library_elf = library.elf.as_ref().map_err(|_| StubKept::Unresolved)?;
+                let known_as = Path::new(&library.file.path);
+                let address = (self.options.ifuncs)
+                    .implementation(known_as, library_elf.build_id(), raw)
+                    .map_err(|why| match why {
+                        IfuncNotFollowed::Unknown => StubKept::Ifunc,
+                        IfuncNotFollowed::OtherBuild => StubKept::IfuncOfOtherBuild,
+                        IfuncNotFollowed::NotResolved => StubKept::IfuncNotResolved,
+                    })?;
+                let debug = &self.options.debug;
+                let functions = self
+                    .implementations
+                    .entry(path)
+                    .or_insert_with(|| library_elf.implementations(debug, known_as));
+                match library_elf.implementation_landing(functions, address, raw) {
+                    ImplementationLanding::At {
+                        offset,
+                        name: chosen,
+                    } => {
+                        say_ifunc_landing(name, raw, &chosen, offset, known_as);
+                        Ok(at(offset, Some(chosen)))
+                    }
+                    ImplementationLanding::SingleStepped { .. } => Err(StubKept::SingleStepped),
+                    ImplementationLanding::UnknownSize => Err(StubKept::IfuncWithoutSymbols),
+                }
+            }
+            Some(Landing::SingleStepped) => Err(StubKept::SingleStepped),
+            Some(Landing::Versioned) => Err(StubKept::Versioned),
+            Some(Landing::Undefined) | None => Err(StubKept::Unresolved),
+        }
+    }
 }
 
 /// The probes of the tail jumps of `caller` to the stub at `stub` (function `function`), or why

@@ -80,14 +80,7 @@ impl PltLibraries {
                     Some(raw) => scope.library_of(raw),
                     None => Some(path),
                 };
-                let keep = match library {
-                    Some(library) => {
-                        (self.only.is_empty() || self.only.matches(library))
-                            && !self.except.matches(library)
-                    }
-                    None => self.only.is_empty(),
-                };
-                if !keep {
+                if !self.traces_calls_into(library) {
                     return None;
                 }
                 if let (true, Some(library)) = (self.name_by_library, library) {
@@ -97,6 +90,17 @@ impl PltLibraries {
                 Some(symbol)
             })
             .collect()
+    }
+
+    /// Whether the calls into `library` (`None`: bound to no file) are traced.
+    pub fn traces_calls_into(&self, library: Option<&str>) -> bool {
+        match library {
+            Some(library) => {
+                (self.only.is_empty() || self.only.matches(library))
+                    && !self.except.matches(library)
+            }
+            None => self.only.is_empty(),
+        }
     }
 
     /// The patterns that match none of `libraries`, each with its flag, as the user wrote them.

@@ -46,7 +46,7 @@ pub use exits::{ExitPolicy, ReturnProbes, UnknownExitPolicy};
 pub use go::Pairing;
 pub use ifuncs::{IfuncChoices, IfuncNotFollowed, IfuncsUnknown, ResolvedIfuncs};
 pub use kernel_functions::{KernelFunctionError, KernelFunctionRequests};
-pub use landings::{LandedCall, Landings, StubKept};
+pub use landings::{LandedCall, Landings, Route, StubKept};
 pub use libraries::{LibraryPatterns, PltLibraries};
 pub use planner::{Extension, Loaded, Planner};
 pub use program::{Program, TracedFile};

@@ -9,7 +9,8 @@ use super::values::{plan_values, Refused};
 use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, SourceLines, TracedFile};
 use crate::diagnostics::plural;
 use crate::elf::binding::BindingScope;
-use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, SingleStepCause, SiteKind, Unprobeable};
+use crate::elf::Unprobeable;
+use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, NoExitSites, SingleStepCause, SiteKind};
 use crate::table::{Execution, ExitKind, FunctionKind, ProbeClass, SourceLine, TracedFunction};
 use crate::value::{ValueSource, ValueSpec, VALUES_MAX};
 
@@ -113,6 +114,21 @@ pub(super) fn plan(
     })
 }
 
+impl PlannedModule {
+    /// Adds the functions of calls through the file's GOT slots that land (see
+    /// `super::landings::land_got_calls`): no probe of their own, no values, no source line.
+    pub(super) fn add_got_calls(&mut self, functions: impl Iterator<Item = FunctionSymbol>) {
+        for function in functions {
+            self.functions.push(function);
+            self.exits
+                .push(ExitProbe::Uretprobe(NoExitSites::ProbedWhereItLands));
+            self.values.push(Vec::new());
+            self.user_stacks.push(false);
+            self.sources.push(None);
+        }
+    }
+}
+
 impl ProbePlan {
     /// Adds a planned module: its file is the next module, its functions get the next ids.
     pub(super) fn add(&mut self, module: PlannedModule) {
@@ -171,7 +187,9 @@ fn source_lines(
         .iter()
         .map(|f| match f.kind {
             FunctionKind::Function => lines.get(&f.address).cloned(),
-            FunctionKind::Plt | FunctionKind::Kernel | FunctionKind::Event => None,
+            FunctionKind::Plt | FunctionKind::Got | FunctionKind::Kernel | FunctionKind::Event => {
+                None
+            }
             FunctionKind::Tracer => None,
         })
         .collect();

@@ -102,15 +102,17 @@ impl Planner {
                 program: files.executable().file.path.clone(),
             });
         }
-        let (landings, executable_code_vaddr) = landings::plan(
-            &landings::PltCalls {
-                callers: landing_callers(&files, &modules),
-                libraries: files.libraries(),
-                scope: &files.scope,
-            },
+        let got = landings::land_got_calls(
+            &plt_calls(&files, &modules),
             &options,
             exit_policy,
+            files.executable(),
         );
+        if let Some(executable) = modules.first_mut() {
+            executable.add_got_calls(got.iter().map(|landing| landing.function.clone()));
+        }
+        let (landings, executable_code_vaddr) =
+            landings::plan(&plt_calls(&files, &modules), &options, exit_policy, &got);
         let mut plan = ProbePlan {
             table: FunctionTable::default(),
             exits: Vec::new(),
@@ -322,6 +324,18 @@ fn identity_of(path: &Path) -> Option<FileIdentity> {
     Some((metadata.dev(), metadata.ino()))
 }
 
+/// The library calls of the program's traced files (`modules`, as planned so far).
+fn plt_calls<'a>(
+    files: &'a ProgramFiles,
+    modules: &'a [module::PlannedModule],
+) -> landings::PltCalls<'a> {
+    landings::PltCalls {
+        callers: landing_callers(files, modules),
+        libraries: files.libraries(),
+        scope: &files.scope,
+    }
+}
+
 /// The traced files of the program, with their planned functions numbered as the plan will.
 fn landing_callers<'a>(
     files: &'a ProgramFiles,
@@ -340,7 +354,9 @@ fn landing_callers<'a>(
                 first_id,
                 // Libraries follow the executable in `opened`.
                 loaded_with_program: index <= files.loaded_with_program,
-                probe_sites: (module.functions.iter().map(|f| f.offset))
+                probe_sites: (module.functions.iter())
+                    .filter(|f| f.kind.is_probed_code())
+                    .map(|f| f.offset)
                     .chain(exit_sites.copied())
                     .collect(),
             };

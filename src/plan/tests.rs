@@ -269,7 +269,7 @@ fn plt_calls_land_in_libc_unless_a_reason_keeps_them_at_their_stub() {
         .find(|f| f.name == "malloc@plt")
         .unwrap()
         .address;
-    assert_eq!(u64::from(call.stub), address);
+    assert_eq!(call.route, Route::ExecutableStub(address as u32));
     assert!(plan.executable_code_vaddr > 0);
     // tail_malloc's `jmp malloc@plt` is probed on the jump, as a call through the stub.
     let (file, jumps) = &landings.tail_jumps()[0];
@@ -328,6 +328,57 @@ const ALL_KEPT: [StubKept; 25] = [
     StubKept::Versioned,
     StubKept::Unresolved,
 ];
+
+#[test]
+fn got_calls_land_in_libc_as_functions_of_their_own() {
+    let dir = TempDir::new().unwrap();
+    let program = planned_program(&dir, "planned-noplt", &["-fno-plt"]);
+    let planner = plan_of(&program, PlanOptions::default()).unwrap();
+    let plan = planner.plan();
+    let (malloc, function) = function(plan, "malloc@got");
+    assert_eq!(function.kind, FunctionKind::Got);
+    assert!(plan.landings.contains(malloc));
+    let calls = plan
+        .landings
+        .libraries()
+        .iter()
+        .flat_map(|(_, calls)| calls);
+    let call = calls.clone().find(|call| call.function == malloc).unwrap();
+    assert!(
+        matches!(call.route, Route::ExecutableGot(slot) if slot > 0),
+        "{call:?}"
+    );
+    assert!(plan.executable_code_vaddr > 0);
+    // labs has nothing the kernel emulates near its start: with no stub to fall back on, its
+    // calls are not traced.
+    let names: Vec<&str> = plan
+        .table
+        .functions
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    assert!(
+        !names.contains(&"labs@got") && !names.contains(&"malloc@plt"),
+        "{names:?}"
+    );
+    // Every GOT function lands.
+    let got = plan.table.functions.iter().enumerate();
+    let mut got = got.filter(|(_, f)| f.kind == FunctionKind::Got);
+    assert!(got.all(|(id, _)| plan.landings.contains(id as FunctionId)));
+
+    // Without landings, no GOT call is traced.
+    let entry = PlanOptions {
+        sites: SitePolicy::Entry,
+        ..PlanOptions::default()
+    };
+    let plan = plan_of(&program, entry).unwrap();
+    let plan = plan.plan();
+    assert!(plan
+        .table
+        .functions
+        .iter()
+        .all(|f| f.kind != FunctionKind::Got));
+}
 
 #[test]
 fn plt_calls_into_ifuncs_land_in_the_implementation_utraces_loader_chose() {

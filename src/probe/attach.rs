@@ -15,7 +15,7 @@ use super::interface::{landing_cookie, COOKIE_AFTER_RETURN, COOKIE_ALSO_EXIT};
 use super::interface::{skel::types, COOKIE_NO_RETURN_VALUE, COOKIE_RETURN_PROBED};
 use super::{AttachMode, AttachedProbes, LoadedProbes, Programs};
 use crate::elf::ExitProbe;
-use crate::plan::{LandedCall, Landings};
+use crate::plan::{Landings, Route};
 use crate::table::{FunctionKind, FunctionTable};
 use crate::value;
 
@@ -147,7 +147,7 @@ impl<'obj> LoadedProbes<'obj> {
         Ok(())
     }
 
-    /// Attaches the probes of the PLT calls of `landings` in their libraries, filtered to
+    /// Attaches the probes of the PLT and GOT calls of `landings` in their libraries, filtered to
     /// `pid`. Their session links make return probes: they go with the return links.
     pub fn attach_landings(
         &self,
@@ -158,7 +158,7 @@ impl<'obj> LoadedProbes<'obj> {
         let mut attached = AttachedProbes::default();
         if !landings.is_empty() && !self.strategy.sessions {
             return Err(ProbeError::Unsupported {
-                what: "probing PLT calls where they land",
+                what: "probing library calls where they land",
                 needs: "uprobe sessions on uprobe_multi",
             });
         }
@@ -171,23 +171,25 @@ impl<'obj> LoadedProbes<'obj> {
                 pid,
             };
             let progs = &self.skel.progs;
-            let (from_libraries, from_executable): (Vec<&LandedCall>, Vec<&LandedCall>) =
-                calls.iter().partition(|call| call.caller.is_some());
+            let mut executable_stubs = Vec::new();
+            let mut library_stubs = Vec::new();
+            let mut executable_got = Vec::new();
+            for call in calls {
+                let (calls, route) = match call.route {
+                    Route::ExecutableStub(stub) => (&mut executable_stubs, stub),
+                    Route::LibraryStub { stub, .. } => (&mut library_stubs, stub),
+                    Route::ExecutableGot(slot) => (&mut executable_got, slot),
+                };
+                calls.push((call.offset as usize, landing_cookie(call.function, route)));
+            }
             for (program, calls) in [
-                (&progs.plt_call, from_executable),
-                (&progs.library_plt_call, from_libraries),
+                (&progs.plt_call, executable_stubs),
+                (&progs.library_plt_call, library_stubs),
+                (&progs.got_call, executable_got),
             ] {
                 // One link per set of distinct offsets: two stubs can land in one function
                 // (aliases such as `strdup` and `__strdup`, or the same call in two files).
-                let mut rest: Vec<(usize, u64)> = calls
-                    .iter()
-                    .map(|call| {
-                        (
-                            call.offset as usize,
-                            landing_cookie(call.function, u64::from(call.stub)),
-                        )
-                    })
-                    .collect();
+                let mut rest: Vec<(usize, u64)> = calls;
                 while !rest.is_empty() {
                     let mut seen = HashSet::new();
                     let (batch, later): (Vec<_>, Vec<_>) = rest
@@ -195,7 +197,7 @@ impl<'obj> LoadedProbes<'obj> {
                         .partition(|(offset, _)| seen.insert(*offset));
                     rest = later;
                     let links =
-                        self.attach_sites(program, target, batch, Hook::Session, "PLT call")?;
+                        self.attach_sites(program, target, batch, Hook::Session, "library call")?;
                     attached.return_links.extend(links);
                 }
             }
@@ -241,7 +243,9 @@ impl<'obj> LoadedProbes<'obj> {
         }
         let calls = landings.libraries().iter().flat_map(|(_, calls)| calls);
         for call in calls {
-            let Some(slot) = call.caller else { continue };
+            let Route::LibraryStub { library: slot, .. } = call.route else {
+                continue;
+            };
             let library = &landings.calling_libraries()[slot as usize];
             (maps.library_stubs.update(
                 &call.function.to_ne_bytes(),

@@ -79,8 +79,9 @@ pub(super) const COOKIE_NO_RETURN_VALUE: u64 =
 /// legacy return probe finds its cookie where the entry left it (src/bpf/compat.bpf.h).
 pub(super) const COOKIE_RETURN_PROBED: u64 = 1 << types::cookie_bits::COOKIE_RETURN_PROBED_BIT.0;
 
-/// The cookie of a PLT call probed where it lands: the stub's function id, and the stub's virtual
-/// address in the executable (below 4 GiB) in the high bits.
-pub(super) fn landing_cookie(function: u32, stub: u64) -> u64 {
-    u64::from(function) | (stub << types::cookie_bits::COOKIE_STUB_SHIFT.0)
+/// The cookie of a library call probed where it lands: the call's function id, and where its
+/// route is (a stub's or GOT slot's address, below 4 GiB: see [`crate::plan::Route`]) in the
+/// high bits.
+pub(super) fn landing_cookie(function: u32, route: u32) -> u64 {
+    u64::from(function) | (u64::from(route) << types::cookie_bits::COOKIE_ROUTE_SHIFT.0)
 }

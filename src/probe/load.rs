@@ -170,6 +170,7 @@ fn choose_programs(open: &mut OpenUtraceSkel, strategy: &AttachStrategy, config:
     let progs = &mut open.progs;
     progs.plt_call.set_autoload(strategy.sessions);
     progs.library_plt_call.set_autoload(strategy.sessions);
+    progs.got_call.set_autoload(strategy.sessions);
     progs.function_call.set_autoload(strategy.sessions);
     // Only where sessions are missing do functions get a separate return probe; its
     // verification costs tens of milliseconds at start-up (the shadow stack's code).

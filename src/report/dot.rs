@@ -155,7 +155,7 @@ fn node_shape(kind: FunctionKind) -> &'static str {
         FunctionKind::Kernel => ", shape=hexagon",
         FunctionKind::Event => ", shape=note",
         FunctionKind::Tracer => ", style=dashed",
-        FunctionKind::Function | FunctionKind::Plt => "",
+        FunctionKind::Function | FunctionKind::Plt | FunctionKind::Got => "",
     }
 }
 
