@@ -1,9 +1,13 @@
 /* file_io: write_all writes N bytes to a file one write() at a time, read_all reads M of them
- * back one read() at a time, for the kernel functions of `record -k 'vfs_write,vfs_read'`.
+ * back one read() at a time, for the kernel functions of `record -k 'vfs_write,vfs_read'`. The
+ * file is a memfd: on a stacked filesystem (overlayfs, as /tmp is in the test guests) each
+ * write() would pass through the kernel's write path twice.
  * `file_io N M` (0..100000 each). With FILE_IO_WAIT=1 it first prints "ready" and waits for
  * SIGUSR1, so that a recorder can attach (-p). Prints the counts (see test/README.md). */
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "wait_for_usr1.h"
@@ -32,16 +36,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (getenv("FILE_IO_WAIT")) wait_for_usr1();
-    FILE *file = tmpfile();
-    if (!file) {
-        perror("file_io: tmpfile");
+    int fd = memfd_create("file_io", 0);
+    if (fd < 0) {
+        perror("file_io: memfd_create");
         return 1;
     }
-    int fd = fileno(file);
     write_all(fd, n);
     lseek(fd, 0, SEEK_SET);
     read_all(fd, m);
-    fclose(file);
+    close(fd);
     printf("calls %lu main\n", n_main);
     printf("calls %lu write_all\n", n_write_all);
     printf("calls %lu read_all\n", n_read_all);
