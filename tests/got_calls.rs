@@ -53,3 +53,34 @@ fn a_rust_programs_library_calls_are_seen_through_its_got() {
     assert_eq!(traced.get("write@got"), Some(&301), "{traced:?}");
     assert_eq!(traced.get("open64@got"), Some(&1), "{traced:?}");
 }
+
+#[test]
+fn got_calls_are_said_untraced_in_one_line_where_the_kernel_has_no_uprobe_sessions() {
+    if !bpf_available(
+        "got_calls_are_said_untraced_in_one_line_where_the_kernel_has_no_uprobe_sessions",
+    ) {
+        return;
+    }
+    let program = compile("gotcalls.c", "gotcalls", &["-fno-plt"]);
+    let recording = record_unchanged(&program, &["4"], &[]);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    let said: Vec<&str> = (stderr.lines())
+        .filter(|line| line.contains("through its GOT"))
+        .collect();
+    let traced = counts_of(&recording.json());
+    if kernel_lacks("uprobe sessions") {
+        // strtol, malloc, write, free, printf and exit (the start's __libc_start_main is no
+        // call of the program's).
+        assert_eq!(
+            said,
+            ["utrace: warning: 6 library functions the program calls through its GOT (-fno-plt, \
+              Rust) are not traced there: counting them where they land needs uprobe sessions \
+              (Linux 6.13), which this kernel lacks; their PLT calls are"],
+            "{stderr}"
+        );
+        assert!(!traced.contains_key("write@got"), "{traced:?}");
+    } else {
+        assert!(said.is_empty(), "{stderr}");
+        assert_eq!(traced.get("write@got"), Some(&2), "{traced:?}");
+    }
+}

@@ -38,6 +38,7 @@ subset=(
   "pairing longjmp_across_traced_frames_closes_them_where_it_lands"
   "pairing recursion_deeper_than_the_uretprobe_limit_counts_every_call"
   "coroutines coroutines_run_as_untraced_and_their_tree_follows_each_switch"
+  "got_calls got_calls_are_said_untraced_in_one_line_where_the_kernel_has_no_uprobe_sessions"
   "arguments arguments_and_return_values_are_what_the_program_saw"
   "kernel_events system_calls_are_calls_under_the_function_that_made_them_with_their_return_values"
   "kernel_events follow_puts_a_childs_system_calls_and_off_cpu_time_under_its_pid"

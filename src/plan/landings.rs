@@ -422,16 +422,16 @@ pub(super) fn land_got_calls(
     let mut landed = Vec::new();
     if let Some(why) = every_stub_kept(options, exit_policy) {
         kept.insert(why, calls.len());
+        if why == StubKept::NoSessions {
+            warn_got_calls_untraced(&calls, program, options);
+        }
     } else {
         let mut sites = LandingSites::new(program, options);
         for call in &calls {
-            let name = format!("{}@got", call.target);
-            let library = program.scope.library_of(&call.symbol);
-            if !options.functions.shows_name(&name)
-                || !options.plt_libraries.traces_calls_into(library)
-            {
+            if !got_call_shown(call, program, options) {
                 continue;
             }
+            let name = format!("{}@got", call.target);
             let found = u32::try_from(call.slot)
                 .map_err(|_| StubKept::Beyond4GiB)
                 .and_then(|_| sites.find(elf, &call.symbol, &name));
@@ -455,6 +455,29 @@ pub(super) fn land_got_calls(
         counted_reasons(&kept, |why| why.why()),
     );
     landed
+}
+
+/// Says in one line that the calls through the GOT slots the filters show are not traced on this
+/// kernel: a Rust program's library calls would be missing without a word.
+fn warn_got_calls_untraced(calls: &[GotCall], program: &PltCalls, options: &PlanOptions) {
+    let shown = (calls.iter())
+        .filter(|call| got_call_shown(call, program, options))
+        .count();
+    if shown > 0 {
+        log::warn!(
+            "{shown} library functions the program calls through its GOT (-fno-plt, Rust) are not \
+             traced there: counting them where they land needs uprobe sessions (Linux 6.13), \
+             which this kernel lacks; their PLT calls are"
+        );
+    }
+}
+
+/// Whether the filters (`-f`, `--lib`/`--no-lib`) show the calls through `call`'s slot.
+fn got_call_shown(call: &GotCall, program: &PltCalls, options: &PlanOptions) -> bool {
+    options
+        .functions
+        .shows_name(&format!("{}@got", call.target))
+        && (options.plt_libraries).traces_calls_into(program.scope.library_of(&call.symbol))
 }
 
 /// The function of the calls through the GOT slot of `call`, named `name`. It has no probe site
