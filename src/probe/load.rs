@@ -246,6 +246,10 @@ fn size_maps(
         }
     }
     let maps = &mut open.maps;
+    // Without -K, kernel_function_hit never looks at the depths.
+    if config.events.kernel_depth == 0 {
+        maps.kernel_depths.set_max_entries(1).map_err(load_error)?;
+    }
     if !config.follow {
         maps.followed_processes
             .set_max_entries(1)

@@ -327,8 +327,12 @@ impl Session {
         loaded.set_recording(true);
         if debug_enabled() {
             log::debug!(
-                "attached {} entry and return probes with {} in {:.3} ms",
-                self.table().functions.len(),
+                "attached {} functions' entry and return probes with {} in {:.3} ms",
+                self.table()
+                    .functions
+                    .iter()
+                    .filter(|function| function.kind.is_probed_code())
+                    .count(),
                 loaded.attach_mode(),
                 attached.attach_time.as_secs_f64() * 1e3
             );
