@@ -416,6 +416,11 @@ impl Session {
             // Not into the stack of a thread that still runs.
             if every_thread_stopped {
                 restore_return_addresses(pid, &loaded);
+            } else {
+                log::warn!(
+                    "a thread of pid {pid} did not stop for the detach: its frames keep the \
+                     kernel's return trampoline, and an exception unwinding through one ends it"
+                );
             }
             held = true;
         }

@@ -136,7 +136,7 @@ impl Target {
     }
 
     /// Stops every thread of a started command, and waits until they are stopped (at most
-    /// [`STOP_WAIT`]): `Some(true)` when they are, `Some(false)` when one still runs (in an
+    /// [`DETACH_STOP_WAIT`]): `Some(true)` when they are, `Some(false)` when one still runs (in an
     /// uninterruptible sleep); either way it is to be let go with [`resume`](Self::resume).
     /// `None` for a process utrace attached to, which is left alone.
     pub fn stop_every_thread(&self) -> Option<bool> {
@@ -145,7 +145,7 @@ impl Target {
                 child.signal(libc::SIGSTOP);
                 Some(super::stack_writes::wait_until_every_thread_stops(
                     child.pid(),
-                    STOP_WAIT,
+                    DETACH_STOP_WAIT,
                 ))
             }
             Target::Running(_) => None,
@@ -196,6 +196,11 @@ impl Target {
 /// How long [`Target::wait_until_stopped`] waits: a stop takes microseconds, or milliseconds on
 /// a loaded machine; a process that never stops is let go after this.
 const STOP_WAIT: Duration = Duration::from_secs(1);
+
+/// How long [`Target::stop_every_thread`] waits. Longer than [`STOP_WAIT`]: a thread left running
+/// keeps the trampoline in its frames, and an exception through one ends the program; on a
+/// loaded machine the last thread's stop took over a second once.
+const DETACH_STOP_WAIT: Duration = Duration::from_secs(5);
 
 /// The executable and the libraries a running process has mapped, in load order.
 fn process_files(process: &RunningProcess) -> Result<Program> {
