@@ -176,22 +176,13 @@ fn stack_on_a_system_call_gives_user_frames_then_kernel_frames() {
         .unwrap();
     assert_eq!(writes, 25);
     let text = recording.report(&["--format=stacks", "-f", "sys_write", "--folded"]);
-    let through_emit: Vec<(&str, u64)> = text
-        .lines()
-        .filter_map(|line| line.strip_prefix("[user stack];"))
-        .map(|line| {
-            let (frames, calls) = line.rsplit_once(' ').expect("a weight after the frames");
-            (frames, calls.parse().expect("a count"))
-        })
-        .filter(|(frames, _)| frames.split(';').any(|frame| frame == "emit"))
-        .collect();
+    let through_emit = folded_user_stacks_through(&text, "emit");
     assert_eq!(
         through_emit.iter().map(|(_, calls)| calls).sum::<u64>(),
         writes,
         "{text}"
     );
     for (frames, _) in &through_emit {
-        let frames: Vec<&str> = frames.split(';').collect();
         // Root to leaf: main, emit, the C library's wrapper, then the kernel's frames only.
         let emit = frames.iter().position(|&frame| frame == "emit").unwrap();
         assert_eq!(frames[emit - 1], "main", "{frames:?}");
@@ -231,15 +222,7 @@ fn stack_on_off_cpu_time_gives_where_the_thread_slept_user_then_kernel() {
         &["-E", "offcpu", "--stack", "linux:schedule"],
     );
     let text = recording.report(&["--format=stacks", "-f", "linux:schedule", "--folded"]);
-    let in_sleep_all: Vec<(Vec<&str>, u64)> = text
-        .lines()
-        .filter_map(|line| line.strip_prefix("[user stack];"))
-        .map(|line| {
-            let (frames, calls) = line.rsplit_once(' ').expect("a weight after the frames");
-            (frames.split(';').collect(), calls.parse().expect("a count"))
-        })
-        .filter(|(frames, _): &(Vec<&str>, u64)| frames.contains(&"sleep_all"))
-        .collect();
+    let in_sleep_all = folded_user_stacks_through(&text, "sleep_all");
     // Each nap leaves the CPU at least once from sleep_all, through the scheduler.
     assert!(
         in_sleep_all.iter().map(|(_, calls)| calls).sum::<u64>() >= SLEEPS,

@@ -275,15 +275,7 @@ fn stack_on_a_kernel_function_gives_user_frames_then_kernel_frames() {
         &["-k", "vfs_write", "--stack", "vfs_write"],
     );
     let text = recording.report(&["--format=stacks", "-f", "vfs_write", "--folded"]);
-    let through_write_all: Vec<(Vec<&str>, u64)> = text
-        .lines()
-        .filter_map(|line| line.strip_prefix("[user stack];"))
-        .map(|line| {
-            let (frames, calls) = line.rsplit_once(' ').expect("a weight after the frames");
-            (frames.split(';').collect(), calls.parse().expect("a count"))
-        })
-        .filter(|(frames, _): &(Vec<&str>, u64)| frames.contains(&"write_all"))
-        .collect();
+    let through_write_all = folded_user_stacks_through(&text, "write_all");
     let calls: u64 = through_write_all.iter().map(|(_, calls)| calls).sum();
     assert_eq!(calls, WRITES, "{text}");
     for (frames, _) in &through_write_all {

@@ -917,3 +917,18 @@ pub fn recorder_exit_bound() -> std::time::Duration {
         true => std::time::Duration::from_secs(30),
     }
 }
+
+/// The folded stacks of `--format=stacks --folded` that start with user frames and pass through
+/// `frame`: each one's frames, root to leaf, and its count of calls.
+pub fn folded_user_stacks_through<'a>(folded: &'a str, frame: &str) -> Vec<(Vec<&'a str>, u64)> {
+    folded
+        .lines()
+        .filter_map(|line| line.strip_prefix("[user stack];"))
+        .map(|line| {
+            let (frames, calls) = line.rsplit_once(' ').expect("a weight after the frames");
+            let frames: Vec<&str> = frames.split(';').collect();
+            (frames, calls.parse().expect("a count"))
+        })
+        .filter(|(frames, _)| frames.contains(&frame))
+        .collect()
+}
