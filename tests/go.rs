@@ -12,28 +12,31 @@ use std::sync::OnceLock;
 
 use common::*;
 
-/// Builds test/goprog.go with `go build`, once per test binary: the Go caches under the build
-/// directory, and no network (only the standard library is used).
+/// Builds test/goprog.go, once per test binary.
 fn go_program() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = build_dir().join("go");
-        let binary = build_dir().join("goprog");
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("test/goprog.go");
-        let output = Command::new("go")
-            .args(["build", "-o"])
-            .arg(&binary)
-            .arg(&source)
-            .env("GOCACHE", dir.join("cache"))
-            .env("GOPATH", dir.join("path"))
-            .env("GO111MODULE", "off")
-            .env("GOPROXY", "off")
-            .env("GOFLAGS", "")
-            .output()
-            .expect("running `go build`: install golang-go (tools/setup.sh)");
-        assert_success(&output);
-        binary
-    })
+    BUILT.get_or_init(|| go_build("goprog"))
+}
+
+/// Builds test/NAME.go with `go build`: the Go caches under the build directory, and no network
+/// (only the standard library is used).
+fn go_build(name: &str) -> PathBuf {
+    let dir = build_dir().join("go");
+    let binary = build_dir().join(name);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("test/{name}.go"));
+    let output = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .env("GOCACHE", dir.join("cache"))
+        .env("GOPATH", dir.join("path"))
+        .env("GO111MODULE", "off")
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "")
+        .output()
+        .expect("running `go build`: install golang-go (tools/setup.sh)");
+    assert_success(&output);
+    binary
 }
 
 /// Records the Go program with `extra` flags: its output and exit code as untraced, no event
@@ -67,7 +70,8 @@ fn a_go_program_is_traced_exactly_with_every_function() {
     if !bpf_available("a_go_program_is_traced_exactly_with_every_function") {
         return;
     }
-    let said = assert_traced_exactly(&["-d"], GO_PROGRAM);
+    let said = assert_traced_exactly(&["-d", "-f", "*"], GO_PROGRAM);
+    assert!(!said.contains("of the runtime left out"), "{said}");
     // runtime.abort.abi0 starts with a trap: said, in words that agree with the count.
     let unprobeable = said
         .lines()
@@ -126,4 +130,57 @@ fn a_running_go_program_is_traced_exactly() {
     );
     let own = own_counts(rest.join("\n").as_bytes());
     assert_counts_match(&own, &counts_of(&report_json(&data)));
+}
+
+#[test]
+fn a_full_trace_of_a_go_http_server_reads_right() {
+    if !bpf_available("a_full_trace_of_a_go_http_server_reads_right") {
+        return;
+    }
+    let server = go_build("goserver");
+    let recording = record_unchanged(&server, &["10"], &[]);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    // The runtime is left out, in one line that says how to trace it.
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains(GO_PROGRAM)).collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(
+        said[0].contains(
+            " of the runtime left out, as it switches stacks and goroutines under \
+             its calls (-f 'runtime.*' traces them)"
+        ),
+        "{stderr}"
+    );
+    let own = own_counts(&recording.output.stdout);
+    assert_eq!(own["main.handler"], 80, "{own:?}");
+    let json = recording.json();
+    assert_counts_match(&own, &counts_of(&json));
+    let run = json["duration_ns"].as_u64().unwrap();
+    for function in json["functions"].as_array().unwrap() {
+        let name = function["name"].as_str().unwrap();
+        assert!(!name.starts_with("runtime."), "{name} traced");
+        // No call lasts longer than the run.
+        let longest = function["max_ns"].as_u64().unwrap_or(0);
+        assert!(longest <= run, "{name}: {longest} ns in a run of {run} ns");
+    }
+    // No function has more than the whole of the goroutines' time.
+    let summary = recording.report(&["--format=summary"]);
+    for row in summary.lines().filter(|line| line.contains('%')) {
+        let Some(share) = row.split_whitespace().find(|word| word.ends_with('%')) else {
+            continue;
+        };
+        let Ok(share) = share.trim_end_matches('%').parse::<f64>() else {
+            continue;
+        };
+        assert!(share <= 100.0, "{row}");
+    }
+    // Named, the runtime's functions are traced.
+    let named = record_unchanged(&server, &["2"], &["-f", "main.*,runtime.newobject"]);
+    let traced = named.traced_counts();
+    assert!(
+        traced
+            .get("runtime.newobject")
+            .is_some_and(|&calls| calls > 0),
+        "{traced:?}"
+    );
+    assert_eq!(traced.get("main.handler"), Some(&16), "{traced:?}");
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::exits::{exit_probes, instruction_exit_probes, ReturnProbes};
+use super::go;
 use super::values::{plan_values, Refused};
 use super::{ExitPolicy, PlanError, PlanOptions, ProbePlan, SourceLines, TracedFile};
 use crate::diagnostics::plural;
@@ -31,6 +32,8 @@ pub(super) struct PlannedModule {
     pub exits_before_return_value: Vec<u64>,
     /// Where the file's symbols came from (`utrace info` says it).
     pub symbol_origin: String,
+    /// The Go runtime's functions left out, as no `-f` named them (see `super::go`).
+    pub go_runtime_left_out: usize,
 }
 
 /// Plans the functions of `file`, read as `elf`, binding its PLT calls in `scope`. Warns of the
@@ -51,17 +54,23 @@ pub(super) fn plan(
         })?;
     let symbol_origin = elf.symbol_origin().to_string();
     log::debug!("symbols of {}: {symbol_origin}", file.path);
+    // Looked up once: it scans the file's symbols.
+    let is_go = elf.is_go();
+    let asked_for = |name: &str| {
+        options.functions.shows_name(name) && !(is_go && go::runtime_left_out(name, options))
+    };
     // Only those -f and --no-function would have traced: the others were not asked for.
     let unprobeable: Vec<&Unprobeable> = (read.unprobeable.iter())
-        .filter(|f| options.functions.shows_name(&f.name))
+        .filter(|f| asked_for(&f.name))
         .collect();
     warn_unprobeable(&unprobeable);
     let mut functions = options
         .plt_libraries
         .apply(&file.path, read.functions, scope);
     functions.retain(|f| options.functions.shows_name(&f.name));
-    // Looked up once: it scans the file's symbols.
-    let is_go = elf.is_go();
+    let shown = functions.len();
+    functions.retain(|f| asked_for(&f.name));
+    let go_runtime_left_out = shown - functions.len();
     if is_go {
         elf.move_sites_past_go_stack_checks(&mut functions);
     }
@@ -111,6 +120,7 @@ pub(super) fn plan(
         sources,
         exits_before_return_value,
         symbol_origin,
+        go_runtime_left_out,
     })
 }
 

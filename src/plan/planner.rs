@@ -128,6 +128,7 @@ impl Planner {
             events: Default::default(),
         };
         warn_unmatched_value_requests(&options, &modules);
+        let go_runtime_left_out = modules.iter().map(|m| m.go_runtime_left_out).sum();
         for module in modules {
             plan.add(module);
         }
@@ -163,7 +164,7 @@ impl Planner {
             plan.table.functions[id as usize].probes.entry = Execution::Emulated;
         }
         if is_go {
-            go::say_go_program(&plan.exits);
+            go::say_go_program(&plan.exits, go_runtime_left_out);
         } else if let Some(switcher) = &switcher {
             exits::say_stack_switches(switcher, &plan.exits);
         }
