@@ -2,7 +2,8 @@
 // client makes N requests (the argument), the handler answers each with greet's text. It counts
 // its own calls of main.handler and main.greet and prints them with main.client's (see
 // README.md), for a full trace of a program whose goroutines block in the network poller, move
-// between threads and grow their stacks under the runtime's scheduler.
+// between threads and grow their stacks under the runtime's scheduler. On stderr, the id Go gives
+// the goroutine of main and of each client ("goroutine 7 main.client").
 package main
 
 import (
@@ -11,7 +12,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -29,9 +32,18 @@ func handler(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, greet(r.URL.Query().Get("n")))
 }
 
+// Says on stderr which goroutine runs `function`: its id, from the first line of its stack trace
+// ("goroutine 7 [running]:").
+func sayGoroutine(function string) {
+	trace := make([]byte, 64)
+	trace = trace[:runtime.Stack(trace, false)]
+	fmt.Fprintf(os.Stderr, "goroutine %s %s\n", strings.Fields(string(trace))[1], function)
+}
+
 //go:noinline
 func client(base string, requests int, wg *sync.WaitGroup) {
 	defer wg.Done()
+	sayGoroutine("main.client")
 	for i := 0; i < requests; i++ {
 		response, err := http.Get(base + "/?n=" + strconv.Itoa(i))
 		if err != nil {
@@ -44,6 +56,7 @@ func client(base string, requests int, wg *sync.WaitGroup) {
 }
 
 func main() {
+	sayGoroutine("main.main")
 	requests, err := strconv.Atoi(os.Args[1])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "usage: goserver REQUESTS_PER_CLIENT")

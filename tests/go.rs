@@ -173,6 +173,37 @@ fn a_full_trace_of_a_go_http_server_reads_right() {
         };
         assert!(share <= 100.0, "{row}");
     }
+    // Each goroutine is named by the id Go gives it: main's is 1.
+    let mut said_goroutines: Vec<(u32, &str)> = (stderr.lines())
+        .filter_map(|line| line.strip_prefix("goroutine "))
+        .map(|rest| {
+            let (id, function) = rest.split_once(' ').unwrap();
+            (id.parse().unwrap(), function)
+        })
+        .collect();
+    said_goroutines.sort();
+    assert_eq!(said_goroutines.len(), 9, "{stderr}");
+    assert_eq!(said_goroutines[0], (1, "main.main"), "{stderr}");
+    let tree = recording.report(&["--format=replay", "-f", "main.main,main.client"]);
+    let mut traced_goroutines: Vec<(u32, &str)> = (tree.lines())
+        .filter_map(|line| {
+            let (tid, call) = line.split_once("] | ")?;
+            let tid = tid.rsplit('[').next()?.trim().parse().ok()?;
+            // An opening line or a leaf's, not a closing brace.
+            let function = call
+                .trim_start()
+                .strip_suffix(" {")
+                .unwrap_or(call.trim_start());
+            Some((
+                tid,
+                function
+                    .strip_suffix("();")
+                    .or(function.strip_suffix("()"))?,
+            ))
+        })
+        .collect();
+    traced_goroutines.sort();
+    assert_eq!(traced_goroutines, said_goroutines, "{tree}");
     // Named, the runtime's functions are traced.
     let named = record_unchanged(&server, &["2"], &["-f", "main.*,runtime.newobject"]);
     let traced = named.traced_counts();

@@ -29,11 +29,22 @@ struct {
 	__type(value, __u32);
 } goroutines_numbered SEC(".maps");
 
-/* The number of the goroutine whose `g` is `g`, in the EVENT_TID_BITS an event's thread holds. */
+/* Where goroutines are named by their ids (settings.go_goid_offset), the ids take the low bits of
+ * an event's thread field, and the numbers given to the goroutines without one (each thread's
+ * `g0` and signal goroutine, whose id is 0) have this bit set. */
+#define GIVEN_GOROUTINE_NUMBER (1u << (EVENT_TID_BITS - 1))
+
+/* The number of the goroutine whose `g` is `g`, in the EVENT_TID_BITS an event's thread holds:
+ * its id where the program's DWARF says where `g` keeps it (read at each event: Go gives a new id
+ * to a `g` it reuses), else a number given the first time `g` is seen. */
 static __always_inline __u32 goroutine_number(__u64 g)
 {
 	__u32 zero = 0, number, *known, *given;
+	__u64 goid = 0;
 
+	if (settings.go_goid_offset &&
+	    !bpf_probe_read_user(&goid, sizeof(goid), (void *)(g + settings.go_goid_offset)) && goid)
+		return goid & (GIVEN_GOROUTINE_NUMBER - 1);
 	known = bpf_map_lookup_elem(&goroutine_numbers, &g);
 	if (known)
 		return *known;
@@ -43,6 +54,8 @@ static __always_inline __u32 goroutine_number(__u64 g)
 	/* A BPF program runs to its end on its CPU: nothing else counts here meanwhile. */
 	*given += 1;
 	number = ((*given << 6) | (bpf_get_smp_processor_id() & 63)) & ((1u << EVENT_TID_BITS) - 1);
+	if (settings.go_goid_offset)
+		number |= GIVEN_GOROUTINE_NUMBER;
 	/* Another CPU may have numbered the same `g` at the same time: its number wins. */
 	if (bpf_map_update_elem(&goroutine_numbers, &g, &number, BPF_NOEXIST) != 0) {
 		known = bpf_map_lookup_elem(&goroutine_numbers, &g);

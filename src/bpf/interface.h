@@ -183,6 +183,9 @@ struct settings {
 	__u64 recorder_tgid;
 	/* Non-zero for a Go program: entries and exits are paired by goroutine (see go.bpf.h). 64 bits, so the struct has no padding. */
 	__u64 go_goroutines;
+	/* In a Go program, the offset of `goid` in the runtime's `g`, from its DWARF: goroutines
+	 * are named by their ids (see go.bpf.h); 0 where it is not known. */
+	__u64 go_goid_offset;
 	/* Non-zero when functions may capture values: probes look up their `struct value_spec`
 	 * (0: none looks, and the verifier prunes the code that would). */
 	__u32 value_functions;

@@ -21,8 +21,9 @@ pub enum Pairing {
     ReturnSlot,
     /// By goroutine (the `g` that Go's ABI keeps in `r14`) and the slot's distance from the top
     /// of the goroutine's stack: the slot itself moves when Go copies the stack, and a goroutine
-    /// moves between threads.
-    Goroutine,
+    /// moves between threads. A goroutine is named by its id, read at `goid_offset` in its `g`
+    /// where the program's DWARF gives it, else by a number the BPF programs give it.
+    Goroutine { goid_offset: Option<u32> },
 }
 
 /// How messages name a Go program.

@@ -56,15 +56,21 @@ impl Planner {
         let started = std::time::Instant::now();
         let files = ProgramFiles::select(program, &options, UnmatchedPatterns::Warn);
         let unwinder_sites = watches::unwinder_sites(&files.opened);
-        let is_go = files.executable().elf.as_ref().is_ok_and(ElfFile::is_go);
+        let go_program = (files.executable().elf.as_ref().ok()).filter(|elf| elf.is_go());
+        let is_go = go_program.is_some();
         let switcher = exits::stack_switcher(&files.opened);
-        let (exit_policy, pairing) = match (is_go, &switcher) {
-            (true, _) => (go::exit_policy(options.exits), Pairing::Goroutine),
-            (false, Some(switcher)) => (
+        let (exit_policy, pairing) = match (go_program, &switcher) {
+            (Some(elf), _) => (
+                go::exit_policy(options.exits),
+                Pairing::Goroutine {
+                    goid_offset: elf.go_goid_offset(),
+                },
+            ),
+            (None, Some(switcher)) => (
                 exits::stack_switching_policy(options.exits, switcher),
                 Pairing::ReturnSlot,
             ),
-            (false, None) => (
+            (None, None) => (
                 ExitPolicy::chosen_or_default(options.exits, options.origin, &unwinder_sites),
                 Pairing::ReturnSlot,
             ),

@@ -302,7 +302,13 @@ fn settings(config: &ProbeConfig) -> types::settings {
         wakeup_bytes: u64::from(config.buffer_bytes / 8),
         executable_code_vaddr: config.executable_code_vaddr,
         recorder_tgid: u64::from(std::process::id()),
-        go_goroutines: u64::from(config.pairing == Pairing::Goroutine),
+        go_goroutines: u64::from(matches!(config.pairing, Pairing::Goroutine { .. })),
+        go_goid_offset: match config.pairing {
+            Pairing::Goroutine {
+                goid_offset: Some(offset),
+            } => u64::from(offset),
+            _ => 0,
+        },
         // The user stack's id is a value too.
         value_functions: u32::from(config.string_size.is_some() || config.user_stacks),
         string_size: u32::from(config.string_size.unwrap_or(0)),
