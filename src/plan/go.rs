@@ -63,7 +63,25 @@ const RUNTIME: &str = "runtime.";
 /// handlers that resume elsewhere), so a call of it opened on one stack is often left on
 /// another: traced, its times were the run's length (`runtime.memmove`, a leaf, up to 18 s in a
 /// 29 s trace of an HTTP server) and two thirds of all the calls, which made the trace 550 times
-/// slower than the program. `runtime/internal/...` and the standard library stay.
+/// slower than the program. So are the runtime's assembly functions without a package name that
+/// switch stacks ([`RUNTIME_SWITCHERS`]). `runtime/internal/...`, the other assembly helpers
+/// (`memeqbody`) and the standard library stay.
 pub(super) fn runtime_left_out(name: &str, options: &PlanOptions) -> bool {
-    name.starts_with(RUNTIME) && !options.functions.functions.iter().any(|g| g.matches(name))
+    let runtime = name.starts_with(RUNTIME)
+        || name.starts_with("debugCall")
+        || RUNTIME_SWITCHERS.contains(&name);
+    runtime && !options.functions.functions.iter().any(|g| g.matches(name))
 }
+
+/// The runtime's assembly functions named without `runtime.` that jump to another goroutine's
+/// stack or call Go on another stack, so that their calls never return where they were made:
+/// `gogo` (2,747 calls left open in a trace of an HTTP server), the `systemstack` switch, cgo's
+/// calls into Go and its threads' start (which runs the scheduler), `reflectcall`'s return.
+const RUNTIME_SWITCHERS: &[&str] = &[
+    "gogo",
+    "gosave_systemstack_switch",
+    "setg_gcc",
+    "crosscall2",
+    "crosscall_amd64",
+    "callRet",
+];
