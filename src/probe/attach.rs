@@ -411,7 +411,10 @@ impl<'obj> LoadedProbes<'obj> {
                     };
                     program
                         .attach_uprobe_with_opts(target.pid as i32, target.file, offset, opts)
-                        .map_err(|e| error(1, e))
+                        .map_err(|e| {
+                            log::debug!("{}: no {what} probe at {offset:#x}: {e}", target.name);
+                            error(1, e)
+                        })
                 })
                 .collect(),
         }

@@ -323,22 +323,41 @@ fn settings(config: &ProbeConfig) -> types::settings {
     }
 }
 
-/// Raises this process's soft limit of open files to its hard limit: where the kernel has no
+/// Raises this process's limit of open files as far as it may: where the kernel has no
 /// `uprobe_multi`, each probe is a perf event with a descriptor of its own, and a Rust program's
-/// thousand functions need more than the usual 1024. Said under `-d` when it cannot be raised.
+/// thousand functions need more than the usual 1024, a Go server's 4,000 functions with their
+/// exits more than the kernel's default hard limit of 4,096 (what a process gets without a
+/// service manager that raises it). As root, the hard limit goes up to the kernel's
+/// `fs.nr_open`; else the soft limit goes up to the hard one. Said under `-d` when neither can.
 pub fn allow_many_probes() {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: getrlimit and setrlimit read and write one rlimit, which lives through the calls.
-    let raised = unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
-        }
+    let set = |limit: &libc::rlimit| {
+        // SAFETY: setrlimit reads one rlimit, which lives through the call.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, limit) == 0 }
     };
-    if !raised {
+    // SAFETY: getrlimit writes one rlimit, which lives through the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return log::debug!(
+            "cannot read the limit of open files: {}",
+            io::Error::last_os_error()
+        );
+    }
+    let kernel_most = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|text| text.trim().parse::<libc::rlim_t>().ok());
+    if let Some(most) = kernel_most.filter(|&most| most > limit.rlim_max) {
+        if set(&libc::rlimit {
+            rlim_cur: most,
+            rlim_max: most,
+        }) {
+            return;
+        }
+    }
+    limit.rlim_cur = limit.rlim_max;
+    if !set(&limit) {
         log::debug!(
             "cannot raise the limit of open files: {}",
             io::Error::last_os_error()
