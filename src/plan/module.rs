@@ -155,6 +155,7 @@ impl ProbePlan {
                 ),
                 values,
                 user_stack,
+                argument_names: Vec::new(),
                 source,
             },
         ));
