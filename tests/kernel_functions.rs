@@ -315,26 +315,29 @@ fn named_value<'l>(call: &'l str, name: &str) -> Option<&'l str> {
     Some(&rest[..end])
 }
 
-#[test]
-fn auto_args_name_and_type_kernel_function_values_by_the_kernels_btf() {
-    if !bpf_available("auto_args_name_and_type_kernel_function_values_by_the_kernels_btf") {
-        return;
+/// `file_io WRITES READS` recorded with `extra`, on a kernel that traces kernel functions; None
+/// (after checking the refusal) on one that does not, or without BPF.
+fn record_file_io(test: &str, extra: &[&str]) -> Option<Recording> {
+    if !bpf_available(test) {
+        return None;
     }
     let program = compile("file_io.c", "file_io", &[]);
     if !kernel_traces_functions() {
-        return assert_refused(&program);
+        assert_refused(&program);
+        return None;
     }
-    let recording = record_unchanged(
-        &program,
-        &[&WRITES.to_string(), &READS.to_string()],
-        &[
-            "-k",
-            "vfs_write,vfs_read,shmem_file_setup",
-            "-a",
-            "-A",
-            "vfs_write@arg9",
-        ],
-    );
+    let args = [WRITES.to_string(), READS.to_string()];
+    Some(record_unchanged(&program, &[&args[0], &args[1]], extra))
+}
+
+#[test]
+fn auto_args_name_and_type_kernel_function_values_by_the_kernels_btf() {
+    let functions = "vfs_write,vfs_read,shmem_file_setup";
+    let extra = ["-k", functions, "-a", "-A", "vfs_write@arg9"];
+    let test = "auto_args_name_and_type_kernel_function_values_by_the_kernels_btf";
+    let Some(recording) = record_file_io(test, &extra) else {
+        return;
+    };
     // vfs_write has four parameters: arg9 is said once, and left out.
     let stderr = String::from_utf8_lossy(&recording.output.stderr);
     let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("arg9")).collect();
@@ -385,25 +388,18 @@ fn auto_args_name_and_type_kernel_function_values_by_the_kernels_btf() {
 
 #[test]
 fn arguments_and_return_values_of_kernel_functions_are_captured_as_asked() {
-    if !bpf_available("arguments_and_return_values_of_kernel_functions_are_captured_as_asked") {
+    let extra = [
+        "-k",
+        "vfs_write,vfs_read",
+        "-A",
+        "vfs_write@arg3",
+        "-R",
+        "vfs_write@retval/x",
+    ];
+    let test = "arguments_and_return_values_of_kernel_functions_are_captured_as_asked";
+    let Some(recording) = record_file_io(test, &extra) else {
         return;
-    }
-    let program = compile("file_io.c", "file_io", &[]);
-    if !kernel_traces_functions() {
-        return assert_refused(&program);
-    }
-    let recording = record_unchanged(
-        &program,
-        &[&WRITES.to_string(), &READS.to_string()],
-        &[
-            "-k",
-            "vfs_write,vfs_read",
-            "-A",
-            "vfs_write@arg3",
-            "-R",
-            "vfs_write@retval/x",
-        ],
-    );
+    };
     let stderr = String::from_utf8_lossy(&recording.output.stderr);
     assert!(!stderr.contains("no traced function matches"), "{stderr}");
     let replay = recording.report(&["--format=replay"]);

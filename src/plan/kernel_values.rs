@@ -251,22 +251,22 @@ mod tests {
         ValueRequests::parse(&own(arguments), &own(retvals), auto, 64).unwrap()
     }
 
+    /// The values of vfs_write (with the stacks when `stacked`) `requests` ask for.
+    fn vfs_write(requests: &ValueRequests, stacked: bool, refused: &mut Refused) -> KernelValues {
+        let prototypes = test_prototypes();
+        let prototype = prototypes.get("vfs_write");
+        kernel_values(requests, "vfs_write", stacked, prototype, refused)
+    }
+
     fn texts(values: &KernelValues) -> Vec<String> {
         values.specs.iter().map(ValueSpec::to_string).collect()
     }
 
     #[test]
     fn items_without_a_format_take_the_btf_type() {
-        let prototypes = test_prototypes();
         let requests = requests(&["vfs_*@arg3,arg1/x"], &["vfs_write@retval/x"], false);
         let mut refused = Refused::default();
-        let values = kernel_values(
-            &requests,
-            "vfs_write",
-            false,
-            prototypes.get("vfs_write"),
-            &mut refused,
-        );
+        let values = vfs_write(&requests, false, &mut refused);
         assert_eq!(texts(&values), ["arg3/u", "arg1/x", "retval/x"]);
         assert_eq!(values.argument_names, ["file", "buf", "count", "pos"]);
         // Without BTF, as given.
@@ -278,16 +278,9 @@ mod tests {
 
     #[test]
     fn auto_args_give_every_readable_parameter_and_the_return_value() {
-        let prototypes = test_prototypes();
         let requests = requests(&["vfs_write@arg3"], &[], true);
         let mut refused = Refused::default();
-        let values = kernel_values(
-            &requests,
-            "vfs_write",
-            false,
-            prototypes.get("vfs_write"),
-            &mut refused,
-        );
+        let values = vfs_write(&requests, false, &mut refused);
         // arg3 once: as -A typed it, so -a does.
         assert_eq!(
             texts(&values),
@@ -297,13 +290,7 @@ mod tests {
         assert!(values.specs.is_empty());
         assert_eq!(refused.no_btf, ["nobtf"]);
         // --stack: the return value alone.
-        let values = kernel_values(
-            &requests,
-            "vfs_write",
-            true,
-            prototypes.get("vfs_write"),
-            &mut refused,
-        );
+        let values = vfs_write(&requests, true, &mut refused);
         assert_eq!(texts(&values), ["retval"]);
         assert!(values.argument_names.is_empty());
         assert_eq!(refused.stacked, ["vfs_write"]);
