@@ -214,15 +214,17 @@ pub struct TraceArgs {
     #[arg(long)]
     pub follow: bool,
     /// Capture arguments of the functions matching GLOB: GLOB@ITEM[,ITEM...], ITEM argN (from 1)
-    /// with an optional /FMT: d (signed, the default), u, x, c, p, s (C string), and a size
-    /// 8|16|32|64 (`add@arg1,arg2/x32`, `open@plt@arg1/s`); repeatable.
+    /// with an optional /FMT: d (signed, the default; a kernel function's type from its BTF),
+    /// u, x, c, p, s (C string), and a size 8|16|32|64 (`add@arg1,arg2/x32`, `open@plt@arg1/s`,
+    /// `vfs_write@arg3`); repeatable.
     #[arg(short = 'A', long = "argument", value_name = "SPEC")]
     pub arguments: Vec<String>,
     /// Capture the return value of the functions matching GLOB: GLOB@retval[/FMT]; repeatable.
     #[arg(short = 'R', long = "retval", value_name = "SPEC")]
     pub retvals: Vec<String>,
-    /// Capture the arguments and return values of common libc functions, and of every function
-    /// whose DWARF prototype has only integers, pointers and strings.
+    /// Capture the arguments and return values of common libc functions, of every function
+    /// whose DWARF prototype has only integers, pointers and strings, and of the kernel
+    /// functions of -k, named, from the kernel's BTF.
     #[arg(short = 'a', long = "auto-args")]
     pub auto_args: bool,
     /// The most bytes of a string argument or return value captured.

@@ -345,6 +345,7 @@ mod tests {
             probes: Default::default(),
             values: Vec::new(),
             user_stack: false,
+            argument_names: Vec::new(),
             source: None,
         };
         let table = FunctionTable {

@@ -68,6 +68,11 @@ pub struct TracedFunction {
     /// stacks, so tables stay as older readers know them.
     #[serde(skip)]
     pub user_stack: bool,
+    /// The names of the arguments among `values`, by argument number from 1 ("" where none is
+    /// known): kernel functions' from BTF. Stored after the table like `values` (see
+    /// [`FunctionTable::argument_names`]).
+    #[serde(skip)]
+    pub argument_names: Vec<String>,
     /// Where its code starts in the source (`record` reads it from DWARF when the file, or its
     /// debug file, has line tables). Stored after the table like `values` (see
     /// [`FunctionTable::source_lines`]): tables without it read as having none.
@@ -159,6 +164,26 @@ impl FunctionTable {
         for (id, specs) in values {
             if let Some(function) = self.functions.get_mut(id as usize) {
                 function.values = specs;
+            }
+        }
+    }
+
+    /// The functions whose arguments have names, with them: what `utrace.data` stores beside
+    /// the table, after the symbol origins.
+    pub fn argument_names(&self) -> Vec<(FunctionId, Vec<String>)> {
+        let functions = self.functions.iter().enumerate();
+        functions
+            .filter(|(_, function)| !function.argument_names.is_empty())
+            .map(|(id, function)| (id as FunctionId, function.argument_names.clone()))
+            .collect()
+    }
+
+    /// Sets the [`argument_names`](Self::argument_names) read back; ids beyond the table are
+    /// ignored.
+    pub fn set_argument_names(&mut self, names: Vec<(FunctionId, Vec<String>)>) {
+        for (id, names) in names {
+            if let Some(function) = self.functions.get_mut(id as usize) {
+                function.argument_names = names;
             }
         }
     }
@@ -269,6 +294,7 @@ impl FunctionTable {
                 probes: ProbeClass::default(),
                 values: Vec::new(),
                 user_stack: false,
+                argument_names: Vec::new(),
                 source: None,
             }));
         table

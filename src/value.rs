@@ -210,13 +210,26 @@ pub fn captured_at(specs: &[ValueSpec], exit: bool) -> impl Iterator<Item = &Val
 }
 
 /// The values of `bytes`, captured for `specs` at an entry (`exit == false`) or an exit, shown
-/// as text and separated by `", "`; a value cut short (a damaged file) shows as `?`.
-pub fn format_values(specs: &[ValueSpec], exit: bool, bytes: &[u8]) -> String {
+/// as text and separated by `", "`, each argument after its name where `names` (by argument
+/// number) has one (`count=5`); a value cut short (a damaged file) shows as `?`.
+pub fn format_values(specs: &[ValueSpec], names: &[String], exit: bool, bytes: &[u8]) -> String {
     let texts: Vec<String> = value_texts(specs, exit, bytes)
         .into_iter()
-        .map(|(_, text)| text)
+        .map(|(spec, text)| match argument_name(spec, names) {
+            Some(name) => format!("{name}={text}"),
+            None => text,
+        })
         .collect();
     texts.join(", ")
+}
+
+/// The name `names` (by argument number) gives the argument `spec` captures, if any.
+fn argument_name<'n>(spec: &ValueSpec, names: &'n [String]) -> Option<&'n str> {
+    let ValueSource::Argument(number) = spec.source else {
+        return None;
+    };
+    let name = names.get(usize::from(number).checked_sub(1)?)?;
+    (!name.is_empty()).then_some(name.as_str())
 }
 
 /// Each value of `bytes` with its spec, as [`format_values`] shows it.
@@ -238,8 +251,12 @@ pub fn value_texts<'s>(
         .collect()
 }
 
-/// The name of the value a spec captures, as Chrome traces name it (`arg2`, `retval`).
-pub fn value_name(spec: &ValueSpec) -> String {
+/// The name of the value a spec captures, as Chrome traces name it (`arg2`, `retval`, or the
+/// argument's name where `names`, by argument number, has it).
+pub fn value_name(spec: &ValueSpec, names: &[String]) -> String {
+    if let Some(name) = argument_name(spec, names) {
+        return name.to_owned();
+    }
     match spec.source {
         ValueSource::Argument(n) => format!("arg{n}"),
         ValueSource::Return => "retval".to_owned(),
@@ -517,7 +534,7 @@ mod tests {
         ];
         for (text, value, shown) in cases {
             assert_eq!(
-                format_values(&[spec(text)], false, &integer(value)),
+                format_values(&[spec(text)], &[], false, &integer(value)),
                 shown,
                 "{text}"
             );
@@ -527,7 +544,7 @@ mod tests {
     #[test]
     fn strings_are_quoted_escaped_and_cut() {
         let s = [spec("arg1/s")];
-        let shown = |bytes: Vec<u8>| format_values(&s, false, &bytes);
+        let shown = |bytes: Vec<u8>| format_values(&s, &[], false, &bytes);
         assert_eq!(shown(string(0x1000, 6, b"hi\n\"x\"")), "\"hi\\n\\\"x\\\"\"");
         assert_eq!(shown(string(0, -14, b"")), "(null)");
         assert_eq!(shown(string(0x1234, -14, b"")), "0x1234");
@@ -538,7 +555,7 @@ mod tests {
     #[test]
     fn an_unreadable_string_says_why_where_the_recorder_found_out() {
         let s = [spec("arg1/s")];
-        let shown = |count: i16| format_values(&s, false, &string(0x1234, count, b""));
+        let shown = |count: i16| format_values(&s, &[], false, &string(0x1234, count, b""));
         assert_eq!(
             shown(Unreadable::NotMapped.count()),
             "0x1234 <unreadable: not mapped>"
@@ -580,7 +597,7 @@ mod tests {
         expected.extend(integer(99));
         assert_eq!(read, expected);
         assert_eq!(
-            format_values(&specs, false, &read),
+            format_values(&specs, &[], false, &read),
             "7, \"a longer\"..., \"ok\", 0x30 <unreadable: process ended>"
         );
     }
@@ -602,19 +619,32 @@ mod tests {
         let specs = [spec("arg1"), spec("retval/x"), spec("arg2/s")];
         let mut bytes = integer(7);
         bytes.extend(string(0x10, 2, b"ok"));
-        assert_eq!(format_values(&specs, false, &bytes), "7, \"ok\"");
-        assert_eq!(format_values(&specs, true, &integer(16)), "0x10");
+        assert_eq!(format_values(&specs, &[], false, &bytes), "7, \"ok\"");
+        assert_eq!(format_values(&specs, &[], true, &integer(16)), "0x10");
         assert_eq!(bpf_items(&specs, false), [1, 0, 2 | 0x80]);
         assert_eq!(bpf_items(&specs, true), [1, 0, 2 | 0x80, 0x40]);
     }
 
     #[test]
+    fn arguments_show_after_their_names_where_known() {
+        let names = ["fd".to_owned(), String::new()];
+        let specs = [spec("arg1"), spec("arg2"), spec("arg3"), spec("retval")];
+        let mut bytes = integer(1);
+        bytes.extend(integer(2));
+        bytes.extend(integer(3));
+        assert_eq!(format_values(&specs, &names, false, &bytes), "fd=1, 2, 3");
+        assert_eq!(format_values(&specs, &names, true, &integer(4)), "4");
+        assert_eq!(value_name(&specs[0], &names), "fd");
+        assert_eq!(value_name(&specs[1], &names), "arg2");
+    }
+
+    #[test]
     fn bytes_cut_short_show_a_question_mark() {
         let specs = [spec("arg1"), spec("arg2"), spec("arg3/s")];
-        assert_eq!(format_values(&specs, false, &integer(1)), "1, ?, ?");
+        assert_eq!(format_values(&specs, &[], false, &integer(1)), "1, ?, ?");
         let mut bytes = integer(1);
         bytes.extend(integer(2));
         bytes.extend(string(0x10, 5, b"ab"));
-        assert_eq!(format_values(&specs, false, &bytes), "1, 2, ?");
+        assert_eq!(format_values(&specs, &[], false, &bytes), "1, 2, ?");
     }
 }

@@ -292,3 +292,126 @@ fn stack_on_a_kernel_function_gives_user_frames_then_kernel_frames() {
         assert!(frames.contains(&"do_syscall_64_[k]"), "{frames:?}");
     }
 }
+
+/// The calls of a replay, without their durations and indentation (`vfs_write(count=1) = 1;`).
+fn replay_calls(replay: &str) -> Vec<&str> {
+    let calls = replay.lines().filter_map(|line| line.split_once(" | "));
+    calls.map(|(_, call)| call.trim()).collect()
+}
+
+/// The value `name=` has in a call's line (`file=0xff…,` gives `0xff…`).
+fn named_value<'l>(call: &'l str, name: &str) -> Option<&'l str> {
+    let start = call.find(&format!("{name}="))? + name.len() + 1;
+    let rest = &call[start..];
+    let end = rest.find([',', ')']).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// `file_io WRITES READS` recorded with `extra`, on a kernel that traces kernel functions; None
+/// (after checking the refusal) on one that does not, or without BPF.
+fn record_file_io(test: &str, extra: &[&str]) -> Option<Recording> {
+    if !bpf_available(test) {
+        return None;
+    }
+    let program = compile("file_io.c", "file_io", &[]);
+    if !kernel_traces_functions() {
+        assert_refused(&program);
+        return None;
+    }
+    let args = [WRITES.to_string(), READS.to_string()];
+    Some(record_unchanged(&program, &[&args[0], &args[1]], extra))
+}
+
+#[test]
+fn auto_args_name_and_type_kernel_function_values_by_the_kernels_btf() {
+    let functions = "vfs_write,vfs_read,shmem_file_setup";
+    let extra = ["-k", functions, "-a", "-A", "vfs_write@arg9"];
+    let test = "auto_args_name_and_type_kernel_function_values_by_the_kernels_btf";
+    let Some(recording) = record_file_io(test, &extra) else {
+        return;
+    };
+    // vfs_write has four parameters: arg9 is said once, and left out.
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("arg9")).collect();
+    assert_eq!(
+        warnings,
+        [
+            "utrace: warning: -A 'vfs_write@arg9': arg9 is not captured on kernel function \
+          vfs_write: beyond the parameters the kernel's BTF gives"
+        ],
+        "{stderr}"
+    );
+    let replay = recording.report(&["--format=replay"]);
+    let calls = replay_calls(&replay);
+    // The memfd: its name is a kernel string, and its struct file what it returns.
+    let setups: Vec<&&str> = (calls.iter())
+        .filter(|call| call.starts_with("shmem_file_setup("))
+        .collect();
+    assert_eq!(setups.len(), 1, "{replay}");
+    let (arguments, file) = setups[0].split_once(") = ").unwrap();
+    assert_eq!(
+        arguments, "shmem_file_setup(name=\"memfd:file_io\", size=0, flags=2097152",
+        "{replay}"
+    );
+    let file = file.strip_suffix(';').unwrap();
+    assert!(file.starts_with("0xff"), "{replay}");
+    // Each write(fd, "x", 1): vfs_write gets that file, the same buffer (a buffer and its
+    // length: in hex) and count, and returns 1.
+    let writes = calls.windows(2).filter(|two| {
+        let buffer = two[0]
+            .strip_prefix("write@plt(3, ")
+            .and_then(|rest| rest.strip_suffix(", 1) {"));
+        let pos = named_value(two[1], "pos").unwrap_or("");
+        let expected = format!(
+            "vfs_write(file={file}, buf={}, count=1, pos={pos}) = 1;",
+            buffer.unwrap_or("?")
+        );
+        buffer.is_some() && pos.starts_with("0xff") && two[1] == expected
+    });
+    assert_eq!(writes.count() as u64, WRITES, "{replay}");
+    let reads = calls.iter().filter(|call| {
+        let buffer = named_value(call, "buf").unwrap_or("");
+        let pos = named_value(call, "pos").unwrap_or("");
+        let expected = format!("vfs_read(file={file}, buf={buffer}, count=1, pos={pos}) = 1;");
+        buffer.starts_with("0x7f") && **call == expected
+    });
+    assert_eq!(reads.count() as u64, READS, "{replay}");
+}
+
+#[test]
+fn arguments_and_return_values_of_kernel_functions_are_captured_as_asked() {
+    let extra = [
+        "-k",
+        "vfs_write,vfs_read",
+        "-A",
+        "vfs_write@arg3",
+        "-R",
+        "vfs_write@retval/x",
+    ];
+    let test = "arguments_and_return_values_of_kernel_functions_are_captured_as_asked";
+    let Some(recording) = record_file_io(test, &extra) else {
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    assert!(!stderr.contains("no traced function matches"), "{stderr}");
+    let replay = recording.report(&["--format=replay"]);
+    let calls = replay_calls(&replay);
+    // arg3 without a format: size_t, unsigned, from BTF; named as BTF names it.
+    let count = |line: &str| calls.iter().filter(|call| **call == line).count() as u64;
+    assert_eq!(count("vfs_write(count=1) = 0x1;"), WRITES, "{replay}");
+    // vfs_read captures nothing: the program's reads and the loader's.
+    assert!(count("vfs_read();") >= READS, "{replay}");
+    assert!(
+        calls
+            .iter()
+            .all(|call| !call.starts_with("vfs_read(") || *call == "vfs_read();"),
+        "{replay}"
+    );
+    // Chrome traces name the value as BTF does.
+    let chrome = recording.report(&["--format=chrome"]);
+    assert_eq!(
+        chrome.matches("\"args\":{\"count\":\"1\"}").count() as u64,
+        WRITES,
+        "{chrome}"
+    );
+}

@@ -35,6 +35,7 @@ fn long_recording(path: &Path, calls: u64) {
                 probes: Default::default(),
                 values: Vec::new(),
                 user_stack: false,
+                argument_names: Vec::new(),
                 source: None,
             })
             .into(),

@@ -48,6 +48,8 @@ subset=(
   "kernel_functions kernel_depth_limits_the_levels_below_a_system_call"
   "kernel_functions a_glob_of_hundreds_of_kernel_functions_attaches_and_says_how_long_it_took"
   "kernel_functions stack_on_a_kernel_function_gives_user_frames_then_kernel_frames 6.12"
+  "kernel_functions auto_args_name_and_type_kernel_function_values_by_the_kernels_btf"
+  "kernel_functions arguments_and_return_values_of_kernel_functions_are_captured_as_asked"
   "kernel_events stack_on_a_system_call_gives_user_frames_then_kernel_frames 6.12"
 )
 

@@ -52,10 +52,12 @@ static __always_inline int kernel_function_hit(struct pt_regs *ctx, bool returni
 		return 0;
 	if (settings.kernel_depth && !within_kernel_depth((__u32)pid_tgid, returning))
 		return 0;
+	/* The values (-A, -R, -a): the kprobe's registers are the function's at its entry, and
+	 * rax at its return. An entry that captures the stacks has no arguments (planned so). */
 	if (returning)
-		return record(function | EVENT_EXIT, 0);
+		return record_values_of(ctx, function | EVENT_EXIT, 0, true, false, true);
 	if (!(cookie & KERNEL_EVENT_STACK))
-		return record(function, 0);
+		return record_values_of(ctx, function, 0, false, false, true);
 	task = bpf_get_current_task_btf();
 	record_with_stacks(ctx, bpf_task_pt_regs(task), function, bpf_ktime_get_ns(), false);
 	return 0;

@@ -61,6 +61,8 @@ struct capture {
 	struct value_spec spec;
 	/* An exit, whose return value is known (false at a tail jump: the callee computes it). */
 	bool exit;
+	/* A kernel function's probe (-k): its pointers may be the kernel's. */
+	bool kernel;
 	bool return_known;
 	/* Bytes of payload written so far. */
 	__u32 length;
@@ -94,6 +96,10 @@ static long capture_item(__u64 index, void *data)
 		return 0;
 	} else if (source <= 6) {
 		value = c->registers[(source - 1) & 7];
+	} else if (c->kernel) {
+		/* The planner gives kernel functions no stack arguments (where kprobe_multi's sp
+		 * points is not the kprobe's): written as 0, as the slot must be there. */
+		value = 0;
 	} else if (bpf_probe_read_user(&value, sizeof(value), (void *)(c->sp + 8 * (source - 6)))) {
 		/* The stack slot cannot be read: written as 0, as the slot must be there. */
 		value = 0;
@@ -102,12 +108,20 @@ static long capture_item(__u64 index, void *data)
 	off += sizeof(value);
 	if (item & VALUE_STRING) {
 		/* One byte more than string_size, to tell a string that was cut. */
-		read = bpf_probe_read_user_str(&record->payload[off + sizeof(read)],
-					       settings.string_size + 2, (void *)value);
-		/* The count without the NUL, or the error. */
+		/* A kernel function's string may be the kernel's or the process's (a `__user`
+		 * pointer, which BTF marks only on some kernels): the address tells, as x86-64 puts the
+		 * kernel in the upper half. Never a uprobe's: the process would choose what is read. */
+		if (c->kernel && (__s64)value < 0)
+			read = bpf_probe_read_kernel_str(&record->payload[off + sizeof(read)],
+							 settings.string_size + 2, (void *)value);
+		else
+			read = bpf_probe_read_user_str(&record->payload[off + sizeof(read)],
+						       settings.string_size + 2, (void *)value);
+		/* The count without the NUL, or the error. The recorder looks for the process's
+		 * strings alone. */
 		if (read > 0)
 			read -= 1;
-		else if (read < 0 && value && !c->unread[UNREAD_STRINGS_MAX - 1])
+		else if (read < 0 && value && (__s64)value > 0 && !c->unread[UNREAD_STRINGS_MAX - 1])
 			c->unread[c->unread[0] != 0] = value;
 		__builtin_memcpy(&record->payload[off], &read, sizeof(read));
 		off += sizeof(read) + (read > 0 ? read : 0);
@@ -156,9 +170,9 @@ static __always_inline void place_unread_string(__u64 address, __u32 tgid, const
 
 /* The event of `function` (its exit when EVENT_EXIT is set) at a probe whose registers are
  * `ctx`, with the values its spec asks for; `return_known`: at an exit, whether rax holds what
- * the function returns. */
-static __always_inline int record_values(struct pt_regs *ctx, __u32 function, __u64 stack,
-					 bool return_known, const bool legacy)
+ * the function returns; `kernel`: a kernel function's kprobe (-k). */
+static __always_inline int record_values_of(struct pt_regs *ctx, __u32 function, __u64 stack,
+					    bool return_known, const bool legacy, const bool kernel)
 {
 	__u32 id = function & ~EVENT_EXIT, zero = 0;
 	__u64 now, pid_tgid;
@@ -187,6 +201,7 @@ static __always_inline int record_values(struct pt_regs *ctx, __u32 function, __
 	c.spec = *spec;
 	c.exit = function & EVENT_EXIT;
 	c.return_known = return_known;
+	c.kernel = kernel;
 	/* A stack item is the spec's last (see interface.h). */
 	if (!c.exit && c.spec.count && c.spec.count <= VALUES_MAX &&
 	    (c.spec.items[(c.spec.count - 1) & (VALUES_MAX - 1)] & VALUE_STACK))
@@ -205,6 +220,13 @@ static __always_inline int record_values(struct pt_regs *ctx, __u32 function, __
 	if (written)
 		count_lost((__u32)pid_tgid);
 	return 0;
+}
+
+/* record_values_of() at a uprobe. */
+static __always_inline int record_values(struct pt_regs *ctx, __u32 function, __u64 stack,
+					 bool return_known, const bool legacy)
+{
+	return record_values_of(ctx, function, stack, return_known, legacy, false);
 }
 
 #endif

@@ -306,12 +306,14 @@ pub fn decode_metadata(payload: &[u8]) -> Result<Metadata, bincode::error::Decod
 
 /// The payload of a function table or more-functions chunk: the table, then (version 6) the
 /// specs of the values its functions capture, then the source lines of its functions, then where
-/// each module's symbols came from; readers that predate one of these ignore it and what follows.
+/// each module's symbols came from, then the names of arguments where known; readers that
+/// predate one of these ignore it and what follows.
 pub fn encode_table(table: &FunctionTable) -> Result<Vec<u8>, bincode::error::EncodeError> {
     let mut payload = encode(table)?;
     payload.extend(encode(&table.captured_values())?);
     payload.extend(encode(&table.source_lines())?);
     payload.extend(encode(&table.symbol_origins)?);
+    payload.extend(encode(&table.argument_names())?);
     Ok(payload)
 }
 
@@ -331,7 +333,12 @@ pub fn decode_table(payload: &[u8]) -> Result<FunctionTable, bincode::error::Dec
         rest = &rest[used..];
     }
     if !rest.is_empty() {
-        table.symbol_origins = decode(rest)?;
+        let (origins, used) = decode_with_length(rest)?;
+        table.symbol_origins = origins;
+        rest = &rest[used..];
+    }
+    if !rest.is_empty() {
+        table.set_argument_names(decode(rest)?);
     }
     Ok(table)
 }
@@ -401,8 +408,8 @@ mod tests {
         }
     }
 
-    /// A table of two functions, the second with a captured argument and a source line, and
-    /// where its module's symbols came from.
+    /// A table of two functions, the second with a captured argument, its name and a source
+    /// line, and where its module's symbols came from.
     fn described_table() -> FunctionTable {
         use crate::table::SourceLine;
         use crate::value::{ValueFormat, ValueSource, ValueSpec};
@@ -416,6 +423,7 @@ mod tests {
             line: 10,
         });
         table.symbol_origins = vec![(0, "2 functions from .symtab".into())];
+        table.functions[1].argument_names = vec!["a".into()];
         table
     }
 
@@ -445,5 +453,10 @@ mod tests {
         let read = decode_table(&v6).unwrap();
         assert_eq!(read.functions[1].source, table.functions[1].source);
         assert!(read.symbol_origins.is_empty());
+        // Then symbol origins, before argument names.
+        v6.extend(encode(&table.symbol_origins).unwrap());
+        let read = decode_table(&v6).unwrap();
+        assert_eq!(read.symbol_origins, table.symbol_origins);
+        assert!(read.functions.iter().all(|f| f.argument_names.is_empty()));
     }
 }

@@ -41,6 +41,7 @@ pub(crate) fn recording(functions: usize, blocks: &[Vec<Event>], statistics: boo
                 probes: Default::default(),
                 values: Vec::new(),
                 user_stack: false,
+                argument_names: Vec::new(),
                 source: None,
             })
             .collect(),

@@ -41,6 +41,7 @@ fn table(count: usize) -> FunctionTable {
                 probes: Default::default(),
                 values: Vec::new(),
                 user_stack: false,
+                argument_names: Vec::new(),
                 source: None,
             })
             .collect(),

@@ -319,6 +319,7 @@ fn add_function(plan: &mut ProbePlan, name: String, module: u32, kind: FunctionK
         probes: ProbeClass::default(),
         values: Vec::new(),
         user_stack: false,
+        argument_names: Vec::new(),
         source: None,
     });
     // Never probed as user code: no exit site.

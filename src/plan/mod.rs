@@ -18,6 +18,8 @@
 //! - `watches`: where the recorder watches `dlopen`, `dlclose` and the unwinder;
 //! - `events`: kernel events and USDT probes (`-E`) as pseudo-functions after the program's;
 //! - `kernel_functions`: which kernel functions `-k` matches, and which of them can be traced;
+//! - `kernel_prototypes`: kernel functions' prototypes from the kernel's BTF;
+//! - `kernel_values`: which arguments and return values each kernel function captures;
 //! - `planner`: the [`Planner`].
 
 mod events;
@@ -25,6 +27,8 @@ mod exits;
 mod go;
 mod ifuncs;
 mod kernel_functions;
+mod kernel_prototypes;
+mod kernel_values;
 mod landings;
 mod libraries;
 mod module;

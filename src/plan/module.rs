@@ -165,6 +165,7 @@ impl ProbePlan {
                 ),
                 values,
                 user_stack,
+                argument_names: Vec::new(),
                 source,
             },
         ));

@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use super::program::{ProgramFiles, UnmatchedPatterns};
+use super::values::ValueRequest;
 use super::TracedFile;
-use super::{events, exits, go, landings, module, stubs, watches};
+use super::{events, exits, go, kernel_values, landings, module, stubs, watches};
 use super::{ExitPolicy, Pairing, PlanError, PlanOptions, ProbePlan, Program, ReturnProbes};
 use crate::elf::binding::BindingScope;
 use crate::elf::{ElfFile, ExitProbe};
@@ -133,7 +134,7 @@ impl Planner {
             exits_before_return_value: Default::default(),
             events: Default::default(),
         };
-        warn_unmatched_value_requests(&options, &modules);
+        let unmatched = unmatched_value_requests(&options, &modules);
         let go_runtime_left_out = modules.iter().map(|m| m.go_runtime_left_out).sum();
         for module in modules {
             plan.add(module);
@@ -165,6 +166,8 @@ impl Planner {
                 plan.events.off_cpu_stack = function.user_stack;
             }
         }
+        kernel_values::plan_kernel_values(&options.values, &mut plan);
+        warn_unmatched_value_requests(&unmatched, &plan);
         // Their probe costs are those of the emulated site in the library, not of the stub.
         for id in plan.landings.functions() {
             plan.table.functions[id as usize].probes.entry = Execution::Emulated;
@@ -373,11 +376,26 @@ fn landing_callers<'a>(
         .collect()
 }
 
-/// Warns of each `-A`/`-R` whose functions match none planned.
-fn warn_unmatched_value_requests(options: &PlanOptions, modules: &[module::PlannedModule]) {
-    for request in &options.values.requests {
-        let mut names = modules.iter().flat_map(|m| &m.functions);
-        if !names.any(|f| request.functions.matches(&f.name)) {
+/// The `-A`/`-R` requests whose functions match none of `modules`.
+fn unmatched_value_requests<'o>(
+    options: &'o PlanOptions,
+    modules: &[module::PlannedModule],
+) -> Vec<&'o ValueRequest> {
+    let requests = options.values.requests.iter();
+    requests
+        .filter(|request| {
+            let mut names = modules.iter().flat_map(|m| &m.functions);
+            !names.any(|f| request.functions.matches(&f.name))
+        })
+        .collect()
+}
+
+/// Warns of each of `unmatched` that matches no kernel function of `plan` either.
+fn warn_unmatched_value_requests(unmatched: &[&ValueRequest], plan: &ProbePlan) {
+    for request in unmatched {
+        let mut kernel_functions = plan.events.kernel_functions.iter();
+        let name = |id| plan.table.name_of(id);
+        if !kernel_functions.any(|k| request.functions.matches(name(k.function))) {
             log::warn!(
                 "{}: no traced function matches `{}`",
                 request.text,

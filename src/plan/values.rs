@@ -41,6 +41,9 @@ pub struct ValueRequest {
     pub text: String,
     pub functions: Glob,
     pub specs: Vec<ValueSpec>,
+    /// Per spec, whether its item named a format (`arg3/u`): one without takes its type from
+    /// the kernel's BTF on a kernel function.
+    pub formatted: Vec<bool>,
 }
 
 /// A `-A`/`-R` value that does not parse.
@@ -139,7 +142,7 @@ impl ValueRequests {
                 }
                 None => {
                     if let Some(prototype) = prototypes.get(&function.address) {
-                        dwarf_specs(prototype, self.string_size).for_each(&mut add);
+                        prototype_specs(prototype, self.string_size).for_each(&mut add);
                     }
                 }
             }
@@ -167,8 +170,9 @@ fn parse_request(
         text: text.to_owned(),
         source,
     };
-    let mut specs = Vec::new();
+    let (mut specs, mut formatted) = (Vec::new(), Vec::new());
     for item in items.split(',') {
+        formatted.push(item.contains('/'));
         let spec = ValueSpec::parse(item, string_size).map_err(spec_error)?;
         match (spec.source, retval) {
             (ValueSource::Return, false) => {
@@ -195,6 +199,7 @@ fn parse_request(
         text: format!("{flag} '{text}'"),
         functions,
         specs,
+        formatted,
     })
 }
 
@@ -280,22 +285,28 @@ fn known_prototype(name: &str) -> Option<(&'static str, Option<&'static str>)> {
         .map(|&(_, arguments, retval)| (arguments, retval))
 }
 
-/// The specs a DWARF prototype gives: every parameter, and the return value.
-fn dwarf_specs(prototype: &Prototype, string_size: u16) -> impl Iterator<Item = ValueSpec> + '_ {
-    let spec = move |source, kind: ValueKind| {
-        let (format, bits) = match kind {
-            ValueKind::Signed { bits } => (ValueFormat::Signed, bits),
-            ValueKind::Unsigned { bits } => (ValueFormat::Unsigned, bits),
-            ValueKind::Char => (ValueFormat::Char, 8),
-            ValueKind::CString => (ValueFormat::String { max: string_size }, 64),
-            ValueKind::Pointer => (ValueFormat::Pointer, 64),
-        };
-        ValueSpec {
-            source,
-            format,
-            bits,
-        }
+/// The spec of a value of `kind` from `source`.
+pub(super) fn spec_of_kind(source: ValueSource, kind: ValueKind, string_size: u16) -> ValueSpec {
+    let (format, bits) = match kind {
+        ValueKind::Signed { bits } => (ValueFormat::Signed, bits),
+        ValueKind::Unsigned { bits } => (ValueFormat::Unsigned, bits),
+        ValueKind::Char => (ValueFormat::Char, 8),
+        ValueKind::CString => (ValueFormat::String { max: string_size }, 64),
+        ValueKind::Pointer => (ValueFormat::Pointer, 64),
     };
+    ValueSpec {
+        source,
+        format,
+        bits,
+    }
+}
+
+/// The specs a prototype (from DWARF or BTF) gives: every parameter, and the return value.
+pub(super) fn prototype_specs(
+    prototype: &Prototype,
+    string_size: u16,
+) -> impl Iterator<Item = ValueSpec> + '_ {
+    let spec = move |source, kind| spec_of_kind(source, kind, string_size);
     let parameters = prototype.parameters.iter().enumerate();
     parameters
         .filter_map(move |(i, &kind)| {

@@ -16,7 +16,7 @@ use super::interface::{skel::types, COOKIE_NO_RETURN_VALUE, COOKIE_RETURN_PROBED
 use super::{AttachMode, AttachedProbes, LoadedProbes, Programs};
 use crate::elf::ExitProbe;
 use crate::plan::{Landings, Route};
-use crate::table::{FunctionKind, FunctionTable};
+use crate::table::{FunctionId, FunctionKind, FunctionTable, TracedFunction};
 use crate::value;
 
 /// Links that watch the process for the recorder (dlopen's and dlclose's returns, the
@@ -129,22 +129,33 @@ impl<'obj> LoadedProbes<'obj> {
             {
                 continue;
             }
-            let mut spec = types::value_spec::default();
-            let items = value::bpf_items(&function.values, function.user_stack);
-            spec.items[..items.len()].copy_from_slice(&items);
-            spec.count = items.len() as u32;
-            // SAFETY: `value_spec` is plain old data generated from interface.h.
-            let bytes = unsafe { plain_bytes(&spec) };
-            self.skel
-                .maps
-                .value_specs
-                .update(&(id as u32).to_ne_bytes(), bytes, MapFlags::ANY)
-                .map_err(|error| ProbeError::ValueSpecs {
-                    function: function.name.clone(),
-                    error,
-                })?;
+            self.set_value_spec(id as FunctionId, function, function.user_stack)?;
         }
         Ok(())
+    }
+
+    /// Tells the probes what function `id` captures: its values, then the user stack's id when
+    /// `user_stack`.
+    pub(super) fn set_value_spec(
+        &self,
+        id: FunctionId,
+        function: &TracedFunction,
+        user_stack: bool,
+    ) -> Result<(), ProbeError> {
+        let mut spec = types::value_spec::default();
+        let items = value::bpf_items(&function.values, user_stack);
+        spec.items[..items.len()].copy_from_slice(&items);
+        spec.count = items.len() as u32;
+        // SAFETY: `value_spec` is plain old data generated from interface.h.
+        let bytes = unsafe { plain_bytes(&spec) };
+        self.skel
+            .maps
+            .value_specs
+            .update(&id.to_ne_bytes(), bytes, MapFlags::ANY)
+            .map_err(|error| ProbeError::ValueSpecs {
+                function: function.name.clone(),
+                error,
+            })
     }
 
     /// Attaches the probes of the PLT and GOT calls of `landings` in their libraries, filtered to

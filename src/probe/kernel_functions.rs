@@ -1,6 +1,7 @@
 //! Kernel functions (`-k`, src/bpf/kernel_functions.bpf.h): their entries and returns attached
 //! the way [`super::strategy`] chose, each function's id (and whether it captures the stacks)
-//! in its cookie; says under `-d` how, and how long it took, and once what could not be traced.
+//! in its cookie, what it captures (`-A`, `-R`, `-a`) in `value_specs`; says under `-d` how, and
+//! how long it took, and once what could not be traced.
 
 use std::time::Instant;
 
@@ -25,6 +26,13 @@ impl LoadedProbes<'_> {
         }
         let started = Instant::now();
         let attach = self.strategy.kernel_functions()?;
+        // Their stacks, when captured, are not values: kernel_functions.bpf.h writes them.
+        for planned in &events.kernel_functions {
+            let function = &table.functions[planned.function as usize];
+            if !function.values.is_empty() {
+                self.set_value_spec(planned.function, function, false)?;
+            }
+        }
         let (links, refused) = match attach {
             KernelAttach::Multi => (self.attach_kernel_functions_at_once(events, table)?, vec![]),
             KernelAttach::Single => self.attach_kernel_functions_one_by_one(events, table),

@@ -241,6 +241,7 @@ fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), Calibr
             probes: *class,
             values: Vec::new(),
             user_stack: false,
+            argument_names: Vec::new(),
             source: None,
         });
         module = Some(file);

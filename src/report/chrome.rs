@@ -44,6 +44,8 @@ pub struct ChromeTrace<W: Write> {
     names: Vec<String>,
     /// Each function's captured values; all empty under `--no-args`.
     values: Vec<Vec<ValueSpec>>,
+    /// Each function's argument names, by argument number, where known (kernel functions').
+    argument_names: Vec<Vec<String>>,
     /// Each function's `"srcline":"file:line"` field, ready to write; all `None` unless
     /// [`show_source_lines`](Self::show_source_lines) was called.
     source_lines: Vec<Option<String>>,
@@ -77,6 +79,11 @@ impl<W: Write> ChromeTrace<W> {
             start_ns: info.start_monotonic_ns,
             names,
             values: table.functions.iter().map(|f| f.values.clone()).collect(),
+            argument_names: table
+                .functions
+                .iter()
+                .map(|f| f.argument_names.clone())
+                .collect(),
             source_lines: vec![None; table.functions.len()],
             named_threads: FastHashMap::default(),
             current: None,
@@ -114,11 +121,11 @@ impl<W: Write> ChromeTrace<W> {
         };
         let fields: Vec<String> = source_line
             .into_iter()
-            .chain(
-                values
-                    .into_iter()
-                    .map(|(spec, text)| format!("\"{}\":{}", value_name(spec), json_string(&text))),
-            )
+            .chain(values.into_iter().map(|(spec, text)| {
+                let names = self.argument_names.get(function as usize);
+                let name = value_name(spec, names.map_or(&[], Vec::as_slice));
+                format!("\"{name}\":{}", json_string(&text))
+            }))
             .collect();
         match fields.is_empty() {
             true => String::new(),

@@ -159,6 +159,7 @@ mod tests {
                     probes: Default::default(),
                     values: Vec::new(),
                     user_stack: false,
+                    argument_names: Vec::new(),
                     source: None,
                 })
                 .collect(),

@@ -41,6 +41,7 @@ fn function(name: &str, module: u32) -> TracedFunction {
         probes: Default::default(),
         values: Vec::new(),
         user_stack: false,
+        argument_names: Vec::new(),
         source: None,
     }
 }

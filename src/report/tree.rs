@@ -167,8 +167,9 @@ impl<'t, W: Write> TreePrinter<'t, W> {
         bytes: Option<&[u8]>,
     ) -> Option<String> {
         let bytes = bytes.filter(|_| self.values)?;
-        let specs = &self.table.function(function)?.values;
-        Some(format_values(specs, exit, bytes))
+        let function = self.table.function(function)?;
+        let names = &function.argument_names;
+        Some(format_values(&function.values, names, exit, bytes))
     }
 
     /// A printer for a stream whose threads are not known in advance (live mode): the thread id

@@ -733,6 +733,7 @@ pub fn written_table(names: &[&str]) -> utrace::table::FunctionTable {
                 probes: Default::default(),
                 values: Vec::new(),
                 user_stack: false,
+                argument_names: Vec::new(),
                 source: None,
             })
             .collect(),
