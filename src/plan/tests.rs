@@ -778,6 +778,7 @@ fn planned(path: &str, functions: Vec<FunctionSymbol>) -> PlannedModule {
         functions,
         exits_before_return_value: Vec::new(),
         symbol_origin: String::new(),
+        go_runtime_left_out: 0,
     }
 }
 
