@@ -8,7 +8,11 @@
 //!   through one ends the program;
 //! - where the kernel has no `bpf_send_signal_task` (before 6.13), the processes the recorder may
 //!   have stopped (at a dlopen, a stack write, a fork under `--follow`) need a SIGCONT, which the
-//!   BPF programs cannot send them there.
+//!   BPF programs cannot send them there;
+//! - the links, where they are `uprobe_multi` links: the guardian holds a second reference to
+//!   each (src/probe/link_keeper.rs), so that the killed recorder's exit, which another tracer's
+//!   return probes could hold up for as long as its program runs, closes none for the last
+//!   time; the guardian releases them after it.
 //!
 //! A recorder killed with SIGKILL runs no code of its own, so the work goes to `utrace guardian`,
 //! started with the recording and dismissed at its end. It holds the maps it needs open (by id)
