@@ -153,12 +153,14 @@ fn a_recorder_killed_beside_bpftrace_return_probes_goes_at_once() {
     let loop_program = compile("loop.c", "loop-beside", &[]);
     let killed_program = compile("loop.c", "loop-killed-beside", &[]);
     // Runs on for seconds after the kill, the release held up all that time.
-    let bpftrace = BpftraceRunning::start(&loop_program, "7");
+    let bpftrace = BpftraceRunning::start(&loop_program, "8");
     std::thread::sleep(Duration::from_millis(300));
-    let mut recording = RecordingToKill::start(&killed_program, &["3"], &[]);
+    let mut recording = RecordingToKill::start(&killed_program, &["5"], &[]);
     // Running its program, the recorder has attached; hot a while later.
     let pid = child_running(recording.recorder_pid(), &killed_program);
     std::thread::sleep(Duration::from_millis(800));
+    // Killed while its program runs (an orphan then, which this test reaps).
+    assert!(is_running(pid), "pid {pid} ended before the kill");
     // Where each probe is a uprobe of its own (before 6.6), the recorder releases them itself,
     // and nothing of bpftrace's holds that up (only qemu's slowness, in CI's guests).
     recording.kill_within(match kernel_lacks("uprobe_multi") {
@@ -176,7 +178,7 @@ fn a_recorder_killed_beside_bpftrace_return_probes_goes_at_once() {
     );
     let own = own_counts(stdout.as_bytes());
     assert_eq!(own.get("main"), Some(&1), "{stdout}");
-    // Counted until the kill, a second into the program's three.
+    // Counted until the kill, a second into the program's five.
     let traced_ticks = counts_of(&json).get("tick").copied().unwrap_or(0);
     assert!(
         traced_ticks > 0 && traced_ticks < own["tick"],
