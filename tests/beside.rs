@@ -136,6 +136,63 @@ fn a_recording_ends_beside_bpftrace_return_probes() {
     );
 }
 
+/// How long a recorder killed with SIGKILL may take to go, whatever holds the kernel up.
+const KILLED_RECORDER_GONE: Duration = Duration::from_secs(1);
+
+/// A recording of a hot program killed with SIGKILL beside bpftrace's return probes on another:
+/// the recorder's exit would close its links, and the last close of a link waits for the kernel's
+/// release, which bpftrace's program holds up for as long as it runs. The guardian keeps a
+/// reference to each link, so the recorder goes at once; its program runs on untouched to its own
+/// end, and the file reads up to the kill.
+#[test]
+fn a_recorder_killed_beside_bpftrace_return_probes_goes_at_once() {
+    if !bpf_available("a_recorder_killed_beside_bpftrace_return_probes_goes_at_once") {
+        return;
+    }
+    let _alone = measuring_alone();
+    let loop_program = compile("loop.c", "loop-beside", &[]);
+    let killed_program = compile("loop.c", "loop-killed-beside", &[]);
+    // Runs on for seconds after the kill, the release held up all that time.
+    let bpftrace = BpftraceRunning::start(&loop_program, "8");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut recording = RecordingToKill::start(&killed_program, &["5"], &[]);
+    // Running its program, the recorder has attached; hot a while later.
+    let pid = child_running(recording.recorder_pid(), &killed_program);
+    std::thread::sleep(Duration::from_millis(800));
+    // Killed while its program runs (an orphan then, which this test reaps).
+    assert!(is_running(pid), "pid {pid} ended before the kill");
+    // Where each probe is a uprobe of its own (before 6.6), the recorder releases them itself,
+    // and nothing of bpftrace's holds that up (only qemu's slowness, in CI's guests).
+    recording.kill_within(match kernel_lacks("uprobe_multi") {
+        false => KILLED_RECORDER_GONE,
+        true => recorder_exit_bound(),
+    });
+    assert_never_left_stopped(pid);
+    let (json, said) = report_json_and_stderr(&recording.data());
+    let (stdout, code) = recording.command_end(pid);
+    assert_eq!(code, 0, "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines.len() == 3 && lines[0].starts_with("loop: done ("),
+        "{stdout}"
+    );
+    let own = own_counts(stdout.as_bytes());
+    assert_eq!(own.get("main"), Some(&1), "{stdout}");
+    // Counted until the kill, a second into the program's five.
+    let traced_ticks = counts_of(&json).get("tick").copied().unwrap_or(0);
+    assert!(
+        traced_ticks > 0 && traced_ticks < own["tick"],
+        "{traced_ticks} of {} ticks: {said}",
+        own["tick"]
+    );
+    let output = bpftrace.finish();
+    assert_eq!(
+        own_counts(output.as_bytes()).get("main"),
+        Some(&1),
+        "{output}"
+    );
+}
+
 /// `bpftrace -c PROGRAM SECONDS` with return probes on `main` and `tick`, killed if the test
 /// fails first.
 struct BpftraceRunning {

@@ -115,7 +115,7 @@ impl<'obj> LoadedProbes<'obj> {
             }
         }
         attached.attach_time = started.elapsed();
-        Ok(attached)
+        Ok(attached.kept())
     }
 
     /// Tells the probes which values the functions of `module` capture (before they are
@@ -230,7 +230,7 @@ impl<'obj> LoadedProbes<'obj> {
             attached.return_links.extend(links);
         }
         attached.attach_time = started.elapsed();
-        Ok(attached)
+        Ok(attached.kept())
     }
 
     /// Tells the BPF program the traced libraries whose stubs' calls land: each one's inode in
@@ -321,6 +321,7 @@ impl<'obj> LoadedProbes<'obj> {
         };
         let sites = offsets.into_iter().map(|offset| (offset, 0)).collect();
         let links = self.attach_sites(program, target, sites, hook, what)?;
+        super::link_keeper::keep(super::link_keeper::LinkKind::Watch, &links);
         Ok(Watch { links })
     }
 

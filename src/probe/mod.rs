@@ -8,7 +8,8 @@
 //!    `events.rs`: the kernel events and USDT probes (`-E`); `kernel_functions.rs`: the kernel
 //!    functions (`-k`);
 //! 3. `globals.rs`: while they run, switch recording on and off and read their counters;
-//! 4. `release.rs`: detach every link, in the order the kernel needs.
+//! 4. `release.rs`: detach every link, in the order the kernel needs; `link_keeper.rs`: a second
+//!    reference to each, held by the guardian, so that a killed recorder's close is not the last.
 //!
 //! `interface.rs` is where Rust meets the C definitions of the event, the cookie bits and the
 //! configuration (`src/bpf/interface.h`).
@@ -22,6 +23,7 @@ pub use globals::{replaced_return_addresses, GuardianMaps};
 mod interface;
 mod kernel_functions;
 mod libbpf_log;
+mod link_keeper;
 mod load;
 mod release;
 mod strategy;
@@ -33,6 +35,7 @@ pub use error::ProbeError;
 pub use events::{check_kernel_functions, EventLinks, EventPrograms};
 pub use features::{KernelFeatures, Support};
 pub use libbpf_log::forward_libbpf_messages;
+pub use link_keeper::{dismiss, keep_links_in, stop_keeping, HeldLinks, Releasing, Said};
 pub use load::{
     allow_many_probes, ring_buffer_size, LoadedProbes, ObjectStorage, ProbeConfig, StackPause,
 };

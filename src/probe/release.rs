@@ -42,6 +42,15 @@ impl AttachedProbes {
         self.entry_links.append(&mut more.entry_links);
     }
 
+    /// Has the guardian keep a reference to each link too (see link_keeper.rs).
+    pub(super) fn kept(self) -> Self {
+        use super::link_keeper::{keep, LinkKind};
+        keep(LinkKind::Return, &self.return_links);
+        keep(LinkKind::ExitSite, &self.exit_site_links);
+        keep(LinkKind::Entry, &self.entry_links);
+        self
+    }
+
     /// Detaches every probe of every set and says how long it took: return probes first, as
     /// for one set. Releasing a link waits for RCU grace periods (tens of milliseconds on 6.18,
     /// whatever its size), and concurrent releases share them: with one set per followed process,
@@ -80,6 +89,8 @@ pub(super) fn release(groups: Vec<Vec<Link>>) {
     if groups.iter().all(Vec::is_empty) {
         return;
     }
+    // The guardian's references go first: the last ones are the recorder's, as below.
+    super::link_keeper::forget(&groups);
     if super::strategy().mode == AttachMode::Multi {
         match hand_over(&groups) {
             Ok(mut releaser) => {
@@ -195,7 +206,7 @@ pub enum ReleaseLinksError {
 const RELEASE_THREADS: usize = 128;
 
 /// Drops `links` from up to [`RELEASE_THREADS`] threads at once, and returns when all are gone.
-fn release_concurrently<T: Send>(links: Vec<T>) {
+pub(super) fn release_concurrently<T: Send>(links: Vec<T>) {
     if links.len() <= 1 {
         return drop(links);
     }

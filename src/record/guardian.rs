@@ -8,7 +8,11 @@
 //!   through one ends the program;
 //! - where the kernel has no `bpf_send_signal_task` (before 6.13), the processes the recorder may
 //!   have stopped (at a dlopen, a stack write, a fork under `--follow`) need a SIGCONT, which the
-//!   BPF programs cannot send them there.
+//!   BPF programs cannot send them there;
+//! - the links, where they are `uprobe_multi` links: the guardian holds a second reference to
+//!   each (src/probe/link_keeper.rs), so that the killed recorder's exit, which another tracer's
+//!   return probes could hold up for as long as its program runs, closes none for the last
+//!   time; the guardian releases them after it.
 //!
 //! A recorder killed with SIGKILL runs no code of its own, so the work goes to `utrace guardian`,
 //! started with the recording and dismissed at its end. It holds the maps it needs open (by id)
@@ -26,21 +30,26 @@
 
 use std::cell::Cell;
 use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapHandle, RingBufferBuilder};
 
 use super::stack_writes::{restore_at_detach, trampoline_address, wait_until_every_thread_stops};
-use crate::probe::replaced_return_addresses;
+use crate::probe::{self, replaced_return_addresses, HeldLinks, Releasing, Said};
 
 /// How long the guardian waits for the target's threads to stop before it gives up writing.
 const STOP_WAIT: Duration = Duration::from_secs(2);
 
 /// How long the guardian keeps the target stopped while the dead recorder's probes are released.
 const RELEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// How long the release of one kind of links the guardian kept may take before the next kind's
+/// starts (see `HeldLinks::release`).
+const RELEASE_PATIENCE: Duration = Duration::from_millis(500);
 
 /// What a guardian looks after: the process, and the BPF maps (by id) it needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,13 +67,16 @@ pub struct Duties {
 /// The recorder's end of a running guardian; dismissing it (dropping) ends it quietly.
 pub struct Guardian {
     child: Child,
-    liveness: Option<ChildStdin>,
+    liveness: Option<OwnedFd>,
 }
 
 impl Guardian {
-    /// Starts the guardian of `duties`; returns once the guardian holds its maps.
-    pub fn start(duties: &Duties) -> io::Result<Guardian> {
+    /// Starts the guardian of `duties`; returns once the guardian holds its maps. With
+    /// `keeps_links`, it keeps a reference to every link made from now on (see
+    /// src/probe/link_keeper.rs).
+    pub fn start(duties: &Duties, keeps_links: bool) -> io::Result<Guardian> {
         use std::os::unix::process::CommandExt;
+        let (ours, its) = socket_pair()?;
         let mut command = Command::new("/proc/self/exe");
         command
             .arg0("utrace")
@@ -78,11 +90,12 @@ impl Guardian {
             command.arg(format!("--followed-map={map}"));
         }
         let mut child = command
-            .stdin(Stdio::piped())
+            .stdin(Stdio::from(its))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .process_group(0)
             .spawn()?;
+        drop(command);
         let mut ready = child.stdout.take().expect("piped");
         let mut byte = [0u8; 1];
         if let Err(error) = ready.read_exact(&mut byte) {
@@ -90,8 +103,11 @@ impl Guardian {
             let _ = child.wait();
             return Err(error);
         }
+        if keeps_links {
+            probe::keep_links_in(ours.try_clone()?);
+        }
         Ok(Guardian {
-            liveness: child.stdin.take(),
+            liveness: Some(ours),
             child,
         })
     }
@@ -101,17 +117,38 @@ impl Guardian {
     }
 }
 
+/// A connected pair of `SOCK_SEQPACKET` sockets, closed on exec.
+fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair writes two descriptors into `fds`.
+    let made = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if made != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: two descriptors the kernel just opened, owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 impl Drop for Guardian {
-    /// The recording ended with the recorder alive: the guardian has nothing to do. Unless the
-    /// recorder panics: then it dies without its end, and the guardian must stay for the BPF
-    /// program's note when it exits, with its standard input open until then.
+    /// The recording ended with the recorder alive: the guardian has nothing to do (every link
+    /// it kept is forgotten by now, as the recorder released it). Unless the recorder panics:
+    /// then it dies without its end, and the guardian must stay for the BPF program's note when
+    /// it exits, with its standard input open until then.
     fn drop(&mut self) {
         if std::thread::panicking() {
             std::mem::forget(self.liveness.take());
             return;
         }
-        if let Some(mut liveness) = self.liveness.take() {
-            let _ = liveness.write_all(b"d");
+        probe::stop_keeping();
+        if let Some(liveness) = self.liveness.take() {
+            let _ = probe::dismiss(&liveness);
         }
         let _ = self.child.wait();
     }
@@ -148,17 +185,40 @@ pub fn watch(duties: &Duties) -> Result<()> {
     let mut ready = io::stdout();
     ready.write_all(b"r")?;
     ready.flush()?;
-    if wait_against_dismissal(ring.epoll_fd())? {
-        ring.consume()?;
+    let stdin = io::stdin();
+    let recorder_end = stdin.as_fd();
+    let mut held = HeldLinks::default();
+    loop {
+        if wait_for_note_or_message(ring.epoll_fd())? {
+            ring.consume()?;
+            if died.get() {
+                break;
+            }
+            continue;
+        }
+        match held.take_message(recorder_end, true)? {
+            Said::Links | Said::Nothing => continue,
+            // Dismissed, nothing is left (the recorder had every link forgotten); a recorder
+            // gone without a word (killed where no note is written for this guardian) leaves
+            // the last references here.
+            Said::Dismissed | Said::Ended => {
+                held.release(RELEASE_PATIENCE).finish();
+                return Ok(());
+            }
+        }
     }
-    if died.get() {
-        rescue(
-            duties.target,
-            shadow_stacks.as_ref(),
-            followed.as_ref(),
-            &recorder,
-        );
-    }
+    let releasing = rescue(
+        duties.target,
+        shadow_stacks.as_ref(),
+        followed.as_ref(),
+        &recorder,
+        || {
+            held.take_pending(recorder_end);
+            held.release(RELEASE_PATIENCE)
+        },
+    );
+    // In the background: nobody waits for this process.
+    releasing.finish();
     Ok(())
 }
 
@@ -197,10 +257,10 @@ impl Recorder {
     }
 }
 
-/// Waits for a note in the ring buffer whose epoll descriptor is `notes`, or for the recorder's
-/// dismissal on standard input (a byte, or the end of file of a recorder that ended without
-/// recording on); true for the note.
-fn wait_against_dismissal(notes: i32) -> io::Result<bool> {
+/// Waits for a note in the ring buffer whose epoll descriptor is `notes`, or for a message of
+/// the recorder on standard input (links, its dismissal, or the end of file of a recorder that
+/// ended); true for the note.
+fn wait_for_note_or_message(notes: i32) -> io::Result<bool> {
     let mut fds = [
         libc::pollfd {
             fd: notes,
@@ -229,18 +289,24 @@ fn wait_against_dismissal(notes: i32) -> io::Result<bool> {
 
 /// The recorder died while tracing `target`: with `shadow_stacks`, its threads are stopped, each
 /// frame still holding the trampoline gets its return address back, and they stay stopped until
-/// the probes are gone (where the kernel makes return probes apart from the BPF programs, a call
-/// would get the trampoline again, and an exception would meet it); then the target and the
-/// processes of `followed` go on.
+/// the probes are gone (where the kernel makes return probes apart from the BPF programs,
+/// a call would get the trampoline again, and an exception would meet it); then the target and
+/// the processes of `followed` go on. The links the guardian kept are released by `release`
+/// once the recorder is gone (its last messages are in by then): what it started.
 fn rescue(
     target: u32,
     shadow_stacks: Option<&MapHandle>,
     followed: Option<&MapHandle>,
     recorder: &Recorder,
-) {
+    release: impl FnOnce() -> Releasing,
+) -> Releasing {
     let started = Instant::now();
     let given_back = shadow_stacks.map(|map| give_stacks_back(target, map));
-    if given_back.is_some() && !recorder.wait_gone(RELEASE_WAIT) {
+    // At once where the guardian holds the links' last references (the recorder's exit closes
+    // none); else after the kernel's release of the recorder's.
+    let gone = recorder.wait_gone(RELEASE_WAIT);
+    let releasing = release();
+    if given_back.is_some() && !(gone && releasing.wait(RELEASE_WAIT)) {
         log::warn!("the recorder's probes were not gone after {RELEASE_WAIT:?}: letting pid {target} go on");
     }
     let mut let_go = 0;
@@ -269,6 +335,7 @@ fn rescue(
         "the recorder is gone: {stacks}let pid {target}{followed} go on untraced ({:.1} ms)",
         started.elapsed().as_secs_f64() * 1e3
     );
+    releasing
 }
 
 /// Stops `target`, waits until every thread is, and writes back the return addresses its frames

@@ -294,7 +294,7 @@ impl Session {
         let stop_at_dlopen_dlclose = started_here && dlopen_dlclose_sites.is_some();
         let _guardian =
             match guardian_duties(pid, &loaded, unwind_shadow, stop_at_dlopen_dlclose, options) {
-                Some(duties) => start_guardian(&duties, &mut loaded),
+                Some(guarding) => start_guardian(&guarding, &mut loaded),
                 None => None,
             };
         // Before any return probe: from the first replaced return address on, an exception
@@ -720,46 +720,71 @@ fn restore_return_addresses(pid: u32, loaded: &LoadedProbes) {
 /// What a guardian of `pid` would look after, if the recording needs one: the shadow stack's
 /// frames (`unwind_shadow`), or, where the BPF programs cannot signal other processes, the
 /// processes the recorder may stop (a started command at its dlopens, followed processes at their
-/// forks and execs).
+/// forks and execs); and, with `uprobe_multi` links (whose release the kernel may hold up), a
+/// reference to every link, so that a killed recorder goes at once.
 fn guardian_duties(
     pid: u32,
     loaded: &LoadedProbes,
     unwind_shadow: bool,
     stop_at_dlopen_dlclose: bool,
     options: &TraceOptions,
-) -> Option<Duties> {
+) -> Option<Guarding> {
     let signals_from_guardian = probe::strategy().signals == probe::Signals::FromGuardian;
     let stops = stop_at_dlopen_dlclose || options.follow;
-    let needed = unwind_shadow || (signals_from_guardian && stops);
-    if !needed {
+    let rescues = unwind_shadow || (signals_from_guardian && stops);
+    let keeps_links = probe::strategy().mode == probe::AttachMode::Multi;
+    if !rescues && !keeps_links {
         return None;
     }
     let Some(maps) = loaded.guardian_map_ids() else {
         log::warn!("cannot start the guardian process: its maps have no ids");
         return None;
     };
-    Some(Duties {
+    let duties = Duties {
         target: pid,
         deaths_map: maps.deaths,
         shadow_stacks_map: unwind_shadow.then_some(maps.shadow_stacks),
         followed_map: (options.follow && signals_from_guardian).then_some(maps.followed),
+    };
+    Some(Guarding {
+        duties,
+        rescues,
+        keeps_links,
     })
 }
 
-/// Starts the guardian of `duties` and tells the BPF programs about it; without one (a warning
-/// says why), a killed recorder leaves the program as the BPF programs can.
-fn start_guardian(duties: &Duties, loaded: &mut LoadedProbes) -> Option<Guardian> {
-    match Guardian::start(duties) {
+/// What the guardian is started for.
+struct Guarding {
+    duties: Duties,
+    /// It rescues the target: the BPF programs stop the target and write it a note when the
+    /// recorder dies.
+    rescues: bool,
+    /// It keeps a reference to every link (src/probe/link_keeper.rs).
+    keeps_links: bool,
+}
+
+/// Starts the guardian of `guarding` and tells the BPF programs about it if it rescues the
+/// target; without one (a warning says why), a killed recorder leaves the program as the BPF
+/// programs can.
+fn start_guardian(guarding: &Guarding, loaded: &mut LoadedProbes) -> Option<Guardian> {
+    let duties = &guarding.duties;
+    match Guardian::start(duties, guarding.keeps_links) {
         Ok(guardian) => {
-            loaded.set_guardian(guardian.pid());
+            if guarding.rescues {
+                loaded.set_guardian(guardian.pid());
+            }
             log::debug!("guardian of pid {}: pid {}", duties.target, guardian.pid());
             Some(guardian)
         }
-        Err(error) => {
+        Err(error) if guarding.rescues => {
             log::warn!(
                 "cannot start the guardian process ({error}): if utrace is killed, the program \
                  may be left stopped, or end at an exception"
             );
+            None
+        }
+        Err(error) => {
+            log::debug!("cannot start the guardian process ({error}): a killed recorder goes once the kernel has released its probes");
             None
         }
     }

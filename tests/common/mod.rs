@@ -857,10 +857,20 @@ impl RecordingToKill {
 
     /// kill -9 of the recorder, whose process must be gone within 2 s.
     pub fn kill(&mut self) {
+        self.kill_within(recorder_exit_bound());
+    }
+
+    /// kill -9 of the recorder, whose process must be gone (reaped here) within `bound`.
+    pub fn kill_within(&mut self, bound: std::time::Duration) {
         let recorder = &mut self.recorder;
-        kill_recorder(recorder.id(), || {
+        kill_recorder_within(recorder.id(), bound, || {
             recorder.wait().unwrap();
         });
+    }
+
+    /// The file it writes.
+    pub fn data(&self) -> PathBuf {
+        self._dir.path().join("utrace.data")
     }
 
     /// After [`kill`](Self::kill): the output of the command (process `pid`) to its end, and
@@ -876,11 +886,17 @@ impl RecordingToKill {
 /// kill -9 of the recorder `pid`; `wait` returns once its process is gone, which must be
 /// within 2 s.
 pub fn kill_recorder(pid: u32, wait: impl FnOnce()) {
+    kill_recorder_within(pid, recorder_exit_bound(), wait);
+}
+
+/// kill -9 of the recorder `pid`; `wait` returns once its process is gone, which must be
+/// within `bound`.
+pub fn kill_recorder_within(pid: u32, bound: std::time::Duration, wait: impl FnOnce()) {
     let killed_at = std::time::Instant::now();
     send_signal(pid, libc::SIGKILL);
     wait();
     assert!(
-        killed_at.elapsed() < recorder_exit_bound(),
+        killed_at.elapsed() < bound,
         "the recorder took {:?} to go after kill -9",
         killed_at.elapsed()
     );
