@@ -208,6 +208,8 @@ pub struct Replayer {
     apart: Vec<Apart>,
     /// By function id, whether it switches stacks; a function beyond it does not.
     switchers: Vec<bool>,
+    /// `linux:preempted`, whose events are no calls: see [`Replayer::preempted`].
+    preemption: Option<FunctionId>,
     stats: ReplayStats,
 }
 
@@ -225,6 +227,7 @@ impl Replayer {
             costs: Vec::new(),
             apart: Vec::new(),
             switchers: Vec::new(),
+            preemption: None,
             stats: ReplayStats::default(),
         }
     }
@@ -286,6 +289,11 @@ impl Replayer {
         self.events_seen += 1;
         self.stats.last_timestamp_ns = self.stats.last_timestamp_ns.max(ts);
         let thread = self.thread_index(event.tid(), event.pid);
+        if self.preemption == Some(function) {
+            let corrected = !self.apart.is_empty();
+            self.stacks[thread].preempted(event, corrected);
+            return;
+        }
         let stack = &mut self.stacks[thread];
         // The values that came right before the event are its own.
         let values = stack.take_pending_values();
@@ -374,6 +382,10 @@ impl Replayer {
     /// during the recording).
     pub fn add_functions(&mut self, more: &FunctionTable) {
         let count = more.functions.len();
+        let mut functions = more.functions.iter().enumerate();
+        if let Some((id, _)) = functions.rfind(|(_, f)| f.kind == FunctionKind::Preemption) {
+            self.preemption = Some((self.function_count + id) as FunctionId);
+        }
         self.switchers.resize(self.function_count, false);
         (self.switchers).extend(
             more.functions
@@ -564,6 +576,8 @@ struct CallStack {
     active: Vec<u32>,
     /// Captured values that came before the thread's next event, which takes them.
     pending_values: Vec<u8>,
+    /// When the thread was preempted, while it is.
+    preempted_since: Option<u64>,
 }
 
 impl CallStack {
@@ -576,6 +590,7 @@ impl CallStack {
             awaiting_exit: false,
             active: Vec::new(),
             pending_values: Vec::new(),
+            preempted_since: None,
         }
     }
 
@@ -697,6 +712,25 @@ impl CallStack {
             switched: false,
             values: CallValues::default(),
         });
+    }
+
+    /// An event of `linux:preempted`: the thread left the CPU runnable (its entry) or came back
+    /// (its exit). No call: where durations are `corrected`, the interval is taken out of the
+    /// open calls and counted in their [`FinishedCall::off_cpu_ns`], as a `linux:schedule` call
+    /// is; in raw durations it stays in them. An exit without its entry (lost) tells nothing.
+    fn preempted(&mut self, event: &Event, corrected: bool) {
+        if !event.is_exit() {
+            self.preempted_since = Some(event.timestamp_ns);
+            return;
+        }
+        let Some(since) = self.preempted_since.take() else {
+            return;
+        };
+        if let Some(frame) = self.frames.last_mut().filter(|_| corrected) {
+            let interval = event.timestamp_ns.saturating_sub(since);
+            frame.probes_below_ns = frame.probes_below_ns.saturating_add(interval);
+            frame.off_cpu_ns = frame.off_cpu_ns.saturating_add(interval);
+        }
     }
 
     /// Closes every open frame at `end_ns`, innermost first, unfinished; returns how many.

@@ -35,7 +35,7 @@ use crate::fast_hash::FastHashMap;
 use crate::filter::{FilterSpec, FilteredSink};
 use crate::probe_cost::{ProbeCosts, Resolutions};
 use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats, Replayer};
-use crate::table::{FunctionId, FunctionTable, TracedFunction};
+use crate::table::{FunctionId, FunctionKind, FunctionTable, TracedFunction};
 
 use crate::user_stack::UserStacks;
 use chrome::ChromeTrace;
@@ -234,13 +234,18 @@ impl ReportOptions {
         }
     }
 
-    /// What is known of the time off the CPU: recorded (`-E offcpu`) or not, and taken out of
-    /// the calls when times are corrected (`--raw-times` shows them as measured).
+    /// What is known of the time off the CPU: all of it recorded (`-E offcpu`), the time
+    /// preempted (by default), or none, and taken out of the calls when times are corrected
+    /// (`--raw-times` shows them as measured).
     pub fn off_cpu(&self, table: &FunctionTable) -> OffCpu {
-        match table.functions.iter().any(TracedFunction::is_off_cpu) {
-            false => OffCpu::Unknown,
-            true if self.probe_costs.is_some() => OffCpu::TakenOut,
-            true => OffCpu::Recorded,
+        let functions = &table.functions;
+        let preemption = |f: &TracedFunction| f.kind == FunctionKind::Preemption;
+        let corrected = self.probe_costs.is_some();
+        match (functions.iter().any(TracedFunction::is_off_cpu), corrected) {
+            (true, true) => OffCpu::TakenOut,
+            _ if !functions.iter().any(preemption) => OffCpu::Unknown,
+            (false, true) => OffCpu::PreemptedTakenOut,
+            (_, false) => OffCpu::Recorded,
         }
     }
 }
