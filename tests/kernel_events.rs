@@ -427,7 +427,7 @@ fn the_call_graph_shows_kernel_calls_apart() {
 
 /// By default (no `-E offcpu`), the time a thread spends preempted is taken out of the calls it
 /// fell in and shown in a `Preempted` column; it is no call of its own. `test/preempted.c` holds
-/// one call of `tiny` preempted by a SCHED_FIFO thread that spins 50 ms on the same CPU.
+/// one call of `tiny` preempted by a SCHED_FIFO thread that spins 100 ms on the same CPU.
 #[test]
 fn the_time_preempted_is_taken_out_of_a_tiny_function_by_default() {
     if !bpf_available("the_time_preempted_is_taken_out_of_a_tiny_function_by_default") {
@@ -435,7 +435,7 @@ fn the_time_preempted_is_taken_out_of_a_tiny_function_by_default() {
     }
     const CALLS: u64 = 2000;
     let program = compile("preempted.c", "preempted", &["-pthread"]);
-    let recording = record(&program, &[&CALLS.to_string(), "50"], &[]);
+    let recording = record(&program, &[&CALLS.to_string(), "100"], &[]);
     let stderr = String::from_utf8_lossy(&recording.output.stderr);
     assert!(recording.output.status.success(), "{stderr}");
     let stdout = String::from_utf8_lossy(&recording.output.stdout);
@@ -445,7 +445,7 @@ fn the_time_preempted_is_taken_out_of_a_tiny_function_by_default() {
         .find_map(|line| line.strip_prefix("spun "))
         .and_then(|ns| ns.parse().ok())
         .expect("the spinner says how long it spun");
-    assert!(spun >= 50_000_000, "{stdout}");
+    assert!(spun >= 100_000_000, "{stdout}");
     let json = recording.json();
     let functions = json["functions"].as_array().unwrap();
     let tiny = functions.iter().find(|f| f["name"] == "tiny").unwrap();
@@ -458,11 +458,11 @@ fn the_time_preempted_is_taken_out_of_a_tiny_function_by_default() {
         "{preempted} ns preempted for {spun} ns spun: {tiny}"
     );
     assert!(tiny.get("off_cpu_ns").is_none(), "{tiny}");
-    // And not in its times: the longest call is the one that woke the spinner, a system call.
+    // And not in its times: no call carries the spin (a loaded host may still stretch one by
+    // milliseconds, which a guest's scheduler never sees).
     let max = tiny["max_ns"].as_u64().unwrap();
     let total = tiny["total_ns"].as_u64().unwrap();
-    assert!(max < 5_000_000, "{tiny}");
-    assert!(total < 20_000_000, "{tiny}");
+    assert!(max < spun / 2, "{tiny}");
     // No pseudo-function shows: no row, no call in the trees.
     assert!(functions
         .iter()
@@ -490,6 +490,9 @@ fn the_time_preempted_is_taken_out_of_a_tiny_function_by_default() {
     let raw_tiny = raw_functions.iter().find(|f| f["name"] == "tiny").unwrap();
     assert_eq!(raw_tiny["calls"], CALLS, "{raw_tiny}");
     assert!(raw_tiny["max_ns"].as_u64().unwrap() >= spun, "{raw_tiny}");
+    // Each call lost at least its time preempted (and at most its probes' costs more).
+    let raw_total = raw_tiny["total_ns"].as_u64().unwrap();
+    assert!(raw_total - total >= preempted, "{raw_tiny} against {tiny}");
     assert!(raw_tiny.get("preempted_ns").is_none(), "{raw_tiny}");
 }
 

@@ -241,11 +241,12 @@ impl ReportOptions {
         let functions = &table.functions;
         let preemption = |f: &TracedFunction| f.kind == FunctionKind::Preemption;
         let corrected = self.probe_costs.is_some();
-        match (functions.iter().any(TracedFunction::is_off_cpu), corrected) {
-            (true, true) => OffCpu::TakenOut,
-            _ if !functions.iter().any(preemption) => OffCpu::Unknown,
-            (false, true) => OffCpu::PreemptedTakenOut,
-            (_, false) => OffCpu::Recorded,
+        let all = functions.iter().any(TracedFunction::is_off_cpu);
+        match (all, functions.iter().any(preemption), corrected) {
+            (false, false, _) => OffCpu::Unknown,
+            (true, _, true) => OffCpu::TakenOut,
+            (false, true, true) => OffCpu::PreemptedTakenOut,
+            (_, _, false) => OffCpu::Recorded,
         }
     }
 }
