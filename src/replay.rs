@@ -62,8 +62,9 @@ pub struct FinishedCall {
     pub duration_ns: u64,
     /// The duration minus the durations of the direct children.
     pub self_ns: u64,
-    /// The time the thread spent off the CPU during the call (`-E offcpu`), taken out of
-    /// `duration_ns` as probe costs are; 0 when unknown or under raw times.
+    /// The time the thread spent off the CPU during the call (`-E offcpu`; by default, the time
+    /// it spent preempted), taken out of `duration_ns` as probe costs are; 0 when unknown or
+    /// under raw times.
     pub off_cpu_ns: u64,
     /// The time utrace held the thread stopped during the call (`[utrace: stack repair]`),
     /// taken out of `duration_ns` too; 0 under raw times.

@@ -73,9 +73,6 @@ static __always_inline void record_with_stacks(void *ctx, struct pt_regs *regs, 
 		count_lost((__u32)pid_tgid);
 }
 
-/* A context switch: `prev` leaves the CPU, `next` gets it. The tracepoint runs in prev's
- * context, so neither event can use the current task's ids; prev's stacks are the current
- * ones. Its state comes from the task: the tracepoint's own argument came with Linux 5.18. */
 /* The traced threads preempted, off the CPU but runnable, whose return to it ends an interval.
  * A thread left there when the recording stops stays until others push it out. */
 struct {
@@ -114,6 +111,10 @@ static __always_inline void preemption_switched(bool preempt, struct task_struct
 	}
 }
 
+/* A context switch: `prev` leaves the CPU, `next` gets it. The tracepoint runs in prev's
+ * context, so neither event can use the current task's ids; prev's stacks are the current
+ * ones. Its state comes from the task: the tracepoint's own argument came with Linux 5.18.
+ * Without -E offcpu, only the time preempted is recorded. */
 static __always_inline int switched(void *ctx, bool preempt, struct task_struct *prev,
 				    struct task_struct *next, const bool legacy)
 {
