@@ -384,7 +384,7 @@ impl Replayer {
     pub fn add_functions(&mut self, more: &FunctionTable) {
         let count = more.functions.len();
         let mut functions = more.functions.iter().enumerate();
-        if let Some((id, _)) = functions.rfind(|(_, f)| f.kind == FunctionKind::Preemption) {
+        if let Some((id, _)) = functions.rfind(|(_, f)| f.is_preemption()) {
             self.preemption = Some((self.function_count + id) as FunctionId);
         }
         self.switchers.resize(self.function_count, false);

@@ -88,6 +88,11 @@ impl TracedFunction {
     pub fn is_off_cpu(&self) -> bool {
         self.kind == FunctionKind::Kernel && self.name == OFF_CPU_FUNCTION
     }
+
+    /// Whether its events are the time a thread spent preempted, which no report shows as calls.
+    pub fn is_preemption(&self) -> bool {
+        self.kind == FunctionKind::Preemption
+    }
 }
 
 /// The source line of a function's entry: the line-table row at its entry address, as

@@ -35,7 +35,7 @@ use crate::fast_hash::FastHashMap;
 use crate::filter::{FilterSpec, FilteredSink};
 use crate::probe_cost::{ProbeCosts, Resolutions};
 use crate::replay::{CallEntry, CallSink, FinishedCall, ReplayStats, Replayer};
-use crate::table::{FunctionId, FunctionKind, FunctionTable, TracedFunction};
+use crate::table::{FunctionId, FunctionTable, TracedFunction};
 
 use crate::user_stack::UserStacks;
 use chrome::ChromeTrace;
@@ -239,10 +239,13 @@ impl ReportOptions {
     /// (`--raw-times` shows them as measured).
     pub fn off_cpu(&self, table: &FunctionTable) -> OffCpu {
         let functions = &table.functions;
-        let preemption = |f: &TracedFunction| f.kind == FunctionKind::Preemption;
         let corrected = self.probe_costs.is_some();
         let all = functions.iter().any(TracedFunction::is_off_cpu);
-        match (all, functions.iter().any(preemption), corrected) {
+        match (
+            all,
+            functions.iter().any(TracedFunction::is_preemption),
+            corrected,
+        ) {
             (false, false, _) => OffCpu::Unknown,
             (true, _, true) => OffCpu::TakenOut,
             (false, true, true) => OffCpu::PreemptedTakenOut,

@@ -54,7 +54,8 @@ impl fmt::Display for NoCalls<'_> {
                 )
             };
         }
-        let functions = self.table.functions.len();
+        let functions = self.table.functions.iter();
+        let functions = functions.filter(|f| !f.is_preemption()).count();
         if !self.filter.function_mask(self.table).contains(&true) {
             return write!(
                 f,
@@ -93,6 +94,7 @@ impl NoCalls<'_> {
             .table
             .functions
             .iter()
+            .filter(|f| !f.is_preemption())
             .map(|f| f.name.as_str())
             .collect();
         match names.len() {
