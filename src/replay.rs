@@ -152,6 +152,8 @@ impl<F: FnMut(&FinishedCall, &[FunctionId])> CallSink for F {
 /// What the replayer saw that the calls alone do not tell.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReplayStats {
+    /// Events of the time preempted (`linux:preempted`), which are no calls.
+    pub preemption_events: u64,
     /// Exits with no matching entry on the thread's stack: calls in flight at attach.
     pub unmatched_exits: u64,
     /// Calls whose exit was never seen: closed by `finish` or by unwinding, timed up to there.
@@ -291,6 +293,7 @@ impl Replayer {
         self.stats.last_timestamp_ns = self.stats.last_timestamp_ns.max(ts);
         let thread = self.thread_index(event.tid(), event.pid);
         if self.preemption == Some(function) {
+            self.stats.preemption_events += 1;
             let corrected = !self.apart.is_empty();
             self.stacks[thread].preempted(event, corrected);
             return;
@@ -957,6 +960,7 @@ mod tests {
         assert_eq!(
             stats,
             ReplayStats {
+                preemption_events: 0,
                 unmatched_exits: 0,
                 unfinished_calls: 0,
                 unknown_time_calls: 0,

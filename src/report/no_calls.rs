@@ -30,7 +30,8 @@ pub struct NoCalls<'a> {
 impl fmt::Display for NoCalls<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let file = self.file.display();
-        if self.events == 0 {
+        // The time preempted is no call: a file of those events alone holds none.
+        if self.events == self.replay.preemption_events {
             return if self.damaged_chunks > 0 {
                 write!(f, "every events chunk of {file} is damaged")
             } else if self.cut_short {

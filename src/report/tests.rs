@@ -155,6 +155,7 @@ fn report_summary_matches_golden() {
     assert_eq!(
         outcome.replay,
         ReplayStats {
+            preemption_events: 0,
             unmatched_exits: 1,
             unfinished_calls: 2,
             unknown_time_calls: 0,
