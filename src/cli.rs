@@ -461,6 +461,9 @@ impl TraceArgs {
             )?,
             events: EventRequests {
                 kernel_functions: KernelFunctionRequests::parse(&args.kernel, args.kernel_depth)?,
+                // Taken out of the calls it falls in by default (`-E offcpu` records it as part of
+                // all the time off the CPU).
+                preemption: true,
                 ..EventRequests::parse(&args.events)?
             },
         })

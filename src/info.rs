@@ -91,6 +91,9 @@ fn traced_kinds(table: &FunctionTable) -> String {
     if !off_cpu.is_empty() {
         parts.push(format!("off-CPU time ({})", crate::plan::OFF_CPU_FUNCTION));
     }
+    if count(FunctionKind::Preemption) > 0 {
+        parts.push("time preempted (taken out of the calls it fell in)".to_owned());
+    }
     if !syscalls.is_empty() {
         parts.push(format!("{} system calls", syscalls.len()));
     }

@@ -62,8 +62,9 @@ pub struct FinishedCall {
     pub duration_ns: u64,
     /// The duration minus the durations of the direct children.
     pub self_ns: u64,
-    /// The time the thread spent off the CPU during the call (`-E offcpu`), taken out of
-    /// `duration_ns` as probe costs are; 0 when unknown or under raw times.
+    /// The time the thread spent off the CPU during the call (`-E offcpu`; by default, the time
+    /// it spent preempted), taken out of `duration_ns` as probe costs are; 0 when unknown or
+    /// under raw times.
     pub off_cpu_ns: u64,
     /// The time utrace held the thread stopped during the call (`[utrace: stack repair]`),
     /// taken out of `duration_ns` too; 0 under raw times.
@@ -151,6 +152,8 @@ impl<F: FnMut(&FinishedCall, &[FunctionId])> CallSink for F {
 /// What the replayer saw that the calls alone do not tell.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReplayStats {
+    /// Events of the time preempted (`linux:preempted`), which are no calls.
+    pub preemption_events: u64,
     /// Exits with no matching entry on the thread's stack: calls in flight at attach.
     pub unmatched_exits: u64,
     /// Calls whose exit was never seen: closed by `finish` or by unwinding, timed up to there.
@@ -208,6 +211,8 @@ pub struct Replayer {
     apart: Vec<Apart>,
     /// By function id, whether it switches stacks; a function beyond it does not.
     switchers: Vec<bool>,
+    /// `linux:preempted`, whose events are no calls: see [`Replayer::preempted`].
+    preemption: Option<FunctionId>,
     stats: ReplayStats,
 }
 
@@ -225,6 +230,7 @@ impl Replayer {
             costs: Vec::new(),
             apart: Vec::new(),
             switchers: Vec::new(),
+            preemption: None,
             stats: ReplayStats::default(),
         }
     }
@@ -286,6 +292,12 @@ impl Replayer {
         self.events_seen += 1;
         self.stats.last_timestamp_ns = self.stats.last_timestamp_ns.max(ts);
         let thread = self.thread_index(event.tid(), event.pid);
+        if self.preemption == Some(function) {
+            self.stats.preemption_events += 1;
+            let corrected = !self.apart.is_empty();
+            self.stacks[thread].preempted(event, corrected);
+            return;
+        }
         let stack = &mut self.stacks[thread];
         // The values that came right before the event are its own.
         let values = stack.take_pending_values();
@@ -374,6 +386,10 @@ impl Replayer {
     /// during the recording).
     pub fn add_functions(&mut self, more: &FunctionTable) {
         let count = more.functions.len();
+        let mut functions = more.functions.iter().enumerate();
+        if let Some((id, _)) = functions.rfind(|(_, f)| f.is_preemption()) {
+            self.preemption = Some((self.function_count + id) as FunctionId);
+        }
         self.switchers.resize(self.function_count, false);
         (self.switchers).extend(
             more.functions
@@ -564,6 +580,8 @@ struct CallStack {
     active: Vec<u32>,
     /// Captured values that came before the thread's next event, which takes them.
     pending_values: Vec<u8>,
+    /// When the thread was preempted, while it is.
+    preempted_since: Option<u64>,
 }
 
 impl CallStack {
@@ -576,6 +594,7 @@ impl CallStack {
             awaiting_exit: false,
             active: Vec::new(),
             pending_values: Vec::new(),
+            preempted_since: None,
         }
     }
 
@@ -697,6 +716,25 @@ impl CallStack {
             switched: false,
             values: CallValues::default(),
         });
+    }
+
+    /// An event of `linux:preempted`: the thread left the CPU runnable (its entry) or came back
+    /// (its exit). No call: where durations are `corrected`, the interval is taken out of the
+    /// open calls and counted in their [`FinishedCall::off_cpu_ns`], as a `linux:schedule` call
+    /// is; in raw durations it stays in them. An exit without its entry (lost) tells nothing.
+    fn preempted(&mut self, event: &Event, corrected: bool) {
+        if !event.is_exit() {
+            self.preempted_since = Some(event.timestamp_ns);
+            return;
+        }
+        let Some(since) = self.preempted_since.take() else {
+            return;
+        };
+        if let Some(frame) = self.frames.last_mut().filter(|_| corrected) {
+            let interval = event.timestamp_ns.saturating_sub(since);
+            frame.probes_below_ns = frame.probes_below_ns.saturating_add(interval);
+            frame.off_cpu_ns = frame.off_cpu_ns.saturating_add(interval);
+        }
     }
 
     /// Closes every open frame at `end_ns`, innermost first, unfinished; returns how many.
@@ -922,6 +960,7 @@ mod tests {
         assert_eq!(
             stats,
             ReplayStats {
+                preemption_events: 0,
                 unmatched_exits: 0,
                 unfinished_calls: 0,
                 unknown_time_calls: 0,

@@ -14,6 +14,10 @@ pub type FunctionId = u32;
 /// [`FunctionKind::Kernel`].
 pub const OFF_CPU_FUNCTION: &str = "linux:schedule";
 
+/// The pseudo-function of a thread's time preempted (off the CPU, still runnable), of kind
+/// [`FunctionKind::Preemption`].
+pub const PREEMPTION_FUNCTION: &str = "linux:preempted";
+
 /// What kind of code a traced function is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FunctionKind {
@@ -35,6 +39,10 @@ pub enum FunctionKind {
     /// `[utrace]`; not probed. Reports take it out of the calls around it, as probe costs are,
     /// and show it as its own row.
     Tracer,
+    /// Time the thread was preempted: off the CPU but still runnable (recorded by default, when
+    /// `-E offcpu` is not asked for). Module `[kernel]`; not a call: the replayer takes it out of
+    /// the calls it fell in, which count it apart, and no report shows it as a call or a row.
+    Preemption,
 }
 
 impl FunctionKind {
@@ -84,6 +92,11 @@ impl TracedFunction {
     /// Whether its calls are a thread's time off the CPU (`-E offcpu`).
     pub fn is_off_cpu(&self) -> bool {
         self.kind == FunctionKind::Kernel && self.name == OFF_CPU_FUNCTION
+    }
+
+    /// Whether its events are the time a thread spent preempted, which no report shows as calls.
+    pub fn is_preemption(&self) -> bool {
+        self.kind == FunctionKind::Preemption
     }
 }
 

@@ -407,3 +407,93 @@ fn the_call_graph_shows_kernel_calls_apart() {
     let svg = render.wait_with_output().unwrap();
     assert!(svg.status.success() && String::from_utf8_lossy(&svg.stdout).contains("<svg"));
 }
+
+/// By default (no `-E offcpu`), the time a thread spends preempted is taken out of the calls it
+/// fell in and shown in a `Preempted` column; it is no call of its own. `test/preempted.c` holds
+/// one call of `tiny` preempted by a SCHED_FIFO thread that spins 100 ms on the same CPU.
+#[test]
+fn the_time_preempted_is_taken_out_of_a_tiny_function_by_default() {
+    if !bpf_available("the_time_preempted_is_taken_out_of_a_tiny_function_by_default") {
+        return;
+    }
+    const CALLS: u64 = 2000;
+    let program = compile("preempted.c", "preempted", &["-pthread"]);
+    let recording = record(&program, &[&CALLS.to_string(), "100"], &[]);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    assert!(recording.output.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&recording.output.stdout);
+    let own = own_counts(&recording.output.stdout);
+    assert_eq!(own["tiny"], CALLS, "{stdout}");
+    let spun: u64 = (stdout.lines())
+        .find_map(|line| line.strip_prefix("spun "))
+        .and_then(|ns| ns.parse().ok())
+        .expect("the spinner says how long it spun");
+    assert!(spun >= 100_000_000, "{stdout}");
+    let json = recording.json();
+    let functions = json["functions"].as_array().unwrap();
+    let tiny = functions.iter().find(|f| f["name"] == "tiny").unwrap();
+    assert_eq!(tiny["calls"], CALLS, "{tiny}");
+    // The preemption is in its own figure, at least what the spinner held the CPU (other
+    // threads of the machine may have run before tiny's thread got it back).
+    let preempted = tiny["preempted_ns"].as_u64().unwrap();
+    assert!(
+        preempted >= spun && preempted < spun + 200_000_000,
+        "{preempted} ns preempted for {spun} ns spun: {tiny}"
+    );
+    assert!(tiny.get("off_cpu_ns").is_none(), "{tiny}");
+    // And not in its times: no call carries the spin (a loaded host may still stretch one by
+    // milliseconds, which a guest's scheduler never sees).
+    let max = tiny["max_ns"].as_u64().unwrap();
+    let total = tiny["total_ns"].as_u64().unwrap();
+    assert!(max < spun / 2, "{tiny}");
+    // No pseudo-function shows: no row, no call in the trees.
+    assert!(functions
+        .iter()
+        .all(|f| !f["name"].as_str().unwrap().starts_with("linux:")));
+    let summary = recording.report(&[]);
+    assert!(
+        summary.contains("Maximum   Preempted  Function"),
+        "{summary}"
+    );
+    for format in ["replay", "flame-graph", "chrome", "stacks", "dot", "graph"] {
+        let report = recording.report(&[&format!("--format={format}")]);
+        assert!(!report.contains("linux:"), "--format={format}: {report}");
+    }
+    assert!(
+        recording
+            .info()
+            .contains("time preempted (taken out of the calls it fell in)"),
+        "{}",
+        recording.info()
+    );
+    // --raw-times leaves it in: the preempted call is the longest.
+    let raw: serde_json::Value =
+        serde_json::from_str(&recording.report(&["--format=json", "--raw-times"])).unwrap();
+    let raw_functions = raw["functions"].as_array().unwrap();
+    let raw_tiny = raw_functions.iter().find(|f| f["name"] == "tiny").unwrap();
+    assert_eq!(raw_tiny["calls"], CALLS, "{raw_tiny}");
+    assert!(raw_tiny["max_ns"].as_u64().unwrap() >= spun, "{raw_tiny}");
+    // Each call lost at least its time preempted (and at most its probes' costs more).
+    let raw_total = raw_tiny["total_ns"].as_u64().unwrap();
+    assert!(raw_total - total >= preempted, "{raw_tiny} against {tiny}");
+    assert!(raw_tiny.get("preempted_ns").is_none(), "{raw_tiny}");
+}
+
+/// With `-E offcpu`, every interval off the CPU is a call of `linux:schedule`, the time preempted
+/// among them, as before: no `Preempted` column.
+#[test]
+fn offcpu_records_the_time_preempted_as_linux_schedule_calls() {
+    if !bpf_available("offcpu_records_the_time_preempted_as_linux_schedule_calls") {
+        return;
+    }
+    let program = compile("preempted.c", "preempted", &["-pthread"]);
+    let recording = record(&program, &["200", "20"], &["-E", "offcpu"]);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    assert!(recording.output.status.success(), "{stderr}");
+    let json = recording.json();
+    let functions = json["functions"].as_array().unwrap();
+    let tiny = functions.iter().find(|f| f["name"] == "tiny").unwrap();
+    assert!(tiny["off_cpu_ns"].as_u64().unwrap() >= 20_000_000, "{tiny}");
+    assert!(tiny.get("preempted_ns").is_none(), "{tiny}");
+    assert!(calls_of(&json, "linux:schedule") >= 1);
+}

@@ -212,23 +212,26 @@ fn assert_probe_shares(recording: &Recording) {
     let raw: serde_json::Value =
         serde_json::from_str(&recording.report(&["--format=json", "--raw-times"])).unwrap();
     let corrected = recording.json();
-    let totals = |json: &serde_json::Value| -> BTreeMap<String, (u64, f64)> {
+    // (total, probe share, time preempted) by function. The time preempted is taken out too,
+    // and is no probe cost: the share is of what was measured less that time.
+    let figures = |json: &serde_json::Value| -> BTreeMap<String, (u64, f64, u64)> {
         let functions = json["functions"].as_array().unwrap();
         let entry = |f: &serde_json::Value| {
             let figures = (
                 f["total_ns"].as_u64().unwrap(),
                 f["probe_share"].as_f64().unwrap(),
+                f["preempted_ns"].as_u64().unwrap_or(0),
             );
             (f["name"].as_str().unwrap().to_owned(), figures)
         };
         functions.iter().map(entry).collect()
     };
-    let (raw, corrected) = (totals(&raw), totals(&corrected));
-    assert!(raw.values().all(|&(_, share)| share == 0.0), "{raw:?}");
+    let (raw, corrected) = (figures(&raw), figures(&corrected));
+    assert!(raw.values().all(|&(_, share, _)| share == 0.0), "{raw:?}");
     let mut marked = BTreeMap::new();
-    for (name, &(total, share)) in &corrected {
-        let raw_total = raw[name].0;
-        let taken = raw_total.saturating_sub(total) as f64 / raw_total.max(1) as f64;
+    for (name, &(total, share, preempted)) in &corrected {
+        let measured = raw[name].0.saturating_sub(preempted);
+        let taken = measured.saturating_sub(total) as f64 / measured.max(1) as f64;
         assert!(
             (share - taken).abs() <= 0.0006,
             "{name}: share {share}, taken {taken}"

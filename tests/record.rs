@@ -154,9 +154,11 @@ fn the_json_report_describes_the_run() {
     assert!(json["duration_ns"].as_u64().unwrap() > 0);
     let functions = json["functions"].as_array().unwrap();
     // Every call is an entry and an exit: `_start` is not probed (it is jumped to, not called)
-    // and main returns, so the file holds exactly two events per call.
+    // and main returns, so the file holds exactly two events per call, and those of the time
+    // preempted.
     let calls: u64 = functions.iter().map(|f| f["calls"].as_u64().unwrap()).sum();
-    assert_eq!(json["events"].as_u64().unwrap(), 2 * calls);
+    let preempted = preemption_events(&recording.data());
+    assert_eq!(json["events"].as_u64().unwrap(), 2 * calls + preempted);
     assert!(functions.iter().all(|f| f["name"] != "_start"));
     let main = functions.iter().find(|f| f["name"] == "main").unwrap();
     assert_eq!(main["module"], "sort");

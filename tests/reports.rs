@@ -195,7 +195,8 @@ fn info_describes_the_recording() {
     assert_eq!(field("complete"), "yes");
     assert!(field("started").ends_with(" UTC"));
     let calls: u64 = counts(&recording, &[]).values().sum();
-    assert_eq!(field("events"), (2 * calls).to_string());
+    let preempted = preemption_events(&recording.data());
+    assert_eq!(field("events"), (2 * calls + preempted).to_string());
 }
 
 #[test]

@@ -42,6 +42,7 @@ subset=(
   "arguments arguments_and_return_values_are_what_the_program_saw"
   "kernel_events system_calls_are_calls_under_the_function_that_made_them_with_their_return_values"
   "kernel_events follow_puts_a_childs_system_calls_and_off_cpu_time_under_its_pid"
+  "kernel_events the_time_preempted_is_taken_out_of_a_tiny_function_by_default"
   "kernels what_the_kernel_lacks_is_refused_before_anything_runs"
   "kernel_functions kernel_functions_are_calls_under_the_system_calls_that_reached_them"
   "kernel_functions kernel_functions_of_a_running_process_are_counted_exactly"

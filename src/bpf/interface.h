@@ -206,9 +206,11 @@ struct settings {
 	 * vanishes (a SIGSTOP would stop the process for good). */
 	__u32 pause_signal;
 	/* -K: the deepest kernel function recorded, 1 for those a system call reaches first among
-	 * the traced ones (kernel_functions.bpf.h); 0: every depth. 64 bits, so the struct has no
-	 * padding. */
-	__u64 kernel_depth;
+	 * the traced ones (kernel_functions.bpf.h); 0: every depth. */
+	__u32 kernel_depth;
+	/* Without -E offcpu: the function id of `linux:preempted`, whose calls are the intervals a
+	 * traced thread spent preempted, off the CPU but runnable (kernel_events.bpf.h); 0: none. */
+	__u32 preempted_function;
 };
 
 /* Kernel events and USDT probes (-E, kernel_events.bpf.h). */

@@ -4,6 +4,8 @@
  * so the replayer pairs its exit with its entry by function:
  * - off-CPU time: at a context switch, the entry of `linux:schedule` for the traced thread that
  *   leaves the CPU, its exit for the traced thread that gets it;
+ * - time preempted (by default, without -E offcpu): the same, as `linux:preempted`, only for a
+ *   thread that leaves the CPU still runnable;
  * - system calls: the entry of `sys_NAME` at sys_enter, its exit at sys_exit with the return
  *   value after the event, as a function's captured return value is (interface.h);
  * - USDT probes: the entry of the probe's function with its arguments after the event, and its
@@ -71,14 +73,59 @@ static __always_inline void record_with_stacks(void *ctx, struct pt_regs *regs, 
 		count_lost((__u32)pid_tgid);
 }
 
+/* The traced threads preempted, off the CPU but runnable, whose return to it ends an interval.
+ * A thread left there when the recording stops stays until others push it out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} preempted_threads SEC(".maps");
+
+/* Whether `prev`, leaving the CPU, stays runnable: preempted in the kernel (`preempt`), or at
+ * its return to user space, where schedule() runs with its state still TASK_RUNNING (0), as it
+ * does for sched_yield(); a thread that goes to sleep has set another state first. */
+static __always_inline bool leaves_runnable(bool preempt, struct task_struct *prev)
+{
+	return preempt || task_state(prev) == 0;
+}
+
+/* A context switch without -E offcpu: an interval of `linux:preempted` opens for `prev` if it
+ * stays runnable, and closes for `next` if one was open. */
+static __always_inline void preemption_switched(bool preempt, struct task_struct *prev,
+						struct task_struct *next)
+{
+	__u32 function = settings.preempted_function;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 thread;
+
+	if (recording_in(prev->tgid) && leaves_runnable(preempt, prev)) {
+		thread = prev->pid;
+		if (!bpf_map_update_elem(&preempted_threads, &thread, &(__u8){1}, BPF_ANY))
+			record_for_task(prev, function, now);
+	}
+	if (recording_in(next->tgid)) {
+		thread = next->pid;
+		if (!bpf_map_delete_elem(&preempted_threads, &thread))
+			record_for_task(next, function | EVENT_EXIT, now);
+	}
+}
+
 /* A context switch: `prev` leaves the CPU, `next` gets it. The tracepoint runs in prev's
  * context, so neither event can use the current task's ids; prev's stacks are the current
- * ones. Its state comes from the task: the tracepoint's own argument came with Linux 5.18. */
-static __always_inline int switched(void *ctx, struct task_struct *prev, struct task_struct *next,
-				    const bool legacy)
+ * ones. Its state comes from the task: the tracepoint's own argument came with Linux 5.18.
+ * Without -E offcpu, only the time preempted is recorded. */
+static __always_inline int switched(void *ctx, bool preempt, struct task_struct *prev,
+				    struct task_struct *next, const bool legacy)
 {
 	__u32 function = settings.off_cpu_function & ~KERNEL_EVENT_STACK;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now;
+
+	if (!settings.off_cpu_function) {
+		preemption_switched(preempt, prev, next);
+		return 0;
+	}
+	now = bpf_ktime_get_ns();
 
 	/* A thread that is exiting leaves for good: no interval to open. */
 	if (!(task_state(prev) & TASK_DEAD) && recording_in(prev->tgid)) {
@@ -96,14 +143,14 @@ static __always_inline int switched(void *ctx, struct task_struct *prev, struct 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(off_cpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	return switched(ctx, prev, next, false);
+	return switched(ctx, preempt, prev, next, false);
 }
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(off_cpu_switch_legacy, bool preempt, struct task_struct *prev,
 	     struct task_struct *next)
 {
-	return switched(ctx, prev, next, true);
+	return switched(ctx, preempt, prev, next, true);
 }
 
 /* The function id of system call `number`'s pseudo-function (KERNEL_EVENT_STACK set when its entries

@@ -69,8 +69,9 @@ pub const MAGIC: [u8; 8] = *b"UTRACE\0D";
 /// events chunk's says how many events it holds; 6: events may carry captured values, whose
 /// specs follow each function table; 7: an exit of the innermost open call is written as a
 /// return, without its function and stack; 8: a function may be of the kind `Tracer`, the time
-/// utrace held a thread stopped, which a reader of version 7 cannot decode).
-pub const VERSION: u32 = 8;
+/// utrace held a thread stopped, which a reader of version 7 cannot decode; 9: a function may be
+/// of the kind `Preemption`, the time a thread was preempted, which a reader of 8 cannot decode).
+pub const VERSION: u32 = 9;
 /// The oldest version this code reads: version 4 differs only in the chunk headers' last word.
 pub const OLDEST_VERSION: u32 = 4;
 /// Size of the file header: magic, version, reserved.

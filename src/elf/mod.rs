@@ -317,7 +317,8 @@ impl ElfFile {
                 FunctionKind::Function
                 | FunctionKind::Kernel
                 | FunctionKind::Event
-                | FunctionKind::Tracer => {
+                | FunctionKind::Tracer
+                | FunctionKind::Preemption => {
                     returns::exit_sites(&index, function.address, function.size, leaves)
                 }
             };
@@ -363,6 +364,6 @@ fn kind_rank(kind: FunctionKind) -> u8 {
     match kind {
         FunctionKind::Plt | FunctionKind::Got => 0,
         FunctionKind::Function | FunctionKind::Kernel | FunctionKind::Event => 1,
-        FunctionKind::Tracer => 1,
+        FunctionKind::Tracer | FunctionKind::Preemption => 1,
     }
 }

@@ -26,7 +26,7 @@ pub const TRACER_MODULE: &str = "[utrace]";
 /// The pseudo-function of the time utrace holds a thread stopped to write its stack (the shadow
 /// stack's repair, for C++ exceptions and Rust panics).
 pub const STACK_REPAIR_FUNCTION: &str = "[utrace: stack repair]";
-pub use crate::table::OFF_CPU_FUNCTION;
+pub use crate::table::{OFF_CPU_FUNCTION, PREEMPTION_FUNCTION};
 /// The most arguments of a USDT probe captured (`<sys/sdt.h>` passes at most 12).
 pub const USDT_ARGUMENTS_MAX: usize = 12;
 /// System call numbers the BPF side can trace: its map's size.
@@ -37,6 +37,9 @@ pub const SYSCALL_NUMBERS: u32 = 512;
 pub struct EventRequests {
     /// `tracepoint:sched:sched_switch` (or `offcpu`).
     pub off_cpu: bool,
+    /// Record the time the threads are preempted, to take it out of the calls it falls in
+    /// (the default where the kernel has the program; `off_cpu` records it among the rest).
+    pub preemption: bool,
     /// The system calls asked for, by number.
     pub syscalls: BTreeSet<u32>,
     /// `usdt:PROVIDER:NAME` patterns.
@@ -151,6 +154,8 @@ pub struct PlannedEvents {
     pub off_cpu: Option<FunctionId>,
     /// Whether `linux:schedule`'s entries capture the user and kernel stacks (`--stack`).
     pub off_cpu_stack: bool,
+    /// `linux:preempted`'s id, when the time preempted is recorded apart (without `-E offcpu`).
+    pub preemption: Option<FunctionId>,
     /// (system call number, function id) of each system call traced.
     pub syscalls: Vec<(u32, FunctionId)>,
     /// The USDT probes to attach.
@@ -169,6 +174,7 @@ pub struct PlannedEvents {
 impl PlannedEvents {
     pub fn is_empty(&self) -> bool {
         self.off_cpu.is_none()
+            && self.preemption.is_none()
             && self.syscalls.is_empty()
             && self.usdt.is_empty()
             && self.kernel_functions.is_empty()
@@ -219,7 +225,9 @@ pub(super) fn plan(
         true => Some(kernel.matching()?),
         false => None,
     };
-    if requests.off_cpu || !requests.syscalls.is_empty() || kernel_functions.is_some() {
+    let preemption = requests.preemption && !requests.off_cpu;
+    if requests.off_cpu || preemption || !requests.syscalls.is_empty() || kernel_functions.is_some()
+    {
         let module = plan.table.push_module(KERNEL_MODULE.to_owned());
         plan.files.push(TracedFile {
             path: KERNEL_MODULE.to_owned(),
@@ -233,6 +241,11 @@ pub(super) fn plan(
                 FunctionKind::Kernel,
             );
             planned.off_cpu = Some(id);
+        }
+        if preemption {
+            let name = PREEMPTION_FUNCTION.to_owned();
+            let id = add_function(plan, name, module, FunctionKind::Preemption);
+            planned.preemption = Some(id);
         }
         let returned = ValueSpec::new(ValueSource::Return, ValueFormat::Signed);
         for &number in &requests.syscalls {

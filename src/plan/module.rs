@@ -201,7 +201,7 @@ fn source_lines(
             FunctionKind::Plt | FunctionKind::Got | FunctionKind::Kernel | FunctionKind::Event => {
                 None
             }
-            FunctionKind::Tracer => None,
+            FunctionKind::Tracer | FunctionKind::Preemption => None,
         })
         .collect();
     log::debug!(

@@ -2,6 +2,8 @@
 //! only when asked (see [`EventPrograms`]); the tracepoints are attached with the always-on
 //! programs, the USDT probes per file, filtered to the traced process.
 
+use libbpf_rs::btf::types::Typedef;
+use libbpf_rs::btf::Btf;
 use libbpf_rs::{Link, MapCore, MapFlags, UsdtOpts};
 
 use super::error::{load_error, ProbeError};
@@ -20,6 +22,27 @@ pub fn check_kernel_functions(requests: &KernelFunctionRequests) -> Result<(), P
     }
 }
 
+/// Whether the time preempted can be recorded by default: the kernel's BTF has the type of
+/// `sched_switch`'s arguments that a `tp_btf` program is verified against. Said under `-d` when
+/// it cannot, once: the recording goes on without it.
+pub fn preemption_recordable() -> bool {
+    static RECORDABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *RECORDABLE.get_or_init(|| {
+        let btf = Btf::from_vmlinux();
+        let found = (btf.as_ref().ok()).and_then(|btf| btf.type_by_name::<Typedef>(SCHED_SWITCH));
+        if found.is_none() {
+            log::debug!(
+                "the kernel cannot load the sched_switch program ({SCHED_SWITCH} not in its \
+                 BTF): the time preempted stays in the calls' times"
+            );
+        }
+        found.is_some()
+    })
+}
+
+/// The type libbpf attaches a `tp_btf/sched_switch` program by.
+const SCHED_SWITCH: &str = "btf_trace_sched_switch";
+
 /// Which event programs a recording needs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EventPrograms {
@@ -27,6 +50,8 @@ pub struct EventPrograms {
     pub off_cpu: Option<u32>,
     /// Whether `linux:schedule`'s entries capture the user and kernel stacks (`--stack`).
     pub off_cpu_stack: bool,
+    /// `linux:preempted`'s function id, when the time preempted is recorded apart.
+    pub preemption: Option<u32>,
     pub syscalls: bool,
     pub usdt: bool,
     /// How kernel functions (`-k`) are attached, when there are any.
@@ -47,6 +72,7 @@ impl EventPrograms {
         Ok(EventPrograms {
             off_cpu: events.off_cpu,
             off_cpu_stack: events.off_cpu_stack,
+            preemption: events.preemption,
             syscalls: !events.syscalls.is_empty(),
             usdt: !events.usdt.is_empty(),
             kernel_functions,
@@ -54,6 +80,12 @@ impl EventPrograms {
             kernel_function_stacks: (events.kernel_functions.iter())
                 .any(|k| table.functions[k.function as usize].user_stack),
         })
+    }
+
+    /// Whether the context switches of the traced threads are recorded (`-E offcpu`, or the
+    /// time preempted).
+    pub fn switches(&self) -> bool {
+        self.off_cpu.is_some() || self.preemption.is_some()
     }
 
     /// Whether the kernel stacks are captured somewhere (`--stack` on a kernel event).
@@ -65,7 +97,7 @@ impl EventPrograms {
     /// not load (see src/bpf/compat.bpf.h): their verification costs start-up time.
     pub(super) fn choose(self, open: &mut OpenUtraceSkel, legacy: bool) {
         let progs = &mut open.progs;
-        let off_cpu = self.off_cpu.is_some();
+        let off_cpu = self.switches();
         progs.off_cpu_switch.set_autoload(off_cpu && !legacy);
         progs.off_cpu_switch_legacy.set_autoload(off_cpu && legacy);
         progs.syscall_entered.set_autoload(self.syscalls && !legacy);
@@ -101,7 +133,7 @@ impl LoadedProbes<'_> {
         let mut links = self.attach_kernel_functions(events, table)?;
         let progs = &self.skel.progs;
         let legacy = self.strategy.programs == Programs::Legacy;
-        if events.off_cpu.is_some() {
+        if events.off_cpu.is_some() || events.preemption.is_some() {
             let program = match legacy {
                 true => &progs.off_cpu_switch_legacy,
                 false => &progs.off_cpu_switch,

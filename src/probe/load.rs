@@ -260,6 +260,11 @@ fn size_maps(
             .set_max_entries(1)
             .map_err(load_error)?;
     }
+    if config.events.preemption.is_none() {
+        maps.preempted_threads
+            .set_max_entries(1)
+            .map_err(load_error)?;
+    }
     if strategy.programs == Programs::Current {
         maps.address_cookies
             .set_max_entries(1)
@@ -319,7 +324,8 @@ fn settings(config: &ProbeConfig) -> types::settings {
                 false => 0,
             },
         pause_signal: config.pause.signal() as u32,
-        kernel_depth: u64::from(config.events.kernel_depth),
+        kernel_depth: config.events.kernel_depth,
+        preempted_function: config.events.preemption.unwrap_or(0),
     }
 }
 

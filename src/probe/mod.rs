@@ -32,7 +32,7 @@ mod user_stacks;
 
 pub use attach::{ExitSites, Watch};
 pub use error::ProbeError;
-pub use events::{check_kernel_functions, EventLinks, EventPrograms};
+pub use events::{check_kernel_functions, preemption_recordable, EventLinks, EventPrograms};
 pub use features::{KernelFeatures, Support};
 pub use libbpf_log::forward_libbpf_messages;
 pub use link_keeper::{dismiss, keep_links_in, stop_keeping, HeldLinks, Releasing, Said};

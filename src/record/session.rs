@@ -661,7 +661,11 @@ fn plan_options(options: &TraceOptions, target: &Target, attached: ProcessOrigin
         kernel_lacks_sessions: !probe::strategy().sessions,
         ifuncs: super::ifuncs::ifunc_choices(target),
         values: options.values.clone(),
-        events: options.events.clone(),
+        events: EventRequests {
+            // Asked for by default: recorded where the kernel loads the program.
+            preemption: options.events.preemption && probe::preemption_recordable(),
+            ..options.events.clone()
+        },
         source_lines: options.source_lines,
     }
 }

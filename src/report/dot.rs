@@ -152,7 +152,8 @@ fn heat(total_ns: u64, hottest: u64) -> String {
 /// functions keep the default box.
 fn node_shape(kind: FunctionKind) -> &'static str {
     match kind {
-        FunctionKind::Kernel => ", shape=hexagon",
+        // Never a call: no node.
+        FunctionKind::Kernel | FunctionKind::Preemption => ", shape=hexagon",
         FunctionKind::Event => ", shape=note",
         FunctionKind::Tracer => ", style=dashed",
         FunctionKind::Function | FunctionKind::Plt | FunctionKind::Got => "",

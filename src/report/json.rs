@@ -17,7 +17,8 @@
 //! (`calls` − `unknown_time_calls`) × `resolution_ns`. The numbers stay as computed, but such a
 //! figure is less than its bound, how much less is not known. `off_cpu_ns` is the time the
 //! function's calls spent off the CPU, taken out of their times (a recording with `-E offcpu`,
-//! probe costs taken out; left out otherwise). A function with no timed call
+//! probe costs taken out; left out otherwise); `preempted_ns` is, in its place, the time they
+//! spent preempted (recorded by default without `-E offcpu`). A function with no timed call
 //! (every one of unknown time) has `null` for every time: they are unknown, not 0.
 //! The header comes from [`TraceInfo`] (`damaged_chunks` only when the data file had any: then
 //! `events` counts those read, not those recorded); `functions` are in the summary's order (`--sort`) with the same
@@ -82,6 +83,11 @@ struct JsonFunction<'a> {
     /// with `-E offcpu`, probe costs taken out.
     #[serde(skip_serializing_if = "Option::is_none")]
     off_cpu_ns: Option<u64>,
+    /// The time its calls spent preempted (off the CPU, still runnable), taken out of the times
+    /// above: for a recording without `-E offcpu` where the kernel let utrace record it, probe
+    /// costs taken out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preempted_ns: Option<u64>,
     /// The share of the raw total time that was probe costs taken out (0 to 1, three decimals;
     /// 0 under `--raw-times`): above one half, the summary marks the function's times as
     /// estimates.
@@ -140,7 +146,7 @@ pub fn write_json(
     out: &mut dyn Write,
 ) -> io::Result<()> {
     let sort = options.sort;
-    let off_cpu = options.off_cpu(table) == OffCpu::TakenOut;
+    let off_cpu = options.off_cpu(table);
     let processes = processes.sorted();
     let several = processes.len() > 1;
     let functions = processes
@@ -154,7 +160,9 @@ pub fn write_json(
         })
         .map(|(pid, row, percentiles)| {
             let timed = |ns: u64| (row.stats.timed_calls() > 0).then_some(ns);
-            let off_cpu_ns = off_cpu.then_some(row.stats.off_cpu_ns).and_then(timed);
+            let taken_out = |kind| (off_cpu == kind).then_some(row.stats.off_cpu_ns);
+            let off_cpu_ns = taken_out(OffCpu::TakenOut).and_then(timed);
+            let preempted_ns = taken_out(OffCpu::PreemptedTakenOut).and_then(timed);
             JsonFunction {
                 pid,
                 name: &row.function.name,
@@ -172,6 +180,7 @@ pub fn write_json(
                 p90_ns: timed(percentiles.p90_ns),
                 p99_ns: timed(percentiles.p99_ns),
                 off_cpu_ns,
+                preempted_ns,
                 probe_share: (row.stats.probe_share() * 1000.0).round() / 1000.0,
                 entry_site: match row.function.probes.entry {
                     Execution::Emulated => "emulated",

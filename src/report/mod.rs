@@ -234,13 +234,22 @@ impl ReportOptions {
         }
     }
 
-    /// What is known of the time off the CPU: recorded (`-E offcpu`) or not, and taken out of
-    /// the calls when times are corrected (`--raw-times` shows them as measured).
+    /// What is known of the time off the CPU: all of it recorded (`-E offcpu`), the time
+    /// preempted (by default), or none, and taken out of the calls when times are corrected
+    /// (`--raw-times` shows them as measured).
     pub fn off_cpu(&self, table: &FunctionTable) -> OffCpu {
-        match table.functions.iter().any(TracedFunction::is_off_cpu) {
-            false => OffCpu::Unknown,
-            true if self.probe_costs.is_some() => OffCpu::TakenOut,
-            true => OffCpu::Recorded,
+        let functions = &table.functions;
+        let corrected = self.probe_costs.is_some();
+        let all = functions.iter().any(TracedFunction::is_off_cpu);
+        match (
+            all,
+            functions.iter().any(TracedFunction::is_preemption),
+            corrected,
+        ) {
+            (false, false, _) => OffCpu::Unknown,
+            (true, _, true) => OffCpu::TakenOut,
+            (false, true, true) => OffCpu::PreemptedTakenOut,
+            (_, _, false) => OffCpu::Recorded,
         }
     }
 }

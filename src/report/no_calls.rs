@@ -30,7 +30,8 @@ pub struct NoCalls<'a> {
 impl fmt::Display for NoCalls<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let file = self.file.display();
-        if self.events == 0 {
+        // The time preempted is no call: a file of those events alone holds none.
+        if self.events == self.replay.preemption_events {
             return if self.damaged_chunks > 0 {
                 write!(f, "every events chunk of {file} is damaged")
             } else if self.cut_short {
@@ -54,7 +55,8 @@ impl fmt::Display for NoCalls<'_> {
                 )
             };
         }
-        let functions = self.table.functions.len();
+        let functions = self.table.functions.iter();
+        let functions = functions.filter(|f| !f.is_preemption()).count();
         if !self.filter.function_mask(self.table).contains(&true) {
             return write!(
                 f,
@@ -93,6 +95,7 @@ impl NoCalls<'_> {
             .table
             .functions
             .iter()
+            .filter(|f| !f.is_preemption())
             .map(|f| f.name.as_str())
             .collect();
         match names.len() {

@@ -304,6 +304,20 @@ pub enum OffCpu {
     Recorded,
     /// Recorded, and taken out of the calls it fell in (see [`FinishedCall::off_cpu_ns`]).
     TakenOut,
+    /// Only the time preempted recorded (by default, without `-E offcpu`), and taken out of the
+    /// calls it fell in: [`FinishedCall::off_cpu_ns`] is that time.
+    PreemptedTakenOut,
+}
+
+impl OffCpu {
+    /// The name of the column of the time taken out, when some is.
+    pub fn column(self) -> Option<&'static str> {
+        match self {
+            OffCpu::TakenOut => Some("Off-CPU"),
+            OffCpu::PreemptedTakenOut => Some("Preempted"),
+            OffCpu::Unknown | OffCpu::Recorded => None,
+        }
+    }
 }
 
 /// Collects [`FunctionStats`] per function id; a [`CallSink`].
@@ -387,9 +401,9 @@ impl Summary {
             Some(_) => format!("  {:>10}  {:>10}  {:>10}", "P50", "P90", "P99"),
             None => String::new(),
         };
-        let (off_cpu_head, off_cpu_rule) = match layout.off_cpu {
-            OffCpu::TakenOut => (format!("  {:>10}", "Off-CPU"), "  =========="),
-            OffCpu::Unknown | OffCpu::Recorded => (String::new(), ""),
+        let (off_cpu_head, off_cpu_rule) = match layout.off_cpu.column() {
+            Some(column) => (format!("  {column:>10}"), "  =========="),
+            None => (String::new(), ""),
         };
         writeln!(
             out,
@@ -452,7 +466,7 @@ impl Summary {
                     .map(|ns| corrected(ns, call_resolution_ns, ceilings.call_ns));
                 write!(out, "  {p50:>10}  {p90:>10}  {p99:>10}")?;
             }
-            if layout.off_cpu == OffCpu::TakenOut {
+            if layout.off_cpu.column().is_some() {
                 let off_cpu = CorrectedDuration::new(s.off_cpu_ns, 0);
                 let off_cpu = Shown((timed && !apart).then_some(off_cpu));
                 write!(out, "  {off_cpu:>10}")?;

@@ -156,6 +156,7 @@ fn report_summary_matches_golden() {
     assert_eq!(
         outcome.replay,
         ReplayStats {
+            preemption_events: 0,
             unmatched_exits: 1,
             unfinished_calls: 2,
             unknown_time_calls: 0,
@@ -1797,4 +1798,42 @@ fn report_marks_functions_a_few_long_calls_carry() {
     let (table, events) = preempted_events();
     let text = report_of_table(&table, &events, Format::Summary, &costs_of_nothing());
     assert!(!text.contains('~'), "{text}");
+}
+
+/// By default the time preempted (`linux:preempted`) is no call: taken out of the calls it fell
+/// in, in a `Preempted` column (json `preempted_ns`), with no row of its own and no line in the
+/// replay; `--raw-times` leaves it in, with no column and no mark.
+#[test]
+fn report_takes_the_time_preempted_out_without_showing_it_as_a_call() {
+    let (mut table, events) = preempted_events();
+    table.functions[2].name = crate::table::PREEMPTION_FUNCTION.to_owned();
+    table.functions[2].kind = FunctionKind::Preemption;
+    let text = report_of_table(&table, &events, Format::Summary, &costs_of_nothing());
+    assert!(text.contains("Maximum   Preempted  Function"), "{text}");
+    let tiny = text.lines().find(|l| l.ends_with("  tiny")).unwrap();
+    let words: Vec<&str> = tiny.split_whitespace().collect();
+    // Total, Total %, Self, Calls, Average, Minimum, Maximum, Preempted.
+    assert_eq!(
+        words,
+        [
+            "10.000", "us", "0.50%", "10.000", "us", "20", "500", "ns", "500", "ns", "500", "ns",
+            "1.000", "ms", "tiny"
+        ],
+        "{text}"
+    );
+    assert!(!text.contains("linux:"), "{text}");
+    let json = report_of_table(&table, &events, Format::Json, &costs_of_nothing());
+    assert!(json.contains(r#""preempted_ns": 1000000,"#), "{json}");
+    assert!(
+        !json.contains("off_cpu_ns") && !json.contains("linux:"),
+        "{json}"
+    );
+    let replay = report_of_table(&table, &events, Format::Replay, &costs_of_nothing());
+    assert!(!replay.contains("linux:"), "{replay}");
+
+    let raw = report_of_table(&table, &events, Format::Summary, &ReportOptions::default());
+    assert!(!raw.contains("Preempted") && !raw.contains('~'), "{raw}");
+    let tiny = raw.lines().find(|l| l.ends_with("  tiny")).unwrap();
+    assert!(tiny.trim_start().starts_with("1.010 ms"), "{raw}");
+    assert!(!raw.contains("linux:"), "{raw}");
 }

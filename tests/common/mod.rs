@@ -949,3 +949,21 @@ pub fn folded_user_stacks_through<'a>(folded: &'a str, frame: &str) -> Vec<(Vec<
         .filter(|(frames, _)| frames.contains(&frame))
         .collect()
 }
+
+/// How many events of `data` are of the time preempted (an entry and an exit an interval, which
+/// the recorder writes by default): they are no calls, but the file's events count them.
+pub fn preemption_events(data: &Path) -> u64 {
+    let mut reader = utrace::data::DataReader::open(data).unwrap();
+    let functions = &reader.functions().functions;
+    let Some(id) = functions.iter().position(|f| f.is_preemption()) else {
+        return 0;
+    };
+    let mut count = 0;
+    while let Some(events) = reader.next_events().unwrap() {
+        count += events
+            .iter()
+            .filter(|e| e.function_id() as usize == id)
+            .count() as u64;
+    }
+    count
+}
