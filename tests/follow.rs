@@ -339,6 +339,9 @@ fn a_child_that_execs_its_own_program_is_counted_once() {
 /// kill -9 of the recorder while a forked child is held at its fork, waiting to be probed: the
 /// BPF program lets every followed process go on, so the child runs its calls and exits, and the
 /// parent (which waits for each child) ends as untraced. The recorder is gone at once.
+///
+/// The recorder is stopped first, so that the next child stays held until the kill: a child the
+/// recorder lets go within a millisecond was missed by polling in a slow (TCG) guest.
 #[test]
 fn a_killed_recorder_lets_a_child_held_at_its_fork_go() {
     if !bpf_available("a_killed_recorder_lets_a_child_held_at_its_fork_go") {
@@ -348,6 +351,7 @@ fn a_killed_recorder_lets_a_child_held_at_its_fork_go() {
     let untraced = run_untraced(&program, &["400"]);
     let mut recording = RecordingToKill::start(&program, &["400"], &["--follow"]);
     let target = child_running(recording.recorder_pid(), &program);
+    send_signal(recording.recorder_pid(), libc::SIGSTOP);
     let held = stopped_child_of(target);
     recording.kill();
     assert_never_left_stopped(held);
