@@ -448,3 +448,71 @@ fn stack_repairs_are_utrace_time_not_the_programs() {
     // No share of the program's time.
     assert_eq!(row.split_whitespace().nth(2), Some("-"), "{summary}");
 }
+
+/// Under -p the ptrace tracer pauses the thread for its stack, as the group stop does under -c:
+/// each pause is a call of `[utrace: stack repair]` on the thread, where it happened (the same
+/// number as under -c), and its time is taken out of the calls it fell in: the throwing and
+/// catching calls' corrected totals leave out at least the pauses under them.
+#[test]
+fn pauses_of_an_attached_process_are_utrace_time_not_the_programs() {
+    if !bpf_available("pauses_of_an_attached_process_are_utrace_time_not_the_programs") {
+        return;
+    }
+    let _one = one_attach_at_a_time();
+    let program = compile("exceptions.cpp", "exceptions-attached-pauses", &[]);
+    let started = record_unchanged(&program, &["100"], &[]);
+    let repair_calls = |json: &serde_json::Value| {
+        let functions = json["functions"].as_array().unwrap();
+        let repair = functions
+            .iter()
+            .find(|f| f["name"] == "[utrace: stack repair]");
+        repair.unwrap_or_else(|| panic!("no stack repair in {json}"))["calls"].clone()
+    };
+    let expected = repair_calls(&started.json());
+    assert!(expected.as_u64().unwrap() >= 100, "{expected}");
+
+    let untraced = run_untraced(&program, &["100"]);
+    let thrower = WaitingThrower::start(&program, "100");
+    let data = thrower.data();
+    let recorder = thrower.attach(&[]);
+    thrower.go();
+    let (status, stdout, _dir) = thrower.end();
+    recorder.finish();
+    assert_ran_as_untraced(status, &stdout, &untraced, &data);
+    assert_eq!(repair_calls(&report_json(&data)), expected);
+
+    let report = |args: &[&str]| {
+        let output = report_output(&data, args);
+        assert_success(&output);
+        String::from_utf8(output.stdout).unwrap()
+    };
+    // Self time of each path, in ns: the pauses are their own frames.
+    let folded = report(&["--format=flame-graph"]);
+    let paused_under = |caller: &str| -> u64 {
+        (folded.lines())
+            .filter(|line| line.contains(&format!("{caller};")))
+            .filter_map(|line| line.rsplit_once(' '))
+            .filter(|(frames, _)| frames.ends_with(";[utrace: stack repair]"))
+            .map(|(_, ns)| ns.parse::<u64>().unwrap())
+            .sum()
+    };
+    let total_ns = |json: &serde_json::Value, name: &str| {
+        let functions = json["functions"].as_array().unwrap();
+        let found = functions.iter().find(|f| f["name"] == name);
+        found.unwrap_or_else(|| panic!("{name}: {json}"))["total_ns"]
+            .as_u64()
+            .unwrap()
+    };
+    let corrected: serde_json::Value = serde_json::from_str(&report(&["--format=json"])).unwrap();
+    let raw: serde_json::Value =
+        serde_json::from_str(&report(&["--format=json", "--raw-times"])).unwrap();
+    for caller in ["catch_through(int)", "__cxa_begin_catch@plt"] {
+        let paused = paused_under(caller);
+        assert!(paused > 0, "no pause under {caller}: {folded}");
+        let (corrected_ns, raw_ns) = (total_ns(&corrected, caller), total_ns(&raw, caller));
+        assert!(
+            corrected_ns + paused <= raw_ns,
+            "{caller}: corrected {corrected_ns} ns + paused {paused} ns, raw {raw_ns} ns"
+        );
+    }
+}

@@ -27,6 +27,7 @@ subset=(
   "exceptions a_killed_recorder_leaves_the_started_program_to_end_as_untraced"
   "exceptions a_killed_recorder_leaves_the_attached_process_running"
   "exceptions an_attached_process_throws_on_after_utrace_leaves"
+  "exceptions pauses_of_an_attached_process_are_utrace_time_not_the_programs"
   "attach a_running_process_is_traced_and_keeps_running_after_detach"
   "attach nested_library_functions_are_counted_exactly"
   "attach a_library_loaded_with_dlopen_is_counted_exactly"

@@ -151,6 +151,8 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             // Negative results are EINTR from our own signals; the next round handles them.
             self.ring.poll_raw(POLL_INTERVAL);
             self.ring.consume_raw();
+            // After the events: a pause served before they were consumed goes among them.
+            self.session.place_served_pauses(self.inbox, None);
             let due = last_flush.elapsed() >= FLUSH_INTERVAL;
             if due {
                 last_flush = Instant::now();

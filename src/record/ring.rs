@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 
 use super::follow::ProcessChange;
+use super::seizer::ServedPause;
 use super::stack_writes::{MalformedRequest, StackWriteRequest};
 use super::strings::UnreadStrings;
 use crate::event::Event;
@@ -104,10 +105,7 @@ impl Inbox {
         let request = StackWriteRequest::parse(bytes);
         if let Ok(request) = &request {
             let read_ns = super::monotonic_now_ns();
-            let last_ns = (self.events.borrow().iter().rev())
-                .find(|event| event.tid() == request.tid && event.function != Event::VALUES)
-                .map(|event| event.timestamp_ns)
-                .filter(|&last_ns| read_ns.saturating_sub(last_ns) <= PAUSE_LEAD_MAX_NS);
+            let last_ns = pause_start_ns(&self.events.borrow(), request.tid, read_ns);
             self.pauses.borrow_mut().push(Pause {
                 pid: request.pid,
                 tid: request.tid,
@@ -129,10 +127,50 @@ impl Inbox {
         }
     }
 
+    /// Pauses the ptrace tracer served (`-p`): each becomes a call of `function` on its thread,
+    /// put among the thread's events where it happened. The thread ran on at once, so events of
+    /// after the pause may be here already: the call goes before the first of them.
+    pub fn place_served_pauses(&self, function: crate::table::FunctionId, pauses: &[ServedPause]) {
+        let mut events = self.events.borrow_mut();
+        for pause in pauses {
+            let since_ns = pause_start_ns(&events, pause.tid, pause.stopped_ns);
+            let since_ns = since_ns.unwrap_or(pause.stopped_ns);
+            let entry = Event::entry(since_ns, pause.tid, function).in_process(pause.pid);
+            let exit = Event::exit(pause.resumed_ns.max(since_ns), pause.tid, function);
+            let at = first_event_after(&events, pause.tid, pause.stopped_ns);
+            events.splice(at..at, [entry, exit.in_process(pause.pid)]);
+        }
+    }
+
     /// The notes gathered so far, in the order they came.
     pub fn take_notes(&self) -> Vec<Note> {
         self.notes.take()
     }
+}
+
+/// When the thread `tid`, seen paused at `seen_ns`, stopped: at its last event before, if recent
+/// enough to be the one whose probe paused it (see [`PAUSE_LEAD_MAX_NS`]).
+fn pause_start_ns(events: &[Event], tid: u32, seen_ns: u64) -> Option<u64> {
+    (events.iter().rev())
+        .filter(|event| event.tid() == tid && event.function != Event::VALUES)
+        .map(|event| event.timestamp_ns)
+        .find(|&at_ns| at_ns <= seen_ns)
+        .filter(|&last_ns| seen_ns - last_ns <= PAUSE_LEAD_MAX_NS)
+}
+
+/// Where in `events` the first event of thread `tid` after `after_ns` starts (its value pieces,
+/// which come before it, included); the end if there is none.
+fn first_event_after(events: &[Event], tid: u32, after_ns: u64) -> usize {
+    let is_later = |event: &Event| {
+        event.tid() == tid && event.function != Event::VALUES && event.timestamp_ns > after_ns
+    };
+    let Some(at) = events.iter().position(is_later) else {
+        return events.len();
+    };
+    let pieces = (events[..at].iter().rev())
+        .take_while(|event| event.tid() == tid && event.function == Event::VALUES)
+        .count();
+    at - pieces
 }
 
 #[cfg(test)]
@@ -224,5 +262,53 @@ mod tests {
         );
         inbox.pauses_ended(9, read + 400);
         assert_eq!(inbox.events.borrow().len(), 4);
+    }
+
+    /// A pause the ptrace tracer served goes among its thread's events where it happened: from
+    /// the thread's last event before it (the one whose probe paused it) to its resume, before
+    /// the thread's next event and that event's value pieces.
+    #[test]
+    fn a_served_pause_goes_where_it_happened() {
+        let inbox = Inbox::default();
+        let paused_at = Event::entry(1_000, 43, 3).in_process(42);
+        let other_thread = Event::entry(2_000, 44, 3).in_process(42);
+        let next = Event::entry(9_000, 43, 4).in_process(42);
+        let pieces: Vec<Event> = Event::value_pieces(&next, &[1; 12]).collect();
+        inbox.take_event_record(&bytes(&paused_at));
+        inbox.take_event_record(&bytes(&other_thread));
+        let mut with_values = bytes(&next);
+        with_values.extend([1; 12]);
+        inbox.take_event_record(&with_values);
+        let pause = ServedPause {
+            pid: 42,
+            tid: 43,
+            stopped_ns: 1_500,
+            resumed_ns: 8_000,
+        };
+        inbox.place_served_pauses(9, &[pause]);
+        let expected = [
+            paused_at,
+            other_thread,
+            Event::entry(1_000, 43, 9).in_process(42),
+            Event::exit(8_000, 43, 9).in_process(42),
+            pieces[0],
+            pieces[1],
+            next,
+        ];
+        assert_eq!(*inbox.events.borrow(), expected);
+        // Its next events not yet consumed: at the end, from when the tracer saw it.
+        let later = ServedPause {
+            stopped_ns: 20_000_000,
+            resumed_ns: 20_000_500,
+            ..pause
+        };
+        inbox.place_served_pauses(9, &[later]);
+        assert_eq!(
+            inbox.events.borrow()[expected.len()..],
+            [
+                Event::entry(20_000_000, 43, 9).in_process(42),
+                Event::exit(20_000_500, 43, 9).in_process(42),
+            ]
+        );
     }
 }

@@ -15,6 +15,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -57,10 +58,24 @@ enum Request {
     Release,
 }
 
+/// One pause the tracer thread served: the thread was stopped for its stack from `stopped_ns`
+/// (when the tracer heard of it) to `resumed_ns` (just before it let it go), CLOCK_MONOTONIC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServedPause {
+    pub pid: u32,
+    pub tid: u32,
+    pub stopped_ns: u64,
+    pub resumed_ns: u64,
+}
+
+/// The pauses served and not yet taken by the recorder, shared with the tracer thread.
+type ServedPauses = Arc<Mutex<Vec<ServedPause>>>;
+
 /// The threads of a process, held with ptrace by a tracer thread of the recorder.
 pub struct Seizer {
     requests: Sender<Request>,
     done: Receiver<()>,
+    served: ServedPauses,
     /// The tracer thread's kernel thread id, for [`WAKE_SIGNAL`].
     tracer_tid: libc::pid_t,
     thread: Option<JoinHandle<()>>,
@@ -74,12 +89,14 @@ impl Seizer {
         let (requests, requests_in) = mpsc::channel();
         let (done_out, done) = mpsc::channel();
         let (seized_out, seized) = mpsc::channel();
+        let served = ServedPauses::default();
+        let served_by_tracer = served.clone();
         let thread = std::thread::Builder::new()
             .name("utrace-ptrace".into())
             .spawn(move || {
                 // SAFETY: gettid has no preconditions.
                 let tid = unsafe { libc::gettid() };
-                let tracer = match Tracer::seize(pid as libc::pid_t) {
+                let tracer = match Tracer::seize(pid as libc::pid_t, served_by_tracer) {
                     Ok(tracer) => tracer,
                     Err(error) => {
                         let _ = seized_out.send(Err(error));
@@ -98,6 +115,7 @@ impl Seizer {
             Ok(Ok(tracer_tid)) => Ok(Seizer {
                 requests,
                 done,
+                served,
                 tracer_tid,
                 thread: Some(thread),
             }),
@@ -126,9 +144,16 @@ impl Seizer {
         self.ask(Request::Hold);
     }
 
-    /// Lets every thread go on, as it was before: the tracer detaches them and ends.
-    pub fn release(mut self) {
+    /// The pauses served since the last call, in the order they ended.
+    pub fn take_pauses(&self) -> Vec<ServedPause> {
+        std::mem::take(&mut *self.served.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Lets every thread go on, as it was before: the tracer detaches them and ends. Returns the
+    /// pauses served since they were last taken.
+    pub fn release(mut self) -> Vec<ServedPause> {
         self.end();
+        self.take_pauses()
     }
 
     fn end(&mut self) {
@@ -198,6 +223,7 @@ struct Tracer {
     pending: HashMap<libc::pid_t, StackWriteRequest>,
     /// After [`Request::Hold`]: the threads stopped and kept so.
     held: Option<HashSet<libc::pid_t>>,
+    served: ServedPauses,
 }
 
 /// What `waitpid` said about one thread.
@@ -216,7 +242,7 @@ enum Report {
 impl Tracer {
     /// Seizes every thread listed in /proc/PID/task, again until no new one appears (a thread
     /// not yet seized may start another meanwhile).
-    fn seize(pid: libc::pid_t) -> Result<Tracer, SeizeError> {
+    fn seize(pid: libc::pid_t, served: ServedPauses) -> Result<Tracer, SeizeError> {
         let mut tracer = Tracer {
             pid,
             threads: HashSet::new(),
@@ -224,6 +250,7 @@ impl Tracer {
             parsed: Default::default(),
             pending: HashMap::new(),
             held: None,
+            served,
         };
         loop {
             let listed = thread_ids(pid).map_err(|source| SeizeError::Threads {
@@ -399,6 +426,7 @@ impl Tracer {
         if signal != libc::SIGURG && signal != libc::SIGSTOP {
             return false;
         }
+        let stopped_ns = super::monotonic_now_ns();
         // The BPF program submitted the request before the thread could stop: it is in the ring
         // buffer now.
         self.collect_requests();
@@ -412,6 +440,14 @@ impl Tracer {
                 request.pid
             );
         }
+        // The caller lets the thread go right after: its next event comes later than this.
+        let pause = ServedPause {
+            pid: request.pid,
+            tid: request.tid,
+            stopped_ns,
+            resumed_ns: super::monotonic_now_ns(),
+        };
+        (self.served.lock().unwrap_or_else(|e| e.into_inner())).push(pause);
         true
     }
 

@@ -14,7 +14,7 @@ use super::guardian::{Duties, Guardian};
 use super::proc_maps::executable_files;
 use super::process::{ChildSetup, ExitStatus};
 use super::ring::{Inbox, Note};
-use super::seizer::{SeizeError, Seizer};
+use super::seizer::{SeizeError, Seizer, ServedPause};
 use super::signals;
 use super::stack_writes::{MalformedRequest, StackWriteRequest};
 use super::strings::UnreadStrings;
@@ -220,6 +220,18 @@ impl Session {
         self.planner.plan().events.stack_repair
     }
 
+    /// Turns the pauses the ptrace tracer (`-p`) served since it last did into calls of
+    /// `[utrace: stack repair]` among `inbox`'s events; with `released`, those it served last.
+    pub(super) fn place_served_pauses(&self, inbox: &Inbox, released: Option<Vec<ServedPause>>) {
+        let (Some(repair), Some(pauses)) = (
+            self.stack_repair_function(),
+            released.or_else(|| self.seizer.as_ref().map(Seizer::take_pauses)),
+        ) else {
+            return;
+        };
+        inbox.place_served_pauses(repair, &pauses);
+    }
+
     /// The program's name, for messages: as the user named the command (a symlink's name, as
     /// `redis-server` for `redis-check-rdb`), or as `ps` names a running process; else its
     /// executable's file name.
@@ -382,10 +394,10 @@ impl Session {
         loaded.set_serving_stack_writes(false);
         loaded.set_recording(false);
         let detach_time = AttachedProbes::detach(probes);
-        if let Some(seizer) = self.seizer.take() {
+        let last_pauses = self.seizer.take().map(|seizer| {
             restore_return_addresses(pid, &loaded);
-            seizer.release();
-        }
+            seizer.release()
+        });
         // Stack ids are never reused (see stacks.bpf.h): the map holds every stack the events
         // name.
         self.note_mapped_files();
@@ -394,6 +406,7 @@ impl Session {
         // What the probes wrote last. Processes that still wait for the recorder run on
         // untraced, with the stack writes they asked for made.
         ring.consume_raw();
+        self.place_served_pauses(&inbox, last_pauses);
         // Full or not, nothing more comes.
         let _ = drain_events(&inbox, drain, true, &mut events);
         losses.tell(&loaded, drain);
