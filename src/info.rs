@@ -246,12 +246,12 @@ impl DataFileInfo {
             let noun = if chunks == 1 { "chunk" } else { "chunks" };
             writeln!(out, "damaged:     {chunks} {noun} skipped, {lost}")?;
         }
-        let tids: Vec<String> = self.scan.tids.iter().map(u32::to_string).collect();
-        writeln!(out, "threads:     {} ({})", tids.len(), tids.join(", "))?;
+        let tids = &self.scan.tids;
+        writeln!(out, "threads:     {} ({})", tids.len(), first_ids(tids))?;
         // Only a trace that followed processes (--follow) has more than one.
-        if self.scan.pids.len() > 1 {
-            let pids: Vec<String> = self.scan.pids.iter().map(u32::to_string).collect();
-            writeln!(out, "processes:   {} ({})", pids.len(), pids.join(", "))?;
+        let pids = &self.scan.pids;
+        if pids.len() > 1 {
+            writeln!(out, "processes:   {} ({})", pids.len(), first_ids(pids))?;
         }
         if let Some(offset) = self.second_recording {
             writeln!(
@@ -301,6 +301,21 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let year = year_of_era + era * 400 + i64::from(month <= 2);
     (year, month, day)
+}
+
+/// How many thread or process ids `info` lists: a Go program's goroutines or a server's
+/// threads run to hundreds, which would make one unreadable line.
+const IDS_LISTED: usize = 16;
+
+/// The first [`IDS_LISTED`] of `ids`, and how many more there are.
+fn first_ids<'a>(ids: impl IntoIterator<Item = &'a u32, IntoIter: ExactSizeIterator>) -> String {
+    let ids = ids.into_iter();
+    let more = ids.len().saturating_sub(IDS_LISTED);
+    let listed: Vec<String> = ids.take(IDS_LISTED).map(u32::to_string).collect();
+    match more {
+        0 => listed.join(", "),
+        _ => format!("{}, and {more} more", listed.join(", ")),
+    }
 }
 
 #[cfg(test)]
@@ -375,6 +390,17 @@ mod tests {
                 })
                 .unwrap();
         }
+    }
+
+    #[test]
+    fn ids_past_the_first_sixteen_are_counted() {
+        let few: Vec<u32> = vec![7, 9];
+        assert_eq!(first_ids(&few), "7, 9");
+        let many: Vec<u32> = (1..=20).collect();
+        assert_eq!(
+            first_ids(&many),
+            "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, and 4 more"
+        );
     }
 
     #[test]

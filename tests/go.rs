@@ -204,6 +204,25 @@ fn a_full_trace_of_a_go_http_server_reads_right() {
         .collect();
     traced_goroutines.sort();
     assert_eq!(traced_goroutines, said_goroutines, "{tree}");
+    // cgo's C code, where r14 holds no goroutine's `g`, runs on threads utrace numbers, never
+    // under a goroutine id read from whatever r14 held.
+    let c_tree = recording.report(&["--format=replay", "-f", "threadentry,x_cgo_init"]);
+    let c_threads: Vec<u32> = (c_tree.lines())
+        .filter_map(|line| {
+            line.split_once("] | ")?
+                .0
+                .rsplit('[')
+                .next()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(!c_threads.is_empty(), "{c_tree}");
+    assert!(
+        c_threads.iter().all(|&thread| thread >= 1 << 21),
+        "C code on goroutine ids: {c_tree}"
+    );
     // Named, the runtime's functions are traced.
     let named = record_unchanged(&server, &["2"], &["-f", "main.*,runtime.newobject"]);
     let traced = named.traced_counts();

@@ -84,16 +84,20 @@ static __always_inline __u32 goroutine_slot(__u64 g, __u64 slot)
 	return (__u32)(slot - hi);
 }
 
-/* An entry or exit event of a traced function at a probe whose registers are `ctx`: paired by
- * `slot` (see record()), or in a Go program by goroutine and the slot's distance from the top of
- * the goroutine's stack. */
-static __always_inline int record_call(struct pt_regs *ctx, __u32 function, __u64 slot,
-				       const bool legacy)
+/* An entry or exit event of a traced function at a probe whose registers are `ctx` and cookie
+ * `cookie`: paired by `slot` (see record()), or in a Go program by goroutine and the slot's
+ * distance from the top of the goroutine's stack. A Go program's C code (cgo's) has no `g` in
+ * r14: its calls get a number per thread (a key no `g`, a user address, can be), paired by
+ * slot as on any thread's stack. */
+static __always_inline int record_call(struct pt_regs *ctx, __u64 cookie, __u32 function,
+				       __u64 slot, const bool legacy)
 {
-	if (settings.go_goroutines)
-		return record_on(function, goroutine_slot(ctx->r14, slot),
-				 goroutine_number(ctx->r14));
-	return record_values(ctx, function, slot, true, legacy);
+	if (!settings.go_goroutines)
+		return record_values(ctx, function, slot, true, legacy);
+	if (cookie & COOKIE_NOT_GO)
+		return record_on(function, slot,
+				 goroutine_number((__u32)bpf_get_current_pid_tgid() | (1ull << 63)));
+	return record_on(function, goroutine_slot(ctx->r14, slot), goroutine_number(ctx->r14));
 }
 
 #endif

@@ -137,6 +137,9 @@ enum cookie_bits {
 	/* function_entry_legacy: the function's return is probed by function_exit_legacy, which
 	 * finds the function's cookie where the entry left it (see compat.bpf.h). */
 	COOKIE_RETURN_PROBED_BIT = 35,
+	/* function_entry, function_exit_site: in a Go program, the function is not Go code (cgo's C
+	 * code, a PLT stub): r14 holds no goroutine's `g`, its calls pair by thread (go.bpf.h). */
+	COOKIE_NOT_GO_BIT = 36,
 	/* plt_call: the stub's virtual address in the executable fills the high 32 bits;
 	 * library_plt_call: the stub's file offset in its library; got_call: the GOT slot's
 	 * virtual address in the executable. */
@@ -147,6 +150,7 @@ enum cookie_bits {
 #define COOKIE_AFTER_RETURN (1ull << COOKIE_AFTER_RETURN_BIT)
 #define COOKIE_NO_RETURN_VALUE (1ull << COOKIE_NO_RETURN_VALUE_BIT)
 #define COOKIE_RETURN_PROBED (1ull << COOKIE_RETURN_PROBED_BIT)
+#define COOKIE_NOT_GO (1ull << COOKIE_NOT_GO_BIT)
 
 /* Where a probe is, for the legacy programs, which get no cookie (compat.bpf.h): the inode of its
  * file and its offset there. */

@@ -225,9 +225,9 @@ static __always_inline int entered(struct pt_regs *ctx, const bool legacy)
 		push_pending_return(slot, cookie, chained);
 	}
 	shadow_entered(slot, legacy);
-	record_call(ctx, (__u32)cookie, slot, legacy);
+	record_call(ctx, cookie, (__u32)cookie, slot, legacy);
 	if (cookie & COOKIE_ALSO_EXIT)
-		record_call(ctx, (__u32)cookie | EVENT_EXIT, slot, legacy);
+		record_call(ctx, cookie, (__u32)cookie | EVENT_EXIT, slot, legacy);
 	return 0;
 }
 
@@ -455,7 +455,7 @@ static __always_inline int left_at_site(struct pt_regs *ctx, const bool legacy)
 	if (settings.value_functions && !settings.go_goroutines)
 		return record_values(ctx, (__u32)cookie | EVENT_EXIT, slot,
 				     !(cookie & COOKIE_NO_RETURN_VALUE), legacy);
-	return record_call(ctx, (__u32)cookie | EVENT_EXIT, slot, legacy);
+	return record_call(ctx, cookie, (__u32)cookie | EVENT_EXIT, slot, legacy);
 }
 
 SEC("uprobe.multi")

@@ -37,6 +37,7 @@ mod demangle;
 mod file;
 mod frames;
 mod go;
+mod go_code;
 mod go_goid;
 pub mod got_calls;
 pub mod ldcache;

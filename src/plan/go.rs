@@ -8,10 +8,13 @@
 //! between its entry and its exit, and a goroutine moves between threads: its calls are paired
 //! by function within the goroutine ([`Pairing::Goroutine`]).
 
+use std::collections::HashSet;
+
 use super::exits::{policy_without_uretprobes, say_without_uretprobes};
 use super::{ExitPolicy, PlanOptions};
 use crate::diagnostics::plural;
-use crate::elf::ExitProbe;
+use crate::elf::{ElfFile, ExitProbe};
+use crate::table::{FunctionId, FunctionKind, FunctionTable};
 
 /// How the BPF programs tell which entry an exit closes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,6 +27,26 @@ pub enum Pairing {
     /// moves between threads. A goroutine is named by its id, read at `goid_offset` in its `g`
     /// where the program's DWARF gives it, else by a number the BPF programs give it.
     Goroutine { goid_offset: Option<u32> },
+}
+
+/// The functions of `table` whose calls pair by goroutine: the Go code of the executable
+/// `program` (module 0), as Go's function table gives it. Not its C code (cgo's), its PLT stubs
+/// or the libraries', in which r14 holds no goroutine's `g`. Where the table cannot be read,
+/// every function of the executable but its stubs, as before it was read.
+pub(super) fn go_functions(table: &FunctionTable, program: &ElfFile) -> HashSet<FunctionId> {
+    let code = program.go_code();
+    let in_go_code = |offset: u64| {
+        let Some(code) = &code else {
+            return true;
+        };
+        let after = code.partition_point(|range| range.end <= offset);
+        code.get(after).is_some_and(|range| range.contains(&offset))
+    };
+    (table.functions.iter().enumerate())
+        .filter(|(_, f)| f.module == 0 && f.kind == FunctionKind::Function)
+        .filter(|(_, f)| in_go_code(f.offset))
+        .map(|(id, _)| id as FunctionId)
+        .collect()
 }
 
 /// How messages name a Go program.

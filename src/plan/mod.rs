@@ -62,7 +62,7 @@ use std::collections::HashSet;
 
 use crate::elf::{DebugLookup, ElfError, ExitProbe, SitePolicy};
 use crate::filter::FilterSpec;
-use crate::table::FunctionTable;
+use crate::table::{FunctionId, FunctionTable};
 
 /// What decides the plan, beside the files: the user's choices and the facts about the traced
 /// process that planning needs.
@@ -163,6 +163,9 @@ pub struct ProbePlan {
     /// (module, file offset) of the exit sites where a function that captures its return value
     /// leaves before it has one (a tail jump): their probes capture nothing.
     pub exits_before_return_value: HashSet<(u32, u64)>,
+    /// In a Go program, the functions whose calls pair by goroutine (see [`Pairing`]): its Go
+    /// code. Empty in other programs.
+    pub go_functions: HashSet<FunctionId>,
     /// The kernel events and USDT probes traced, as pseudo-functions of the table (`-E`).
     pub events: PlannedEvents,
 }

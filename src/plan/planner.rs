@@ -132,12 +132,16 @@ impl Planner {
             unwinder_sites,
             pairing,
             exits_before_return_value: Default::default(),
+            go_functions: Default::default(),
             events: Default::default(),
         };
         let unmatched = unmatched_value_requests(&options, &modules);
         let go_runtime_left_out = modules.iter().map(|m| m.go_runtime_left_out).sum();
         for module in modules {
             plan.add(module);
+        }
+        if let Some(program) = go_program {
+            plan.go_functions = go::go_functions(&plan.table, program);
         }
         let traced: Vec<_> = (files.traced.iter().enumerate())
             .filter_map(|(module, &index)| {

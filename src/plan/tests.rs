@@ -796,6 +796,7 @@ fn ids_are_dense_across_modules() {
         unwinder_sites: Vec::new(),
         pairing: Default::default(),
         exits_before_return_value: Default::default(),
+        go_functions: Default::default(),
         events: Default::default(),
     };
     plan.add(planned(

@@ -12,7 +12,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, ProgramMut, UprobeMultiOpts, UprobeOpts
 
 use super::error::ProbeError;
 use super::interface::{landing_cookie, COOKIE_AFTER_RETURN, COOKIE_ALSO_EXIT};
-use super::interface::{skel::types, COOKIE_NO_RETURN_VALUE, COOKIE_RETURN_PROBED};
+use super::interface::{skel::types, COOKIE_NOT_GO, COOKIE_NO_RETURN_VALUE, COOKIE_RETURN_PROBED};
 use super::{AttachMode, AttachedProbes, LoadedProbes, Programs};
 use crate::elf::ExitProbe;
 use crate::plan::{Landings, Route};
@@ -77,7 +77,8 @@ impl<'obj> LoadedProbes<'obj> {
             let sessions = self.strategy.sessions;
             let module = module_index as u32;
             self.set_value_specs(table, module)?;
-            let plan = ModuleProbes::new(table, exits, sites, landings, module, sessions);
+            let go = self.go_functions.as_ref();
+            let plan = ModuleProbes::new(table, exits, sites, landings, module, sessions, go);
             let progs = self.programs();
             // Sessions make return probes: they are released with the return links.
             attached.return_links.extend(self.attach_sites(
@@ -471,6 +472,7 @@ impl ModuleProbes {
         landings: &Landings,
         module: u32,
         sessions: bool,
+        go_functions: Option<&HashSet<FunctionId>>,
     ) -> ModuleProbes {
         let mut probes = ModuleProbes {
             calls: Vec::new(),
@@ -485,20 +487,22 @@ impl ModuleProbes {
             {
                 continue;
             }
+            let not_go = go_functions.is_some_and(|go| !go.contains(&(id as FunctionId)));
             let id = id as u64;
             let entry = function.offset as usize;
-            let mut cookie = id;
+            let cookie_of_function = id | if not_go { COOKIE_NOT_GO } else { 0 };
+            let mut cookie = cookie_of_function;
             let exit_cookie = match function.kind {
-                FunctionKind::Plt => id | COOKIE_AFTER_RETURN,
-                _ => id,
+                FunctionKind::Plt => cookie_of_function | COOKIE_AFTER_RETURN,
+                _ => cookie_of_function,
             };
             match &exits[id as usize] {
                 ExitProbe::Uretprobe(_) if sessions => {
-                    probes.calls.push((entry, id));
+                    probes.calls.push((entry, cookie_of_function));
                     continue;
                 }
                 ExitProbe::Uretprobe(_) => {
-                    probes.uretprobes.push((entry, id));
+                    probes.uretprobes.push((entry, cookie_of_function));
                     cookie |= COOKIE_RETURN_PROBED;
                 }
                 ExitProbe::Sites(offsets) => {

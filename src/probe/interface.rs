@@ -79,6 +79,10 @@ pub(super) const COOKIE_NO_RETURN_VALUE: u64 =
 /// legacy return probe finds its cookie where the entry left it (src/bpf/compat.bpf.h).
 pub(super) const COOKIE_RETURN_PROBED: u64 = 1 << types::cookie_bits::COOKIE_RETURN_PROBED_BIT.0;
 
+/// Set in the cookies of a Go program's function that is not Go code (cgo's C code, a PLT stub):
+/// its calls pair by thread, as r14 holds no goroutine's `g` there.
+pub(super) const COOKIE_NOT_GO: u64 = 1 << types::cookie_bits::COOKIE_NOT_GO_BIT.0;
+
 /// The cookie of a library call probed where it lands: the call's function id, and where its
 /// route is (a stub's or GOT slot's address, below 4 GiB: see [`crate::plan::Route`]) in the
 /// high bits.

@@ -1,6 +1,7 @@
 //! Loading: the skeleton opened, its configuration written, its programs loaded and the
 //! always-on ones (exec, fork, exit tracepoints) attached.
 
+use std::collections::HashSet;
 use std::io;
 use std::mem::MaybeUninit;
 
@@ -11,6 +12,7 @@ use super::error::{load_error, ProbeError};
 use super::interface::skel::{types, OpenUtraceSkel, UtraceSkel, UtraceSkelBuilder};
 use super::{AttachMode, AttachStrategy, Programs, Signals};
 use crate::plan::Pairing;
+use crate::table::FunctionId;
 
 /// What the loader needs to know before the programs are loaded: the BPF side's `struct
 /// settings`, and the ring buffer's size.
@@ -37,6 +39,9 @@ pub struct ProbeConfig {
     pub pause: StackPause,
     /// How exits pair with entries: by goroutine in a Go program.
     pub pairing: Pairing,
+    /// In a Go program, the functions whose calls pair by goroutine, its Go code; the others
+    /// (cgo's C code, PLT stubs) pair by thread. `None` in other programs.
+    pub go_functions: Option<HashSet<FunctionId>>,
     /// Some functions capture values (`-A`, `-R`, `-a`), strings up to this many bytes; `None`
     /// when none does.
     pub string_size: Option<u16>,
@@ -90,6 +95,8 @@ pub struct LoadedProbes<'obj> {
     pub(super) skel: UtraceSkel<'obj>,
     /// How their probes are attached.
     pub(super) strategy: &'static AttachStrategy,
+    /// See [`ProbeConfig::go_functions`].
+    pub(super) go_functions: Option<HashSet<FunctionId>>,
 }
 
 impl<'obj> LoadedProbes<'obj> {
@@ -154,7 +161,11 @@ impl<'obj> LoadedProbes<'obj> {
             config.tgid,
             started.elapsed().as_secs_f64() * 1e3
         );
-        Ok(LoadedProbes { skel, strategy })
+        Ok(LoadedProbes {
+            skel,
+            strategy,
+            go_functions: config.go_functions.clone(),
+        })
     }
 
     /// How [`attach`](Self::attach) attaches probes.

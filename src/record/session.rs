@@ -295,6 +295,8 @@ impl Session {
                 unwind_shadow,
                 pause,
                 pairing: plan.pairing,
+                go_functions: matches!(plan.pairing, crate::plan::Pairing::Goroutine { .. })
+                    .then(|| plan.go_functions.clone()),
                 string_size: values.any().then_some(values.string_size),
                 user_stacks: self.table().functions.iter().any(|f| f.user_stack),
                 events: EventPrograms::of(&plan.events, self.table())?,
