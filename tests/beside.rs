@@ -116,6 +116,9 @@ fn a_recording_ends_beside_bpftrace_return_probes() {
     // bpftrace's return probe on main is never given back while tick's keep coming: utrace says
     // why it does not wait, and leaves the release to a process of its own.
     assert_eq!(said.matches(WAITING).count(), 1, "{said}");
+    // It names the process whose return probes hold the release up, bpftrace's program.
+    let held_by = format!("pid {} (loop-beside)", bpftrace.program_pid());
+    assert!(said.contains(&held_by), "{held_by} not in {said}");
     let releaser = releaser_pid(&said);
     assert!(is_running(releaser), "{said}");
     // Once bpftrace and its program have gone, so has the release.
@@ -217,6 +220,21 @@ impl BpftraceRunning {
         let mut output = process.stdout.take().unwrap();
         wait_for_line(&mut output, "Attaching 2 probes");
         BpftraceRunning { process, output }
+    }
+
+    /// The pid of the program bpftrace started (`-c`), its child.
+    fn program_pid(&self) -> u32 {
+        let parent = self.process.id().to_string();
+        let children = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|entry| {
+                let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+                let (_, rest) = stat.rsplit_once(") ")?;
+                (rest.split_whitespace().nth(1) == Some(parent.as_str()))
+                    .then(|| entry.file_name().to_str()?.parse().ok())?
+            });
+        children.min().expect("bpftrace's program")
     }
 
     /// Waits for the program and bpftrace to end; what they wrote.

@@ -162,10 +162,45 @@ fn wait_for(mut releaser: std::process::Child) {
         log::warn!(
             "detaching waits for the kernel: it frees a uprobe only once every return probe \
              taken before has returned, and a process that keeps hitting return probes under one \
-             that never returns (another tracer's?) holds that up; the probes are off the \
+             that never returns holds that up (another tracer's? {}); the probes are off the \
              program, and process {} finishes their release in the background",
+            processes_hit_by_uprobes(),
             releaser.id()
         );
+    }
+}
+
+/// How many of the processes uprobes have hit the warning names.
+const PROCESSES_NAMED: usize = 4;
+
+/// The processes other than this one that uprobes have hit, as `pid N (name)`: the kernel maps
+/// its `[uprobes]` page (return trampoline, out-of-line slots) into a process at its first hit,
+/// so the one whose return probes hold releases up is among them.
+fn processes_hit_by_uprobes() -> String {
+    let own = std::process::id().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return "no process list".into();
+    };
+    let hit: Vec<String> = (entries.flatten())
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()) && *pid != own)
+        .filter(|pid| {
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+            maps.lines().any(|line| line.ends_with("[uprobes]"))
+        })
+        .map(|pid| {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("pid {pid} ({})", name.trim_end())
+        })
+        .collect();
+    match hit.len() {
+        0 => "no other process has hit a uprobe".into(),
+        1..=PROCESSES_NAMED => format!("uprobes have hit {}", hit.join(", ")),
+        more => format!(
+            "uprobes have hit {}, and {} more",
+            hit[..PROCESSES_NAMED].join(", "),
+            more - PROCESSES_NAMED
+        ),
     }
 }
 
