@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The benchmark's real programs (run by tools/bench.sh, or alone as root): the SQLite
-# amalgamation under utrace and under `uftrace record -P .` (same binary; counts compared), and
-# CPython's libpython under `--nest-lib 'libpython*'`. Loops tell what a probe costs; these tell
-# what a user pays on code made of many small calls, and how many hits single-step.
+# amalgamation under utrace and under `uftrace record -P .` (same binary; counts compared),
+# CPython's libpython under `--nest-lib 'libpython*'`, and a Go HTTP server traced in full. Loops
+# tell what a probe costs; these tell what a user pays on code made of many small calls, and how
+# many hits single-step.
 #
 # Usage: tools/bench/real_programs.sh UTRACE WORKDIR
-# Needs: cc, python3 and Debian's python3-dev (tools/setup.sh installs it), cargo (fetches the
-# amalgamation once, with the libsqlite3-sys crate), uftrace for the comparison (skipped, and
-# said, without it).
+# Needs: cc, go (golang-go), python3 and Debian's python3-dev (tools/setup.sh installs them),
+# cargo (fetches the amalgamation once, with the libsqlite3-sys crate), uftrace for the
+# comparison (skipped, and said, without it).
 set -euo pipefail
 utrace=$1
 work=$2
@@ -91,6 +92,18 @@ py_untraced=$(seconds "$pyjson" $dicts)
 py_traced=$(seconds "$utrace" record -o "$work/pyjson.data" --nest-lib 'libpython*' -- "$pyjson" $dicts)
 read -r py_calls py_single <<<"$(calls_and_single_stepped "$work/pyjson.data")"
 
+# Go: test/goserver.go, an HTTP server and 8 clients in one program, traced in full (the runtime
+# left out, as by default).
+goserver=$work/goserver
+if [[ ! -x $goserver || test/goserver.go -nt $goserver ]]; then
+	GOCACHE=$work/go/cache GOPATH=$work/go/path GO111MODULE=off GOPROXY=off GOFLAGS= \
+		go build -o "$goserver" test/goserver.go
+fi
+requests=50
+go_untraced=$(seconds "$goserver" $requests)
+go_traced=$(seconds "$utrace" record -o "$work/goserver.data" -- "$goserver" $requests)
+read -r go_calls go_single <<<"$(calls_and_single_stepped "$work/goserver.data")"
+
 per_call() { awk -v t="$1" -v u="$2" -v c="$3" 'BEGIN { printf "%.0f", (t - u) * 1e9 / c }'; }
 say ""
 say "Real programs (wall-clock seconds; ns per call = (traced - untraced) / calls, start-up included)"
@@ -103,3 +116,5 @@ fi
 printf '%-48s %s\n' "  counts equal to uftrace's" "$sqlite_counts"
 printf '%-48s %s\n' "Python json.dumps, $dicts dicts: untraced / traced" "$py_untraced / $py_traced s (--nest-lib 'libpython*')"
 printf '%-48s %s\n' "  calls, ns per call, single-stepped entries" "$py_calls, $(per_call "$py_traced" "$py_untraced" "$py_calls") ns, $py_single of calls"
+printf '%-48s %s\n' "Go HTTP server, 8 × $requests requests: untraced / traced" "$go_untraced / $go_traced s: $(awk -v a="$go_traced" -v b="$go_untraced" 'BEGIN { printf "%.0f", a / b }')× (target <= 100×)"
+printf '%-48s %s\n' "  calls, ns per call, single-stepped entries" "$go_calls, $(per_call "$go_traced" "$go_untraced" "$go_calls") ns, $go_single of calls"
