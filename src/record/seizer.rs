@@ -2,7 +2,9 @@
 //! shadow stack (src/bpf/shadow.bpf.h) can pause a thread while its stack is written, as it stops
 //! a command utrace started. The pause is a signal-delivery-stop of SIGURG (SIGSTOP for a thread
 //! that blocks SIGURG): only the tracer sees it, and suppresses the signal once the writes are
-//! made; the program's real parent never sees a stop. Only the paused thread waits.
+//! made; the program's real parent never sees a stop. Only the paused thread waits. Each pause
+//! served is kept ([`ServedPause`]) for the recorder, which writes it as a call of
+//! `[utrace: stack repair]`: utrace's time, not the program's.
 //!
 //! Every ptrace request must come from the thread that seized, so one tracer thread does it all:
 //! seize, serve the pauses (`waitpid(-1, __WALL)`), hold and release. The recorder's other
