@@ -73,7 +73,7 @@ extern "C" {
     fn utrace_calibration_stepped_ret(x: u64) -> u64;
 }
 
-/// The probed function of each class, in [`ProbeClass::ALL`] order.
+/// The probed function of each class, in [`ProbeClass::USER`] order.
 const PROBED: [unsafe extern "C" fn(u64) -> u64; 4] = [
     utrace_calibration_emulated_uretprobe,
     utrace_calibration_stepped_uretprobe,
@@ -193,7 +193,7 @@ fn calibrate() -> Result<(ProbeCosts, Duration, AttachedProbes), CalibrationErro
     let ring = ring.build().map_err(CalibrationError::RingBuffer)?;
 
     let mut classes = Vec::new();
-    for ((class, &f), untraced) in ProbeClass::ALL.iter().zip(&PROBED).zip(untraced) {
+    for ((class, &f), untraced) in ProbeClass::USER.iter().zip(&PROBED).zip(untraced) {
         let traced = median(&time_rounds(f));
         ring.consume().map_err(CalibrationError::RingBuffer)?;
         let mut inside = inside_times(&events.take())?;
@@ -215,12 +215,12 @@ fn calibrate() -> Result<(ProbeCosts, Duration, AttachedProbes), CalibrationErro
 }
 
 /// The file the calibration functions live in, a table of them (one per class, in
-/// [`ProbeClass::ALL`] order) and where their exits are probed.
+/// [`ProbeClass::USER`] order) and where their exits are probed.
 fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), CalibrationError> {
     let mut module = None;
     let mut functions = Vec::new();
     let mut exits = Vec::new();
-    for (class, &f) in ProbeClass::ALL.iter().zip(&PROBED) {
+    for (class, &f) in ProbeClass::USER.iter().zip(&PROBED) {
         let address = f as usize as u64;
         let (file, offset) = file_offset_of(std::process::id(), address)
             .ok()
@@ -229,8 +229,9 @@ fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), Calibr
         let code = code_of(f);
         let ret = code.iter().position(|&b| b == 0xc3).unwrap_or(0) as u64;
         exits.push(match class.exit {
-            ExitKind::Uretprobe => ExitProbe::Uretprobe(NoExitSites::Leaf),
             ExitKind::Instruction => ExitProbe::Sites(vec![offset + ret]),
+            // A uretprobe: the user classes have no other exit kind.
+            _ => ExitProbe::Uretprobe(NoExitSites::Leaf),
         });
         functions.push(TracedFunction {
             name: class.name().to_owned(),
@@ -330,7 +331,7 @@ mod tests {
 
     #[test]
     fn calibration_functions_are_of_their_class() {
-        for (class, &f) in ProbeClass::ALL.iter().zip(&PROBED) {
+        for (class, &f) in ProbeClass::USER.iter().zip(&PROBED) {
             assert_eq!(execution_at(code_of(f)), class.entry, "{}", class.name());
             // SAFETY: as in time_rounds.
             assert_eq!(unsafe { f(7) }, 7);
