@@ -14,6 +14,7 @@ use libbpf_rs::btf::types::Func;
 use libbpf_rs::btf::Btf;
 
 use crate::filter::{split_list, Glob, GlobError};
+use crate::table::ProbeClass;
 
 /// Where tracefs may be mounted, in order.
 const TRACEFS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
@@ -26,6 +27,9 @@ pub struct KernelFunctionRequests {
     /// `-K`: the deepest level recorded below a system call, 1 for the traced kernel functions
     /// it reaches first; 0 for every level.
     pub depth: u32,
+    /// The class of their probes, as the recorder attaches them here (see
+    /// [`crate::probe_cost`]).
+    pub probes: ProbeClass,
 }
 
 /// A `-k` request that cannot be planned.
@@ -76,6 +80,7 @@ impl KernelFunctionRequests {
         Ok(KernelFunctionRequests {
             patterns,
             depth: depth.unwrap_or(0),
+            probes: ProbeClass::default(),
         })
     }
 
