@@ -277,8 +277,18 @@ fn kernel_class_cost(
     attach: KernelAttach,
     traced_calls: impl FnOnce() -> Result<Vec<u64>, CalibrationError>,
 ) -> Result<ProbeCost, CalibrationError> {
-    let symbol = first_traceable(&GETPPID_FUNCTIONS)?.ok_or(CalibrationError::NoGetppidFunction)?;
     let class = attach.probe_class();
+    let (table, planned) = getppid_plan(class)?;
+    let untraced = median(&time_rounds(getppid));
+    let links = loaded.attach_events(&planned, &table, std::process::id())?;
+    let traced = median(&time_rounds(getppid));
+    drop(links);
+    cost_of(class, untraced, traced, traced_calls()?)
+}
+
+/// A table of getppid's kernel function alone, of `class`, and its plan.
+fn getppid_plan(class: ProbeClass) -> Result<(FunctionTable, PlannedEvents), CalibrationError> {
+    let symbol = first_traceable(&GETPPID_FUNCTIONS)?.ok_or(CalibrationError::NoGetppidFunction)?;
     let table = FunctionTable {
         modules: vec![KERNEL_MODULE.to_owned()],
         functions: vec![TracedFunction {
@@ -302,11 +312,7 @@ fn kernel_class_cost(
         }],
         ..PlannedEvents::default()
     };
-    let untraced = median(&time_rounds(getppid));
-    let links = loaded.attach_events(&planned, &table, std::process::id())?;
-    let traced = median(&time_rounds(getppid));
-    drop(links);
-    cost_of(class, untraced, traced, traced_calls()?)
+    Ok((table, planned))
 }
 
 /// `getppid`, as a calibration function: its argument is ignored.
