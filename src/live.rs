@@ -107,7 +107,8 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
     // tree of a program making 150k calls a second took five times as long as recording it.
     let out = io::BufWriter::with_capacity(1 << 16, out);
     // Measured while the program is planned: both take tens of milliseconds of start-up.
-    let calibrating = (!options.raw_times).then(|| std::thread::spawn(calibrate::probe_costs));
+    let kernel_functions = &options.trace.events.kernel_functions;
+    let calibrating = (!options.raw_times).then(|| calibrate::start(kernel_functions));
     let prepared = Session::prepare(&options.trace);
     // Dropped, with its probes, after the session's probes are gone.
     let calibration = calibrating.map(calibrate::joined).transpose();

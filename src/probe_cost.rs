@@ -9,8 +9,10 @@
 //! What a probe costs depends on how the kernel runs the probed instruction: it emulates a few
 //! (`push`, `nop`, relative jumps and calls) and single-steps the rest out of line, which is an
 //! order of magnitude dearer in a VM; and on how the exit is seen (a uretprobe, or a probe on the
-//! `ret`). Each traced function carries its [`ProbeClass`]; the recorder measures each class on
-//! the machine at startup (`record/calibrate.rs`) and stores the figures in the data file.
+//! `ret`). A kernel function's (`-k`) kprobes cost what its attach mode costs: kprobe_multi
+//! links, or a kprobe and a kretprobe. Each traced function carries its [`ProbeClass`]; the
+//! recorder measures each class on the machine at startup (`record/calibrate.rs`; the kernel
+//! functions' only under `-k`) and stores the figures in the data file.
 //!
 //! The inside cost taken out of a call is a median: a real call's probes cost more or less than
 //! that, so a corrected time is only known to within how much they vary, the cost's *spread*
@@ -63,16 +65,19 @@ impl ProbeCosts {
             .map_or(ProbeCost::default(), |&(_, cost)| cost)
     }
 
-    /// The figure of each function of `table`, by function id: kernel events cost a
-    /// tracepoint's program, not uprobes, and nothing was measured for them.
+    /// The figure of each function of `table`, by function id: user functions' uprobes and
+    /// kernel functions' kprobes (`-k`) were measured; kernel events cost a tracepoint's program,
+    /// and nothing was measured for them.
     pub fn by_function(&self, table: &FunctionTable) -> Vec<ProbeCost> {
         table
             .functions
             .iter()
-            .map(|function| match function.kind.is_probed_code() {
-                true => self.of(function.probes),
-                false => ProbeCost::default(),
-            })
+            .map(
+                |function| match function.kind.is_probed_code() || function.probes.is_kernel() {
+                    true => self.of(function.probes),
+                    false => ProbeCost::default(),
+                },
+            )
             .collect()
     }
 
@@ -157,7 +162,7 @@ impl Resolutions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::{Execution, ExitKind};
+    use crate::table::{Execution, ExitKind, FunctionKind};
 
     #[test]
     fn unmeasured_classes_cost_nothing() {
@@ -175,6 +180,30 @@ mod tests {
         assert_eq!(
             costs.lines(),
             ["single-stepped entry, uretprobe: 700 ns inside the call, 2000 ns in all"]
+        );
+    }
+
+    #[test]
+    fn kernel_functions_cost_their_class_and_kernel_events_nothing() {
+        let mut table = FunctionTable::of_names(&["main", "vfs_read", "sys_read"]);
+        for function in &mut table.functions[1..] {
+            function.kind = FunctionKind::Kernel;
+        }
+        table.functions[1].probes = ProbeClass::KPROBE_MULTI;
+        let cost = |inside_ns| ProbeCost {
+            inside_ns,
+            full_ns: 2 * inside_ns,
+            inside_spread_ns: Some(100),
+        };
+        let costs = ProbeCosts {
+            classes: vec![
+                (ProbeClass::default(), cost(1_000)),
+                (ProbeClass::KPROBE_MULTI, cost(3_000)),
+            ],
+        };
+        assert_eq!(
+            costs.by_function(&table),
+            [cost(1_000), cost(3_000), ProbeCost::default()]
         );
     }
 

@@ -235,7 +235,8 @@ pub fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-/// How the kernel runs the instruction under a uprobe.
+/// How the kernel runs the instruction under a uprobe. A kernel function's entry (`-k`) counts as
+/// emulated: ftrace calls its probe from the function's first instruction, and nothing is stepped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Execution {
     /// Emulated in the trap handler: `push reg`, `nop`, relative `jmp`, `call` and `jcc`.
@@ -254,6 +255,11 @@ pub enum ExitKind {
     /// A uprobe on each instruction that leaves the function (`--exit-probes=ret`), measured on
     /// a `ret`, which the kernel single-steps.
     Instruction,
+    /// A kernel function's return (`-k`), with its entry probed by the same kprobe_multi link
+    /// pair: fprobe's return hook.
+    KretprobeMulti,
+    /// A kernel function's return (`-k`) by a kretprobe of its own, its entry by a kprobe.
+    Kretprobe,
 }
 
 /// What decides a function's probe costs.
@@ -265,16 +271,27 @@ pub struct ProbeClass {
 }
 
 impl ProbeClass {
-    /// Every class, in the order figures are shown.
-    pub const ALL: [ProbeClass; 4] = [
+    /// Every class of user functions, in the order figures are shown.
+    pub const USER: [ProbeClass; 4] = [
         ProbeClass::new(Execution::Emulated, ExitKind::Uretprobe),
         ProbeClass::new(Execution::SingleStepped, ExitKind::Uretprobe),
         ProbeClass::new(Execution::Emulated, ExitKind::Instruction),
         ProbeClass::new(Execution::SingleStepped, ExitKind::Instruction),
     ];
 
+    /// A kernel function's probes attached with kprobe_multi links (see [`ExitKind`]).
+    pub const KPROBE_MULTI: ProbeClass =
+        ProbeClass::new(Execution::Emulated, ExitKind::KretprobeMulti);
+    /// A kernel function's probes attached as a kprobe and a kretprobe.
+    pub const KPROBES: ProbeClass = ProbeClass::new(Execution::Emulated, ExitKind::Kretprobe);
+
     pub const fn new(entry: Execution, exit: ExitKind) -> ProbeClass {
         ProbeClass { entry, exit }
+    }
+
+    /// Whether the class is a kernel function's (`-k`), not a user function's uprobes.
+    pub fn is_kernel(self) -> bool {
+        matches!(self.exit, ExitKind::KretprobeMulti | ExitKind::Kretprobe)
     }
 
     /// How `record -d` and `info` name the class.
@@ -286,6 +303,8 @@ impl ProbeClass {
             (Execution::SingleStepped, ExitKind::Instruction) => {
                 "single-stepped entry, probe on ret"
             }
+            (_, ExitKind::KretprobeMulti) => "kernel function, kprobe_multi",
+            (_, ExitKind::Kretprobe) => "kernel function, kprobe and kretprobe",
         }
     }
 }

@@ -70,8 +70,10 @@ pub const MAGIC: [u8; 8] = *b"UTRACE\0D";
 /// specs follow each function table; 7: an exit of the innermost open call is written as a
 /// return, without its function and stack; 8: a function may be of the kind `Tracer`, the time
 /// utrace held a thread stopped, which a reader of version 7 cannot decode; 9: a function may be
-/// of the kind `Preemption`, the time a thread was preempted, which a reader of 8 cannot decode).
-pub const VERSION: u32 = 9;
+/// of the kind `Preemption`, the time a thread was preempted, which a reader of 8 cannot decode;
+/// 10: a function, and a probe cost, may be of a kernel function's probe class, whose exit kind a
+/// reader of 9 cannot decode).
+pub const VERSION: u32 = 10;
 /// The oldest version this code reads: version 4 differs only in the chunk headers' last word.
 pub const OLDEST_VERSION: u32 = 4;
 /// Size of the file header: magic, version, reserved.

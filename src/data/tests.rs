@@ -259,6 +259,7 @@ fn probe_cost_spreads_follow_the_metadata_and_files_without_them_still_read() {
             classes: vec![
                 (ProbeClass::default(), cost(1_200, Some(90))),
                 (stepped, cost(5_000, Some(700))),
+                (ProbeClass::KPROBE_MULTI, cost(9_000, Some(900))),
             ],
         }),
         ..metadata()

@@ -257,6 +257,7 @@ pub(super) fn plan(
         if let Some(matched) = kernel_functions {
             for symbol in matched.traceable {
                 let id = add_function(plan, symbol.clone(), module, FunctionKind::Kernel);
+                plan.table.functions[id as usize].probes = kernel.probes;
                 planned.kernel_functions.push(PlannedKernelFunction {
                     function: id,
                     symbol,

@@ -14,6 +14,7 @@ use libbpf_rs::btf::types::Func;
 use libbpf_rs::btf::Btf;
 
 use crate::filter::{split_list, Glob, GlobError};
+use crate::table::ProbeClass;
 
 /// Where tracefs may be mounted, in order.
 const TRACEFS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
@@ -26,6 +27,9 @@ pub struct KernelFunctionRequests {
     /// `-K`: the deepest level recorded below a system call, 1 for the traced kernel functions
     /// it reaches first; 0 for every level.
     pub depth: u32,
+    /// The class of their probes, as the recorder attaches them here (see
+    /// [`crate::probe_cost`]).
+    pub probes: ProbeClass,
 }
 
 /// A `-k` request that cannot be planned.
@@ -76,6 +80,7 @@ impl KernelFunctionRequests {
         Ok(KernelFunctionRequests {
             patterns,
             depth: depth.unwrap_or(0),
+            probes: ProbeClass::default(),
         })
     }
 
@@ -103,10 +108,7 @@ impl KernelFunctionRequests {
     ) -> Result<MatchedKernelFunctions, KernelFunctionError> {
         let mut traceable_names = BTreeSet::new();
         let mut matched = MatchedKernelFunctions::default();
-        for name in listed
-            .lines()
-            .filter_map(|line| line.split_whitespace().next())
-        {
+        for name in listed_names(listed) {
             if traceable_names.insert(name) && self.matches(name) {
                 matched.traceable.push(name.to_owned());
             }
@@ -156,6 +158,20 @@ pub struct MatchedKernelFunctions {
     pub traceable: Vec<String>,
     /// Sorted by name.
     pub untraceable: Vec<String>,
+}
+
+/// The first of `names` the kernel can trace (see [`TRACEFS_LIST`]), if any.
+pub fn first_traceable<'n>(names: &[&'n str]) -> Result<Option<&'n str>, KernelFunctionError> {
+    let listed = read_tracefs_list().map_err(KernelFunctionError::Unlisted)?;
+    let traceable: BTreeSet<&str> = listed_names(&listed).collect();
+    Ok(names.iter().copied().find(|name| traceable.contains(name)))
+}
+
+/// The function names of the text of `available_filter_functions` (each line's first word).
+fn listed_names(listed: &str) -> impl Iterator<Item = &str> {
+    listed
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
 }
 
 /// The text of the first tracefs's `available_filter_functions` that can be read.

@@ -49,7 +49,7 @@ pub use events::{STACK_REPAIR_FUNCTION, TRACER_MODULE};
 pub use exits::{ExitPolicy, ReturnProbes, UnknownExitPolicy};
 pub use go::Pairing;
 pub use ifuncs::{IfuncChoices, IfuncNotFollowed, IfuncsUnknown, ResolvedIfuncs};
-pub use kernel_functions::{KernelFunctionError, KernelFunctionRequests};
+pub use kernel_functions::{first_traceable, KernelFunctionError, KernelFunctionRequests};
 pub use landings::{LandedCall, Landings, Route, StubKept};
 pub use libraries::{LibraryPatterns, PltLibraries};
 pub use planner::{Extension, Loaded, Planner};

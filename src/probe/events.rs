@@ -13,12 +13,15 @@ use super::{LoadedProbes, Programs};
 use crate::plan::{KernelFunctionRequests, PlannedEvents};
 use crate::table::FunctionTable;
 
-/// Whether the kernel functions `requests` asks for (`-k`) can be traced here, before anything
-/// runs: the error names what the kernel lacks and which kernels have it.
-pub fn check_kernel_functions(requests: &KernelFunctionRequests) -> Result<(), ProbeError> {
+/// How the kernel functions `requests` asks for (`-k`) are attached here, `None` when it asks
+/// for none; found before anything runs: the error names what the kernel lacks and which kernels
+/// have it.
+pub fn check_kernel_functions(
+    requests: &KernelFunctionRequests,
+) -> Result<Option<KernelAttach>, ProbeError> {
     match requests.any() {
-        true => super::strategy().kernel_functions().map(|_| ()),
-        false => Ok(()),
+        true => super::strategy().kernel_functions().map(Some),
+        false => Ok(None),
     }
 }
 

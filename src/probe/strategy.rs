@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 
 use super::error::ProbeError;
 use super::features::KernelFeatures;
+use crate::table::ProbeClass;
 
 /// The hidden switch that forces an attach mode: `UTRACE_ATTACH_MODE=single` attaches one uprobe
 /// per probe site even where the kernel has `uprobe_multi`, so the fallback is tested on any
@@ -44,6 +45,16 @@ pub enum KernelAttach {
     /// One kprobe and one kretprobe (perf-event links) per function, with its cookie: slower to
     /// attach and detach, the same per hit.
     Single,
+}
+
+impl KernelAttach {
+    /// The probe class of the kernel functions it attaches: what their probes cost differs.
+    pub fn probe_class(self) -> ProbeClass {
+        match self {
+            KernelAttach::Multi => ProbeClass::KPROBE_MULTI,
+            KernelAttach::Single => ProbeClass::KPROBES,
+        }
+    }
 }
 
 impl fmt::Display for KernelAttach {

@@ -11,6 +11,11 @@
 //!   90th less the 10th percentile of those calls, is how finely a corrected time is known.
 //!
 //! Medians over several rounds keep a burst of load from another process out of the figures.
+//!
+//! Under `-k`, the kernel functions' class is measured the same way on a system call with a tiny
+//! kernel path, `getppid`, whose kernel function gets the probes the recording attaches to kernel
+//! functions (kprobe_multi links, or a kprobe and a kretprobe). They are detached once measured:
+//! left attached, they would add to every `getppid` of the recording.
 
 use std::cell::RefCell;
 use std::hint::black_box;
@@ -23,8 +28,10 @@ use super::proc_maps::file_offset_of;
 use crate::elf::returns::NoExitSites;
 use crate::elf::ExitProbe;
 use crate::event::Event;
-use crate::plan::Landings;
-use crate::probe::{AttachedProbes, LoadedProbes, ObjectStorage, ProbeConfig, ProbeError};
+use crate::plan::{first_traceable, KernelFunctionError, Landings, KERNEL_MODULE};
+use crate::plan::{KernelFunctionRequests, PlannedEvents, PlannedKernelFunction};
+use crate::probe::{check_kernel_functions, ProbeConfig, ProbeError};
+use crate::probe::{AttachedProbes, EventPrograms, KernelAttach, LoadedProbes, ObjectStorage};
 use crate::probe_cost::{ProbeCost, ProbeCosts};
 use crate::table::{ExitKind, ProbeClass};
 use crate::table::{FunctionKind, FunctionTable, TracedFunction};
@@ -73,7 +80,7 @@ extern "C" {
     fn utrace_calibration_stepped_ret(x: u64) -> u64;
 }
 
-/// The probed function of each class, in [`ProbeClass::ALL`] order.
+/// The probed function of each class, in [`ProbeClass::USER`] order.
 const PROBED: [unsafe extern "C" fn(u64) -> u64; 4] = [
     utrace_calibration_emulated_uretprobe,
     utrace_calibration_stepped_uretprobe,
@@ -81,11 +88,19 @@ const PROBED: [unsafe extern "C" fn(u64) -> u64; 4] = [
     utrace_calibration_stepped_ret,
 ];
 
+/// The kernel function behind `getppid`, as kernels list it (6.1 and 6.12 list the first, an
+/// alias of the second).
+const GETPPID_FUNCTIONS: [&str; 2] = ["__do_sys_getppid", "__x64_sys_getppid"];
+
 /// Why the probe costs could not be measured.
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrationError {
     #[error(transparent)]
     Probe(#[from] ProbeError),
+    #[error(transparent)]
+    KernelFunctions(#[from] KernelFunctionError),
+    #[error("the kernel cannot trace getppid's function ({})", GETPPID_FUNCTIONS.join(" or "))]
+    NoGetppidFunction,
     #[error("cannot find utrace's own code in /proc/self/maps")]
     NoMapping,
     #[error("cannot read the probe events: {0}")]
@@ -107,6 +122,16 @@ pub struct Calibration {
     _probes: Option<AttachedProbes>,
 }
 
+/// Starts measuring the probe costs for a recording on a thread of its own; under `-k`
+/// (`kernel_functions`), the kernel functions' too.
+pub fn start(
+    kernel_functions: &KernelFunctionRequests,
+) -> std::thread::JoinHandle<Result<Calibration, ProbeError>> {
+    // A kernel that cannot trace them is refused when the session is prepared, in one line.
+    let kernel = check_kernel_functions(kernel_functions).ok().flatten();
+    std::thread::spawn(move || probe_costs(kernel))
+}
+
 /// The result of [`probe_costs`] run on `thread`.
 pub fn joined(
     thread: std::thread::JoinHandle<Result<Calibration, ProbeError>>,
@@ -117,10 +142,11 @@ pub fn joined(
 }
 
 /// The probe costs for a recording, or `None`, said in one line, when they cannot be measured:
-/// the recording goes on with raw times. Missing permissions are an error, as the recording's own
+/// the recording goes on with raw times. With `kernel`, how the recording attaches kernel
+/// functions (`-k`), their class too. Missing permissions are an error, as the recording's own
 /// probes would fail to load the same way. The figures go to the debug log.
-pub fn probe_costs() -> Result<Calibration, ProbeError> {
-    match calibrate() {
+fn probe_costs(kernel: Option<KernelAttach>) -> Result<Calibration, ProbeError> {
+    match calibrate(kernel) {
         Ok((costs, took, probes)) => {
             if let Some(noise) = costs.noise() {
                 log::warn!("{noise}");
@@ -153,8 +179,11 @@ pub fn probe_costs() -> Result<Calibration, ProbeError> {
     }
 }
 
-/// The probe costs of every class, how long measuring them took, and the probes, still attached.
-fn calibrate() -> Result<(ProbeCosts, Duration, AttachedProbes), CalibrationError> {
+/// The probe costs of every user class, and of `kernel`'s, how long measuring them took, and
+/// the user functions' probes, still attached.
+fn calibrate(
+    kernel: Option<KernelAttach>,
+) -> Result<(ProbeCosts, Duration, AttachedProbes), CalibrationError> {
     let started = Instant::now();
     let pid = std::process::id();
     let (module, table, exits) = calibration_plan()?;
@@ -165,6 +194,10 @@ fn calibrate() -> Result<(ProbeCosts, Duration, AttachedProbes), CalibrationErro
         &ProbeConfig {
             tgid: pid,
             buffer_bytes: 256 << 10,
+            events: EventPrograms {
+                kernel_functions: kernel,
+                ..EventPrograms::default()
+            },
             ..ProbeConfig::default()
         },
     )?;
@@ -192,35 +225,110 @@ fn calibrate() -> Result<(ProbeCosts, Duration, AttachedProbes), CalibrationErro
     .map_err(CalibrationError::RingBuffer)?;
     let ring = ring.build().map_err(CalibrationError::RingBuffer)?;
 
-    let mut classes = Vec::new();
-    for ((class, &f), untraced) in ProbeClass::ALL.iter().zip(&PROBED).zip(untraced) {
-        let traced = median(&time_rounds(f));
+    let traced_calls = || {
         ring.consume().map_err(CalibrationError::RingBuffer)?;
-        let mut inside = inside_times(&events.take())?;
-        add_forced_noise(&mut inside);
-        let inside_ns = median(&inside);
-        let cost = ProbeCost {
-            inside_ns,
-            full_ns: traced.saturating_sub(untraced),
-            // At least the clock's 1 ns: a corrected 0 is never shown as exact.
-            inside_spread_ns: Some((percentile(&inside, 90) - percentile(&inside, 10)).max(1)),
-        };
-        if cost.full_ns == 0 || cost.inside_ns == 0 {
-            return Err(CalibrationError::Implausible(class.name()));
+        inside_times(&events.take())
+    };
+    let mut classes = Vec::new();
+    for ((class, &f), untraced) in ProbeClass::USER.iter().zip(&PROBED).zip(untraced) {
+        let traced = median(&time_rounds(f));
+        classes.push((*class, cost_of(*class, untraced, traced, traced_calls()?)?));
+    }
+    if let Some(attach) = kernel {
+        // Said, not fatal: the user functions' figures stand without it.
+        match kernel_class_cost(&loaded, attach, traced_calls) {
+            Ok(cost) => classes.push((attach.probe_class(), cost)),
+            Err(error) => log::warn!(
+                "cannot measure what the kernel functions' probes cost ({error}): reports show \
+                 their raw times"
+            ),
         }
-        classes.push((*class, cost));
     }
     loaded.set_recording(false);
     Ok((ProbeCosts { classes }, started.elapsed(), attached))
 }
 
+/// What the probes of `class` cost, from the time per call untraced and traced and the inside
+/// times of the traced calls.
+fn cost_of(
+    class: ProbeClass,
+    untraced: u64,
+    traced: u64,
+    mut inside: Vec<u64>,
+) -> Result<ProbeCost, CalibrationError> {
+    add_forced_noise(&mut inside);
+    let cost = ProbeCost {
+        inside_ns: median(&inside),
+        full_ns: traced.saturating_sub(untraced),
+        // At least the clock's 1 ns: a corrected 0 is never shown as exact.
+        inside_spread_ns: Some((percentile(&inside, 90) - percentile(&inside, 10)).max(1)),
+    };
+    match cost.full_ns == 0 || cost.inside_ns == 0 {
+        true => Err(CalibrationError::Implausible(class.name())),
+        false => Ok(cost),
+    }
+}
+
+/// What the kernel functions' probes cost, attached as `attach` says to getppid's kernel
+/// function: `getppid` timed untraced, then traced; `traced_calls` gives the inside times of the
+/// calls traced. The probes are detached before it returns.
+fn kernel_class_cost(
+    loaded: &LoadedProbes,
+    attach: KernelAttach,
+    traced_calls: impl FnOnce() -> Result<Vec<u64>, CalibrationError>,
+) -> Result<ProbeCost, CalibrationError> {
+    let class = attach.probe_class();
+    let (table, planned) = getppid_plan(class)?;
+    let untraced = median(&time_rounds(getppid));
+    let links = loaded.attach_events(&planned, &table, std::process::id())?;
+    let traced = median(&time_rounds(getppid));
+    drop(links);
+    cost_of(class, untraced, traced, traced_calls()?)
+}
+
+/// A table of getppid's kernel function alone, of `class`, and its plan.
+fn getppid_plan(class: ProbeClass) -> Result<(FunctionTable, PlannedEvents), CalibrationError> {
+    let symbol = first_traceable(&GETPPID_FUNCTIONS)?.ok_or(CalibrationError::NoGetppidFunction)?;
+    let table = FunctionTable {
+        modules: vec![KERNEL_MODULE.to_owned()],
+        functions: vec![TracedFunction {
+            name: symbol.to_owned(),
+            module: 0,
+            offset: 0,
+            size: 0,
+            kind: FunctionKind::Kernel,
+            probes: class,
+            values: Vec::new(),
+            user_stack: false,
+            argument_names: Vec::new(),
+            source: None,
+        }],
+        ..Default::default()
+    };
+    let planned = PlannedEvents {
+        kernel_functions: vec![PlannedKernelFunction {
+            function: 0,
+            symbol: symbol.to_owned(),
+        }],
+        ..PlannedEvents::default()
+    };
+    Ok((table, planned))
+}
+
+/// `getppid`, as a calibration function: its argument is ignored.
+extern "C" fn getppid(_: u64) -> u64 {
+    // SAFETY: getppid takes no argument and cannot fail. A system call of its own, so that no C
+    // library can answer it from a cache.
+    unsafe { libc::syscall(libc::SYS_getppid) as u64 }
+}
+
 /// The file the calibration functions live in, a table of them (one per class, in
-/// [`ProbeClass::ALL`] order) and where their exits are probed.
+/// [`ProbeClass::USER`] order) and where their exits are probed.
 fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), CalibrationError> {
     let mut module = None;
     let mut functions = Vec::new();
     let mut exits = Vec::new();
-    for (class, &f) in ProbeClass::ALL.iter().zip(&PROBED) {
+    for (class, &f) in ProbeClass::USER.iter().zip(&PROBED) {
         let address = f as usize as u64;
         let (file, offset) = file_offset_of(std::process::id(), address)
             .ok()
@@ -229,8 +337,9 @@ fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), Calibr
         let code = code_of(f);
         let ret = code.iter().position(|&b| b == 0xc3).unwrap_or(0) as u64;
         exits.push(match class.exit {
-            ExitKind::Uretprobe => ExitProbe::Uretprobe(NoExitSites::Leaf),
             ExitKind::Instruction => ExitProbe::Sites(vec![offset + ret]),
+            // A uretprobe: the user classes have no other exit kind.
+            _ => ExitProbe::Uretprobe(NoExitSites::Leaf),
         });
         functions.push(TracedFunction {
             name: class.name().to_owned(),
@@ -330,7 +439,7 @@ mod tests {
 
     #[test]
     fn calibration_functions_are_of_their_class() {
-        for (class, &f) in ProbeClass::ALL.iter().zip(&PROBED) {
+        for (class, &f) in ProbeClass::USER.iter().zip(&PROBED) {
             assert_eq!(execution_at(code_of(f)), class.entry, "{}", class.name());
             // SAFETY: as in time_rounds.
             assert_eq!(unsafe { f(7) }, 7);

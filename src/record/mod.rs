@@ -84,7 +84,7 @@ impl RecordOutcome {
 pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     let trace = &options.trace;
     // Measured while the program is planned: both take tens of milliseconds of start-up.
-    let calibrating = std::thread::spawn(calibrate::probe_costs);
+    let calibrating = calibrate::start(&trace.events.kernel_functions);
     let prepared = Session::prepare(trace);
     let calibration = calibrate::joined(calibrating);
     // The target's own problem comes first: it says more than a missing permission.

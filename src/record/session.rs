@@ -28,8 +28,8 @@ use crate::plan::{ExitPolicy, Extension, LibraryPatterns, Loaded, PltLibraries};
 use crate::plan::{
     PlanOptions, Planner, ProbePlan, ProcessOrigin, Program, TracedFile, WatchSites,
 };
-use crate::probe::StackPause;
 use crate::probe::{self, AttachedProbes, EventPrograms, LoadedProbes, ObjectStorage, ProbeConfig};
+use crate::probe::{KernelAttach, StackPause};
 use crate::table::FunctionTable;
 use crate::user_stack::UserStacks;
 
@@ -145,7 +145,7 @@ impl Session {
     /// Starts the command (held before exec) or finds the process, and plans its functions.
     pub fn prepare(options: &TraceOptions) -> Result<Session> {
         probe::forward_libbpf_messages();
-        probe::check_kernel_functions(&options.events.kernel_functions)?;
+        let kernel_attach = probe::check_kernel_functions(&options.events.kernel_functions)?;
         // Fork (for -c) before any thread exists: the child only waits and execs.
         let Prepared { target, program } = Target::prepare(&options.target, &options.child_setup)?;
         // After the fork: the command keeps the limit it was given.
@@ -158,7 +158,7 @@ impl Session {
                 .collect(),
         };
         let planner = Planner::new(
-            plan_options(options, &target, ProcessOrigin::Seized),
+            plan_options(options, &target, ProcessOrigin::Seized, kernel_attach),
             program.clone(),
         )?;
         let (planner, seizer) = match &target {
@@ -169,7 +169,10 @@ impl Session {
                         let origin = ProcessOrigin::Attached;
                         let planner = match options.exit_probes {
                             Some(_) => planner,
-                            None => Planner::new(plan_options(options, &target, origin), program)?,
+                            None => {
+                                let options = plan_options(options, &target, origin, kernel_attach);
+                                Planner::new(options, program)?
+                            }
                         };
                         say_not_seized(&error, planner.plan().exit_policy);
                         (planner, None)
@@ -658,8 +661,21 @@ fn say_not_seized(error: &SeizeError, policy: ExitPolicy) {
 }
 
 /// What planning needs of the options and of the target. `attached` says how a running process
-/// is held.
-fn plan_options(options: &TraceOptions, target: &Target, attached: ProcessOrigin) -> PlanOptions {
+/// is held, `kernel_attach` how kernel functions are attached when `-k` asks for some.
+fn plan_options(
+    options: &TraceOptions,
+    target: &Target,
+    attached: ProcessOrigin,
+    kernel_attach: Option<KernelAttach>,
+) -> PlanOptions {
+    let mut events = EventRequests {
+        // Asked for by default: recorded where the kernel loads the program.
+        preemption: options.events.preemption && probe::preemption_recordable(),
+        ..options.events.clone()
+    };
+    if let Some(attach) = kernel_attach {
+        events.kernel_functions.probes = attach.probe_class();
+    }
     PlanOptions {
         nest_libs: options.nest_libs.clone(),
         debug: options.debug.clone(),
@@ -676,11 +692,7 @@ fn plan_options(options: &TraceOptions, target: &Target, attached: ProcessOrigin
         kernel_lacks_sessions: !probe::strategy().sessions,
         ifuncs: super::ifuncs::ifunc_choices(target),
         values: options.values.clone(),
-        events: EventRequests {
-            // Asked for by default: recorded where the kernel loads the program.
-            preemption: options.events.preemption && probe::preemption_recordable(),
-            ..options.events.clone()
-        },
+        events,
         source_lines: options.source_lines,
     }
 }

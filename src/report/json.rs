@@ -11,7 +11,8 @@
 //!                 "below_resolution": ["total_ns", "self_ns", "min_ns", "p50_ns"]}]}
 //! ```
 //! `resolution_ns` is what the probe-cost correction resolves for one of the function's calls
-//! (left out under raw times and for kernel events: nothing is taken out); `below_resolution`
+//! (left out under raw times and for kernel events other than kernel functions (`-k`): nothing
+//! is taken out); `below_resolution`
 //! names the figures below what they resolve (left out when none is), which the summary shows
 //! as `<N`: a per-call figure below `resolution_ns`, a total or self time below the timed calls
 //! (`calls` − `unknown_time_calls`) × `resolution_ns`. The numbers stay as computed, but such a
