@@ -15,7 +15,8 @@ use crate::plan::PlannedEvents;
 use crate::table::FunctionTable;
 
 impl LoadedProbes<'_> {
-    /// Attaches the entries and returns of `events`'s kernel functions: none without any.
+    /// Attaches the entries and returns of `events`'s kernel functions: none without any. Says
+    /// under `-d` how long it took, and warns of those the kernel refused.
     pub(super) fn attach_kernel_functions(
         &self,
         events: &PlannedEvents,
@@ -26,17 +27,7 @@ impl LoadedProbes<'_> {
         }
         let started = Instant::now();
         let attach = self.strategy.kernel_functions()?;
-        // Their stacks, when captured, are not values: kernel_functions.bpf.h writes them.
-        for planned in &events.kernel_functions {
-            let function = &table.functions[planned.function as usize];
-            if !function.values.is_empty() {
-                self.set_value_spec(planned.function, function, false)?;
-            }
-        }
-        let (links, refused) = match attach {
-            KernelAttach::Multi => (self.attach_kernel_functions_at_once(events, table)?, vec![]),
-            KernelAttach::Single => self.attach_kernel_functions_one_by_one(events, table),
-        };
+        let (links, refused) = self.attach_kernel_functions_unsaid(events, table)?;
         log::debug!(
             "kernel functions: {} attached with {attach} in {:.3} ms",
             events.kernel_functions.len() - refused.len(),
@@ -44,6 +35,27 @@ impl LoadedProbes<'_> {
         );
         say_untraceable(&events.untraceable_kernel_functions, &refused);
         Ok(links)
+    }
+
+    /// [`attach_kernel_functions`](Self::attach_kernel_functions) without a word, with the
+    /// functions the kernel refused: for the calibration's probes on `getppid`'s kernel function,
+    /// which is no function the user asked for.
+    pub fn attach_kernel_functions_unsaid(
+        &self,
+        events: &PlannedEvents,
+        table: &FunctionTable,
+    ) -> Result<(Vec<Link>, Vec<String>), ProbeError> {
+        // Their stacks, when captured, are not values: kernel_functions.bpf.h writes them.
+        for planned in &events.kernel_functions {
+            let function = &table.functions[planned.function as usize];
+            if !function.values.is_empty() {
+                self.set_value_spec(planned.function, function, false)?;
+            }
+        }
+        Ok(match self.strategy.kernel_functions()? {
+            KernelAttach::Multi => (self.attach_kernel_functions_at_once(events, table)?, vec![]),
+            KernelAttach::Single => self.attach_kernel_functions_one_by_one(events, table),
+        })
     }
 
     /// Two kprobe_multi links: the entries, then the returns.

@@ -280,7 +280,10 @@ fn kernel_class_cost(
     let class = attach.probe_class();
     let (table, planned) = getppid_plan(class)?;
     let untraced = median(&time_rounds(getppid));
-    let links = loaded.attach_events(&planned, &table, std::process::id())?;
+    let (links, refused) = loaded.attach_kernel_functions_unsaid(&planned, &table)?;
+    if !refused.is_empty() {
+        return Err(CalibrationError::NoGetppidFunction);
+    }
     let traced = median(&time_rounds(getppid));
     drop(links);
     cost_of(class, untraced, traced, traced_calls()?)
