@@ -105,7 +105,7 @@ impl Inbox {
         let request = StackWriteRequest::parse(bytes);
         if let Ok(request) = &request {
             let read_ns = super::monotonic_now_ns();
-            let last_ns = pause_start_ns(&self.events.borrow(), request.tid, read_ns);
+            let (_, last_ns) = pause_place(&self.events.borrow(), request.tid, read_ns);
             self.pauses.borrow_mut().push(Pause {
                 pid: request.pid,
                 tid: request.tid,
@@ -133,11 +133,10 @@ impl Inbox {
     pub fn place_served_pauses(&self, function: crate::table::FunctionId, pauses: &[ServedPause]) {
         let mut events = self.events.borrow_mut();
         for pause in pauses {
-            let since_ns = pause_start_ns(&events, pause.tid, pause.stopped_ns);
+            let (at, since_ns) = pause_place(&events, pause.tid, pause.stopped_ns);
             let since_ns = since_ns.unwrap_or(pause.stopped_ns);
             let entry = Event::entry(since_ns, pause.tid, function).in_process(pause.pid);
             let exit = Event::exit(pause.resumed_ns.max(since_ns), pause.tid, function);
-            let at = first_event_after(&events, pause.tid, pause.stopped_ns);
             events.splice(at..at, [entry, exit.in_process(pause.pid)]);
         }
     }
@@ -148,29 +147,28 @@ impl Inbox {
     }
 }
 
-/// When the thread `tid`, seen paused at `seen_ns`, stopped: at its last event before, if recent
-/// enough to be the one whose probe paused it (see [`PAUSE_LEAD_MAX_NS`]).
-fn pause_start_ns(events: &[Event], tid: u32, seen_ns: u64) -> Option<u64> {
-    (events.iter().rev())
-        .filter(|event| event.tid() == tid && event.function != Event::VALUES)
-        .map(|event| event.timestamp_ns)
-        .find(|&at_ns| at_ns <= seen_ns)
-        .filter(|&last_ns| seen_ns - last_ns <= PAUSE_LEAD_MAX_NS)
-}
-
-/// Where in `events` the first event of thread `tid` after `after_ns` starts (its value pieces,
-/// which come before it, included); the end if there is none.
-fn first_event_after(events: &[Event], tid: u32, after_ns: u64) -> usize {
-    let is_later = |event: &Event| {
-        event.tid() == tid && event.function != Event::VALUES && event.timestamp_ns > after_ns
-    };
-    let Some(at) = events.iter().position(is_later) else {
-        return events.len();
-    };
+/// Where among `events` the pause of thread `tid`, seen stopped at `seen_ns`, goes: before the
+/// thread's first event after that (and the value pieces before it), at the end if none; and
+/// when it stopped: at the thread's last event before, if recent enough to be the one whose probe
+/// paused it (see [`PAUSE_LEAD_MAX_NS`]). One pass from the end, where a pause's neighbours are:
+/// a program that throws pauses thousands of times a second.
+fn pause_place(events: &[Event], tid: u32, seen_ns: u64) -> (usize, Option<u64>) {
+    let mut at = events.len();
+    let mut since_ns = None;
+    for (index, event) in events.iter().enumerate().rev() {
+        if event.tid() != tid || event.function == Event::VALUES {
+            continue;
+        }
+        if event.timestamp_ns <= seen_ns {
+            since_ns = Some(event.timestamp_ns).filter(|&last| seen_ns - last <= PAUSE_LEAD_MAX_NS);
+            break;
+        }
+        at = index;
+    }
     let pieces = (events[..at].iter().rev())
         .take_while(|event| event.tid() == tid && event.function == Event::VALUES)
         .count();
-    at - pieces
+    (at - pieces, since_ns)
 }
 
 #[cfg(test)]
