@@ -86,29 +86,6 @@ fn stacks_hide_frames_and_calls_as_the_filters_say() {
     assert_eq!(none, "");
 }
 
-/// The edges of a dot graph by function name: (caller, callee) → calls.
-fn dot_edges(dot: &str) -> BTreeMap<(String, String), u64> {
-    let mut names = BTreeMap::new();
-    let mut edges = BTreeMap::new();
-    for line in dot.lines().map(str::trim) {
-        if let Some((node, rest)) = line.split_once(" [label=\"") {
-            if !node.contains(' ') {
-                let name = rest.split("\\n").next().unwrap();
-                names.insert(node.to_owned(), name.to_owned());
-            }
-        }
-        if let Some((caller, rest)) = line.split_once(" -> ") {
-            let (callee, rest) = rest.split_once(" [label=\"").unwrap();
-            let calls: u64 = rest.split('"').next().unwrap().parse().unwrap();
-            edges.insert((caller.to_owned(), callee.to_owned()), calls);
-        }
-    }
-    edges
-        .into_iter()
-        .map(|((caller, callee), calls)| ((names[&caller].clone(), names[&callee].clone()), calls))
-        .collect()
-}
-
 /// The caller→callee counts the replay gives, from its folded paths weighted by calls.
 fn replay_edges(folded_by_calls: &str) -> BTreeMap<(String, String), u64> {
     let mut edges = BTreeMap::new();

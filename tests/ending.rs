@@ -11,8 +11,16 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// How far the rate after the recorder has gone may stay below the untraced one.
-const OWN_SPEED: f64 = 0.8;
+/// How far the rate after the recorder has gone may stay below the untraced one: a fifth, or
+/// two fifths in the emulated guest, whose speed varies that much from second to second (a 6.12
+/// guest under `.ci/run` read 0.797). A probe left behind costs busy far more: it runs over 100×
+/// slower traced.
+fn own_speed() -> f64 {
+    match in_emulated_guest() {
+        false => 0.8,
+        true => 0.6,
+    }
+}
 
 /// Held by each test: each measures speeds and times on a machine of two cores, where another
 /// test's busy threads and recorder would take the CPU its own need.
@@ -144,7 +152,7 @@ impl BusyRecording {
 }
 
 /// The program slowed down while traced, and runs at its own speed again once the recorder has
-/// gone: a second after `gone`, the median rate is back within [`OWN_SPEED`] of `untraced`.
+/// gone: a second after `gone`, the median rate is back within [`own_speed`] of `untraced`.
 fn assert_own_speed_again(rates: &mut Rates, untraced: f64, traced: f64) {
     assert!(
         traced < untraced / 2.0,
@@ -156,7 +164,7 @@ fn assert_own_speed_again(rates: &mut Rates, untraced: f64, traced: f64) {
     rates.next(10);
     let after = rates.median(7);
     assert!(
-        after >= untraced * OWN_SPEED,
+        after >= untraced * own_speed(),
         "a second after the recorder went, busy ran at {after:.0} calls/s, against {untraced:.0} \
          untraced ({traced:.0} traced)"
     );

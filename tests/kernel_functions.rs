@@ -296,6 +296,81 @@ fn stack_on_a_kernel_function_gives_user_frames_then_kernel_frames() {
     }
 }
 
+/// The call graph draws who in user space reaches a kernel function and how often, as UTrace's
+/// graph does; `--diff` compares kernel functions' counts between two runs as it does user ones.
+#[test]
+fn the_call_graph_and_diff_show_kernel_functions_like_user_ones() {
+    let test = "the_call_graph_and_diff_show_kernel_functions_like_user_ones";
+    let functions = ["-k", "vfs_write,vfs_read"];
+    let Some(new) = record_file_io(test, &functions) else {
+        return;
+    };
+    let dot = new.report(&["--format=dot"]);
+    let edges = dot_edges(&dot);
+    let edge = |caller: &str, callee: &str| edges.get(&(caller.to_owned(), callee.to_owned()));
+    assert_eq!(edge("write@plt", "vfs_write"), Some(&WRITES), "{dot}");
+    assert_eq!(edge("read@plt", "vfs_read"), Some(&READS), "{dot}");
+    // Drawn as calls into the kernel: a hexagon reached by a dashed edge.
+    let node = dot
+        .lines()
+        .find(|line| line.contains("[label=\"vfs_write\\ncalls "))
+        .unwrap_or_else(|| panic!("no vfs_write node in {dot}"));
+    assert!(node.ends_with(", shape=hexagon];"), "{node}");
+    let id = node.trim().split(' ').next().unwrap();
+    let into = dot
+        .lines()
+        .filter(|line| line.contains(&format!(" -> {id} ")))
+        .collect::<Vec<_>>();
+    assert!(
+        !into.is_empty() && into.iter().all(|line| line.ends_with(", style=dashed];")),
+        "{into:?}"
+    );
+
+    // Against a run of half the writes and reads: the kernel functions' calls double.
+    let program = compile("file_io.c", "file_io", &[]);
+    let half = [(WRITES / 2).to_string(), (READS / 2).to_string()];
+    let base = record_unchanged(&program, &[&half[0], &half[1]], &functions);
+    let base_data = base.data();
+    let base_file = base_data.to_str().unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&new.report(&["--diff", base_file, "--format=json"])).unwrap();
+    let rows = json["functions"].as_array().unwrap();
+    // Besides the loop's calls, each run has the same few of its own: vfs_write writes the
+    // program's output at its end, vfs_read is called by the dynamic loader (reading libc's
+    // header) before main.
+    let mut counted = Vec::new();
+    for (name, base_loop, new_loop) in [
+        ("vfs_write", WRITES / 2, WRITES),
+        ("vfs_read", READS / 2, READS),
+    ] {
+        let row = rows
+            .iter()
+            .find(|row| row["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {json:#}"));
+        assert_eq!(row["module"], "[kernel]", "{row}");
+        let calls = |side: &str| row[side]["calls"].as_u64().unwrap();
+        assert_eq!(calls("new") - new_loop, calls("base") - base_loop, "{row}");
+        assert_eq!(row["change"]["calls"], new_loop - base_loop, "{row}");
+        counted.push((name, calls("base"), calls("new")));
+    }
+    assert_eq!(counted[0], ("vfs_write", WRITES / 2 + 1, WRITES + 1));
+    // The text marks them as the summary does: calls before, after, and the change.
+    let text = new.report(&["--diff", base_file, "-f", "vfs_*"]);
+    for (name, base_calls, new_calls) in counted {
+        let line = text
+            .lines()
+            .find(|line| line.ends_with(&format!(" {name} [k]")))
+            .unwrap_or_else(|| panic!("no {name} [k] in {text}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let change = format!("+{}", new_calls - base_calls);
+        assert_eq!(
+            words[..3],
+            [base_calls.to_string(), new_calls.to_string(), change],
+            "{line}"
+        );
+    }
+}
+
 /// The calls of a replay, without their durations and indentation (`vfs_write(count=1) = 1;`).
 fn replay_calls(replay: &str) -> Vec<&str> {
     let calls = replay.lines().filter_map(|line| line.split_once(" | "));

@@ -21,10 +21,12 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::summary::{CorrectedDuration, FunctionStats, HumanDuration, SortKey, Summary};
+use super::summary::{
+    CorrectedDuration, FunctionStats, HumanDuration, SortKey, Summary, KERNEL_MARK,
+};
 use crate::fast_hash::FastHashMap;
 use crate::probe_cost::Resolutions;
-use crate::table::FunctionTable;
+use crate::table::{FunctionKind, FunctionTable};
 
 /// One recording, summarized.
 pub struct DiffSide<'a> {
@@ -83,6 +85,9 @@ pub struct Change {
 pub struct DiffRow {
     pub name: String,
     pub module: String,
+    /// A kernel function or a kernel pseudo-function: its name is marked as the summary marks it.
+    #[serde(skip)]
+    pub kernel: bool,
     /// `None` when the base recording did not call it.
     pub base: Option<Figures>,
     /// `None` when the new recording did not call it.
@@ -113,6 +118,7 @@ pub fn diff_rows(base: &DiffSide, new: &DiffSide) -> Vec<DiffRow> {
             let entry = rows.entry(key).or_insert_with(|| DiffRow {
                 name: row.function.name.clone(),
                 module,
+                kernel: row.function.kind == FunctionKind::Kernel,
                 base: None,
                 new: None,
                 change: Change::default(),
@@ -202,7 +208,7 @@ pub fn write_text(base: &DiffSide, new: &DiffSide, out: &mut dyn Write) -> io::R
         let both = row.base.is_some() && row.new.is_some();
         writeln!(
             out,
-            "  {:>10}  {:>10}  {:>8}  {:>10}  {:>10}  {:>11}  {:>8}  {:>10}  {:>10}  {:>11}  {:>8}  {}{}",
+            "  {:>10}  {:>10}  {:>8}  {:>10}  {:>10}  {:>11}  {:>8}  {:>10}  {:>10}  {:>11}  {:>8}  {}{}{}",
             b.calls,
             n.calls,
             Signed(row.change.calls),
@@ -215,6 +221,7 @@ pub fn write_text(base: &DiffSide, new: &DiffSide, out: &mut dyn Write) -> io::R
             SignedDuration(row.change.self_ns),
             ChangePercent::of(both, row.change.self_ns, b.self_ns),
             row.name,
+            if row.kernel { KERNEL_MARK } else { "" },
             row.mark(),
         )?;
     }

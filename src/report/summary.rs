@@ -132,7 +132,7 @@ const SKEWED_CALLS: u64 = 20;
 const SKEWED_MARK: &str = "~ ";
 
 /// How the summary marks the kernel's functions and events (`-k`, `-E`).
-const KERNEL_MARK: &str = " [k]";
+pub const KERNEL_MARK: &str = " [k]";
 
 /// The figures of one function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -924,6 +924,13 @@ pub fn kernel_lacks(feature: &str) -> bool {
     kernel_features().contains(&format!("{feature} no"))
 }
 
+/// Whether the tests run in the project's emulated guest (`tools/vm/run.sh` boots its kernel
+/// with `utrace.run=`): there the vCPUs share one host thread, and a program's speed varies by a
+/// fifth from one second to the next.
+pub fn in_emulated_guest() -> bool {
+    std::fs::read_to_string("/proc/cmdline").is_ok_and(|line| line.contains("utrace.run="))
+}
+
 /// How long a recorder killed with SIGKILL may take to go: 2 s, where its probes go with its
 /// `uprobe_multi` links; where the kernel has none (before 6.6), each probe is a perf event whose
 /// release waits for two grace periods, one probe after another (the kernel's event_mutex), about
@@ -966,4 +973,27 @@ pub fn preemption_events(data: &Path) -> u64 {
             .count() as u64;
     }
     count
+}
+
+/// The edges of a dot graph by function name: (caller, callee) → calls.
+pub fn dot_edges(dot: &str) -> BTreeMap<(String, String), u64> {
+    let mut names = BTreeMap::new();
+    let mut edges = BTreeMap::new();
+    for line in dot.lines().map(str::trim) {
+        if let Some((node, rest)) = line.split_once(" [label=\"") {
+            if !node.contains(' ') {
+                let name = rest.split("\\n").next().unwrap();
+                names.insert(node.to_owned(), name.to_owned());
+            }
+        }
+        if let Some((caller, rest)) = line.split_once(" -> ") {
+            let (callee, rest) = rest.split_once(" [label=\"").unwrap();
+            let calls: u64 = rest.split('"').next().unwrap().parse().unwrap();
+            edges.insert((caller.to_owned(), callee.to_owned()), calls);
+        }
+    }
+    edges
+        .into_iter()
+        .map(|((caller, callee), calls)| ((names[&caller].clone(), names[&callee].clone()), calls))
+        .collect()
 }
