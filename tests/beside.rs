@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -189,6 +190,63 @@ fn a_recorder_killed_beside_bpftrace_return_probes_goes_at_once() {
         own["tick"]
     );
     let output = bpftrace.finish();
+    assert_eq!(
+        own_counts(output.as_bytes()).get("main"),
+        Some(&1),
+        "{output}"
+    );
+}
+
+/// Where the recorder releases its links itself (one uprobe each, before 6.6 or as forced here),
+/// the release waits beside bpftrace's return probes for as long as bpftrace's program runs.
+/// Everything the recording holds is on disk before that wait: the file, read while the recorder
+/// still waits and after it is killed there, has every call the program counted.
+#[test]
+fn a_recording_is_on_disk_before_its_release_waits() {
+    if !bpf_available("a_recording_is_on_disk_before_its_release_waits") {
+        return;
+    }
+    let _alone = measuring_alone();
+    let loop_program = compile("loop.c", "loop-beside", &[]);
+    let calls = compile("calls.c", "calls-beside", &[]);
+    let bpftrace = BpftraceRunning::start(&loop_program, "8");
+    std::thread::sleep(Duration::from_millis(300));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("short.data");
+    let stdout = dir.path().join("stdout");
+    let mut recorder = utrace()
+        .env("UTRACE_ATTACH_MODE", "single")
+        .args(["record", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&calls)
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let program = child_running(recorder.id(), &calls);
+    let started = Instant::now();
+    while is_running(program) {
+        assert!(started.elapsed() < Duration::from_secs(5), "calls ran on");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let own = own_counts(&std::fs::read(&stdout).unwrap());
+    // The recorder stops, takes the last events and writes them, then waits for the release.
+    let mut traced = BTreeMap::new();
+    while traced != own && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+        traced = counts_of(&report_json_and_stderr(&data).0);
+    }
+    assert_counts_match(&own, &traced);
+    assert!(
+        recorder.try_wait().unwrap().is_none(),
+        "the recorder did not wait for its release: the test shows nothing"
+    );
+    send_signal(recorder.id(), libc::SIGKILL);
+    // Gone once bpftrace's program has ended and the kernel lets the release finish.
+    let output = bpftrace.finish();
+    recorder.wait().unwrap();
+    assert_counts_match(&own, &counts_of(&report_json(&data)));
     assert_eq!(
         own_counts(output.as_bytes()).get("main"),
         Some(&1),

@@ -56,6 +56,9 @@ pub struct RecordOptions {
 /// recording that has gone on that long was probably not meant to.
 const SIZE_WARNING: u64 = 1 << 30;
 
+/// How long the events recorded may take to reach the file before the probes are released.
+const SECURE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How a recording ended.
 pub struct RecordOutcome {
     /// The traced command's status; `None` for an attached process, or when utrace stopped
@@ -281,6 +284,13 @@ impl Drain for RecordDrain<'_> {
 
     fn is_full(&self) -> bool {
         self.size.full
+    }
+
+    fn secure(&mut self) {
+        // Bounded: a program held stopped for the detach waits as long.
+        if !self.writer.wait_written(SECURE_PATIENCE) {
+            log::debug!("the writer is still behind: the last events go to disk after the detach");
+        }
     }
 
     fn more_functions(&mut self, more: &FunctionTable) -> bool {

@@ -139,6 +139,11 @@ pub trait Drain {
     fn is_full(&self) -> bool {
         false
     }
+
+    /// Called once every event of the session is taken, before the probes are released (which
+    /// the kernel may hold up for as long as another tracer's program runs): puts them where
+    /// whatever ends utrace meanwhile cannot take them (on disk, for a recording).
+    fn secure(&mut self) {}
 }
 
 impl Session {
@@ -398,6 +403,12 @@ impl Session {
         };
         loaded.set_serving_stack_writes(false);
         loaded.set_recording(false);
+        // Everything recorded is taken and secured before the release (see Drain::secure);
+        // what the probes write from now on (pauses, stack-write requests) comes after.
+        ring.consume_raw();
+        self.place_served_pauses(&inbox, None);
+        let _ = drain_events(&inbox, drain, true, &mut events);
+        drain.secure();
         let detach_time = AttachedProbes::detach(probes);
         let last_pauses = self.seizer.take().map(|seizer| {
             restore_return_addresses(pid, &loaded);

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::data::{DataError, DataWriter};
 use crate::event::Event;
@@ -114,6 +115,20 @@ impl WriterThread {
     /// Queues functions planned during the recording; false as for [`WriterThread::send`].
     pub fn send_more_functions(&self, more: FunctionTable) -> bool {
         self.batches.send(Item::MoreFunctions(more)).is_ok()
+    }
+
+    /// Waits up to `limit` until every batch queued is written (and flushed to the OS, where a
+    /// killed utrace cannot lose it); whether it was.
+    pub fn wait_written(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.written.events.load(Ordering::Relaxed) < self.sent_events.get() {
+            // Stopped on an error, which finish() reports.
+            if self.thread.is_finished() || Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
     }
 
     /// Waits until every queued batch is written and hands the writer back.
