@@ -21,11 +21,18 @@ fn go_program() -> &'static Path {
 /// Builds test/NAME.go with `go build`: the Go caches under the build directory, and no network
 /// (only the standard library is used).
 fn go_build(name: &str) -> PathBuf {
+    go_build_as(name, name, &[])
+}
+
+/// [`go_build`] into the binary `binary`, with `flags` for `go build`.
+fn go_build_as(name: &str, binary: &str, flags: &[&str]) -> PathBuf {
     let dir = build_dir().join("go");
-    let binary = build_dir().join(name);
+    let binary = build_dir().join(binary);
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("test/{name}.go"));
     let output = Command::new("go")
-        .args(["build", "-o"])
+        .arg("build")
+        .args(flags)
+        .arg("-o")
         .arg(&binary)
         .arg(&source)
         .env("GOCACHE", dir.join("cache"))
@@ -88,6 +95,37 @@ fn a_go_program_is_traced_exactly_with_every_function() {
     let (before, _) = sites.split_once(" after a Go stack check").unwrap();
     let past_checks: usize = before.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(past_checks > 100, "{sites}");
+}
+
+/// How many functions utrace said it traced (`traced N functions of …`).
+fn functions_traced(said: &str) -> usize {
+    let after = said.split("traced ").nth(1).expect("a `traced` line");
+    after.split(' ').next().unwrap().parse().unwrap()
+}
+
+/// A Go program stripped of its symbols and DWARF (`-ldflags=-s -w`; Debian strips its Go
+/// programs too) still holds Go's own function table, which its runtime needs: traced by those
+/// names, the same functions as unstripped, each counted exactly.
+#[test]
+fn a_stripped_go_program_is_traced_by_its_function_table() {
+    if !bpf_available("a_stripped_go_program_is_traced_by_its_function_table") {
+        return;
+    }
+    let stripped = go_build_as("goprog", "goprog-stripped", &["-ldflags=-s -w"]);
+    let recording = record_unchanged(&stripped, &[], &["-d"]);
+    let said = String::from_utf8_lossy(&recording.output.stderr);
+    assert!(
+        said.contains(" functions from Go's function table (.gopclntab), 0 from .dynsym"),
+        "{said}"
+    );
+    let own = own_counts(&recording.output.stdout);
+    assert_counts_match(&own, &recording.traced_counts());
+    let unstripped = assert_traced_exactly(&[], GO_PROGRAM);
+    assert_eq!(
+        functions_traced(&said),
+        functions_traced(&unstripped),
+        "{said}"
+    );
 }
 
 #[test]

@@ -141,6 +141,8 @@ pub enum SymbolSource {
     Debuginfod(PathBuf),
     /// The xz-compressed `.gnu_debugdata` section.
     MiniDebugInfo,
+    /// A stripped Go program's own function table (`.gopclntab`), which its runtime needs.
+    GoFunctionTable,
 }
 
 impl fmt::Display for SymbolSource {
@@ -151,6 +153,7 @@ impl fmt::Display for SymbolSource {
             SymbolSource::DebugFile(path) => write!(f, "debug file {}", path.display()),
             SymbolSource::Debuginfod(path) => write!(f, "debuginfod {}", path.display()),
             SymbolSource::MiniDebugInfo => write!(f, "MiniDebugInfo (.gnu_debugdata)"),
+            SymbolSource::GoFunctionTable => write!(f, "Go's function table (.gopclntab)"),
         }
     }
 }

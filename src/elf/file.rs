@@ -153,7 +153,8 @@ impl ElfFile {
     }
 
     /// Where the file has no `.symtab` function symbols, takes those of its separate debug
-    /// file or MiniDebugInfo, as `lookup` finds them (see [`debug_file`](super::debug_file)).
+    /// file or MiniDebugInfo, as `lookup` finds them (see [`debug_file`](super::debug_file)),
+    /// else those of a Go program's function table.
     /// `known_as` is the file's real path, where its debug link is looked for (a running
     /// process's file is opened through `/proc/PID/map_files`).
     pub fn load_debug_symbols(&mut self, lookup: &DebugLookup, known_as: &Path) {
@@ -167,6 +168,9 @@ impl ElfFile {
             known_as.display(),
             started.elapsed().as_secs_f64() * 1e3
         );
+        // A stripped Go program still names every function in the table its runtime needs.
+        let found =
+            found.or_else(|| Some((SymbolSource::GoFunctionTable, self.go_table_symbols()?)));
         if let Some((source, mut symbols)) = found {
             symbols.retain(|s| s.defined);
             self.symbols.retain(|s| s.dynamic);
