@@ -69,11 +69,9 @@ fn own_counts_at_end(process: Child) -> std::collections::BTreeMap<String, u64> 
     own_counts(&output.stdout)
 }
 
-#[test]
-fn a_short_recording_ends_beside_a_hot_one() {
-    if !bpf_available("a_short_recording_ends_beside_a_hot_one") {
-        return;
-    }
+/// A short recording beside a long one of `loop 4 EXTRA`, hot in tick() under a function that
+/// never returns while it runs: the short one ends at once, and the long one counts exactly.
+fn assert_short_recording_ends_beside_hot_loop(extra: &[&str]) {
     let _alone = measuring_alone();
     let loop_program = compile("loop.c", "loop-beside", &[]);
     let dir = tempfile::tempdir().unwrap();
@@ -84,17 +82,19 @@ fn a_short_recording_ends_beside_a_hot_one() {
         .arg("--")
         .arg(&loop_program)
         .arg("4")
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut long_said = long.stderr.take().unwrap();
     wait_for_line(&mut long_said, "utrace: attached");
-    // Hot by now: thousands of calls of tick a millisecond, main never left.
+    // Hot by now: thousands of calls of tick a millisecond, main (or spin) never left.
     std::thread::sleep(Duration::from_millis(300));
     let said = record_short_beside();
-    // utrace holds no return probe of its own for as long as the program runs (main's exit is
-    // probed on its instructions), so nothing held the short one's release up.
+    // utrace holds no return probe of its own for as long as the program runs (the exits of
+    // main and of a thread's start routine are probed on their instructions), so nothing held
+    // the short one's release up.
     assert!(!said.contains(WAITING), "{said}");
     // Read on, or the recorder's last lines would find no reader.
     let rest = std::thread::spawn(move || std::io::read_to_string(long_said));
@@ -102,6 +102,22 @@ fn a_short_recording_ends_beside_a_hot_one() {
     let long_said = rest.join().unwrap().unwrap();
     assert!(long_said.contains(" 0 lost"), "{long_said}");
     assert_counts_match(&counts, &counts_of(&report_json(&long_data)));
+}
+
+#[test]
+fn a_short_recording_ends_beside_a_hot_one() {
+    if !bpf_available("a_short_recording_ends_beside_a_hot_one") {
+        return;
+    }
+    assert_short_recording_ends_beside_hot_loop(&[]);
+}
+
+#[test]
+fn a_short_recording_ends_beside_a_hot_thread_of_another() {
+    if !bpf_available("a_short_recording_ends_beside_a_hot_thread_of_another") {
+        return;
+    }
+    assert_short_recording_ends_beside_hot_loop(&["--thread"]);
 }
 
 #[test]

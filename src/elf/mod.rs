@@ -51,6 +51,7 @@ mod segments;
 pub mod site;
 pub mod source_lines;
 mod symbols;
+mod thread_starts;
 pub mod unwinder;
 pub mod usdt;
 mod versions;

@@ -1,11 +1,14 @@
 //! How function exits are seen (`--exit-probes`): the policy, and where each function's exit is
 //! probed under it.
 
+use std::collections::BTreeSet;
+
 use super::program::OpenedFile;
 use super::{ProcessOrigin, WatchSites};
 use crate::elf::contexts::SwitcherUse;
 use crate::elf::returns::saves_its_return_address;
 use crate::elf::{ElfFile, ExitProbe, FunctionSymbol, LeafExits, NoExitSites};
+use crate::table::FunctionKind;
 
 /// How function exits are seen (`--exit-probes`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -104,13 +107,14 @@ impl ExitPolicy {
 /// Where the exits of `functions` of `elf` are probed: on their instructions where they can be
 /// under [`ExitPolicy::Ret`], with uretprobes otherwise. A function that saves its return address
 /// (setjmp) is never given a uretprobe, which would break the `longjmp` back to it: its exits are
-/// probed on instructions, or not at all when they cannot be found. Nor is `main` where its exits
-/// can be found: its return probe would stay pending for the whole recording, which holds up
-/// every other tracer's release of uprobes while the program runs (see src/probe/release.rs).
-/// Unless `stacks` are captured (`--stack`): the kernel puts the return addresses back into a
-/// captured stack by pairing the trampolines it finds there with the thread's pending return
-/// probes in order, which is one off where a frameless function (a system call's wrapper) has
-/// one; `main`'s is the last, and without it the stack loses `main` rather than its caller.
+/// probed on instructions, or not at all when they cannot be found. Nor are `main` and the start
+/// routines the program gives `pthread_create`, where their exits can be found: their return
+/// probes would stay pending for as long as the program or the thread runs, which holds up every
+/// other tracer's release of uprobes meanwhile (see src/probe/release.rs). Unless `stacks` are
+/// captured (`--stack`): the kernel puts the return addresses back into a captured stack by
+/// pairing the trampolines it finds there with the thread's pending return probes in order,
+/// which is one off where a frameless function (a system call's wrapper) has one; the outermost
+/// is the last, and without it the stack loses that function rather than its caller.
 pub(super) fn exit_probes(
     elf: &ElfFile,
     functions: &[FunctionSymbol],
@@ -119,10 +123,18 @@ pub(super) fn exit_probes(
 ) -> Vec<ExitProbe> {
     let saves =
         |f: &FunctionSymbol| saves_its_return_address(f.plt_symbol.as_deref().unwrap_or(&f.name));
-    let on_instructions = |f: &FunctionSymbol| saves(f) || (!stacks && is_main(f));
     let mut probes = match policy {
         ExitPolicy::Ret => elf.exit_probes(functions, LeafExits::Uretprobe),
         ExitPolicy::Uretprobe => {
+            let thread_starts = match stacks {
+                true => BTreeSet::new(),
+                false => elf.thread_start_routines(),
+            };
+            let outermost = |f: &FunctionSymbol| {
+                is_main(f)
+                    || (f.kind == FunctionKind::Function && thread_starts.contains(&f.address))
+            };
+            let on_instructions = |f: &FunctionSymbol| saves(f) || (!stacks && outermost(f));
             let chosen: Vec<FunctionSymbol> = functions
                 .iter()
                 .filter(|f| on_instructions(f))
