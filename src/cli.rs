@@ -13,6 +13,7 @@ use utrace::plan::{
     EventRequests, ExitPolicy, KernelFunctionRequests, LibraryPatterns, PltLibraries, SourceLines,
     ValueRequests,
 };
+use utrace::record::budget::Slowdown;
 use utrace::record::{
     self, split_command, ChildSetup, RecordOptions, TargetSpec, TraceOptions, UserIds,
 };
@@ -213,6 +214,20 @@ pub struct TraceArgs {
     /// its own functions); reports label each process by pid.
     #[arg(long)]
     pub follow: bool,
+    /// Keep the program within this slowdown: 2x (at most twice as slow; the default with no
+    /// value) or 10% (at most 10% slower). Functions whose probes cost the most for what they
+    /// tell (hot short calls, leaves first) are detached while it runs; reports mark them.
+    /// Needs uprobe sessions (Linux 6.13).
+    #[arg(
+        long,
+        value_name = "SLOWDOWN",
+        num_args = 0..=1,
+        require_equals = false,
+        default_missing_value = utrace::record::budget::DEFAULT_BUDGET,
+        value_parser = Slowdown::parse,
+        conflicts_with = "follow"
+    )]
+    pub budget: Option<Slowdown>,
     /// Capture arguments of the functions matching GLOB: GLOB@ITEM[,ITEM...], ITEM argN (from 1)
     /// with an optional /FMT: d (signed, the default; a kernel function's type from its BTF),
     /// u, x, c, p, s (C string), and a size 8|16|32|64 (`add@arg1,arg2/x32`, `open@plt@arg1/s`,
@@ -453,6 +468,7 @@ impl TraceArgs {
             filter: args.filter.spec()?,
             exit_probes: args.exit_probes,
             follow: args.follow,
+            budget: args.budget,
             values: ValueRequests::parse(
                 &args.arguments,
                 &args.retvals,

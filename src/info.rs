@@ -365,6 +365,7 @@ mod tests {
             user_stack: false,
             argument_names: Vec::new(),
             source: None,
+            detached: None,
         };
         let table = FunctionTable {
             modules: vec!["/bin/calls".into(), "/lib/libc.so.6".into()],

@@ -108,7 +108,9 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
     let out = io::BufWriter::with_capacity(1 << 16, out);
     // Measured while the program is planned: both take tens of milliseconds of start-up.
     let kernel_functions = &options.trace.events.kernel_functions;
-    let calibrating = (!options.raw_times).then(|| calibrate::start(kernel_functions));
+    // --budget weighs the probes' costs, even where the times are shown raw.
+    let weighs_costs = !options.raw_times || options.trace.budget.is_some();
+    let calibrating = weighs_costs.then(|| calibrate::start(kernel_functions));
     let prepared = Session::prepare(&options.trace);
     // Dropped, with its probes, after the session's probes are gone.
     let calibration = calibrating.map(calibrate::joined).transpose();
@@ -117,7 +119,9 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
     let calibration = calibration?;
     let table = session.table().clone();
     let mut replayer = Replayer::for_table(&table);
-    let costs = calibration.as_ref().and_then(|c| c.costs.as_ref());
+    let measured = calibration.as_ref().and_then(|c| c.costs.as_ref());
+    session.set_probe_costs(measured.cloned());
+    let costs = measured.filter(|_| !options.raw_times);
     if let Some(costs) = costs {
         replayer.correct_probe_costs(&table, costs);
     }

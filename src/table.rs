@@ -86,6 +86,21 @@ pub struct TracedFunction {
     /// [`FunctionTable::source_lines`]): tables without it read as having none.
     #[serde(skip)]
     pub source: Option<SourceLine>,
+    /// When `--budget` took its probes off, and why; stored in a chunk of its own (see
+    /// [`crate::data::format`]), so tables stay as older readers know them.
+    #[serde(skip)]
+    pub detached: Option<Detachment>,
+}
+
+/// A function whose probes `--budget` took off during the recording: its calls are counted up
+/// to then, and its callers' self times include its calls after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Detachment {
+    pub function: FunctionId,
+    /// How long into the recording.
+    pub after_ns: u64,
+    /// How often it was called then.
+    pub calls_per_s: u64,
 }
 
 impl TracedFunction {
@@ -328,6 +343,7 @@ impl FunctionTable {
                 user_stack: false,
                 argument_names: Vec::new(),
                 source: None,
+                detached: None,
             }));
         table
     }

@@ -37,6 +37,7 @@ fn long_recording(path: &Path, calls: u64) {
                 user_stack: false,
                 argument_names: Vec::new(),
                 source: None,
+                detached: None,
             })
             .into(),
         ..Default::default()

@@ -8,8 +8,9 @@ set -euo pipefail
 # count tests/stripped_programs.rs holds _int_malloc's to; python3-dev and uftrace: the benchmark's
 # real programs (tools/bench/real_programs.sh); libiberty-dev: the C++ demangler utrace links
 # (src/elf/demangle.rs); qemu-system-x86, busybox-static, cpio, kmod and debian-archive-keyring:
-# the guests of Debian's kernels that tools/vm-test.sh boots (tools/vm/).
-packages=(clang libelf-dev zlib1g-dev pkg-config libiberty-dev gcc g++ make binutils graphviz golang-go libc6-dbg debuginfod xz-utils systemtap-sdt-dev bpftrace python3-dev uftrace qemu-system-x86 busybox-static cpio kmod debian-archive-keyring)
+# the guests of Debian's kernels that tools/vm-test.sh boots (tools/vm/); redis-server and
+# redis-tools: the live service tools/bench/budget_redis.sh measures --budget on.
+packages=(clang libelf-dev zlib1g-dev pkg-config libiberty-dev gcc g++ make binutils graphviz golang-go libc6-dbg debuginfod xz-utils systemtap-sdt-dev bpftrace python3-dev uftrace qemu-system-x86 busybox-static cpio kmod debian-archive-keyring redis-server redis-tools)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

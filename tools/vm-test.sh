@@ -53,6 +53,7 @@ subset=(
   "kernel_functions auto_args_name_and_type_kernel_function_values_by_the_kernels_btf"
   "kernel_functions arguments_and_return_values_of_kernel_functions_are_captured_as_asked"
   "kernel_functions the_call_graph_and_diff_show_kernel_functions_like_user_ones"
+  "budget a_hot_leaf_is_detached_to_keep_the_program_within_its_budget"
   "kernel_functions kernel_functions_and_their_callers_lose_the_kernel_probes_cost 6.12,6.1"
   "kernel_events stack_on_a_system_call_gives_user_frames_then_kernel_frames 6.12"
 )

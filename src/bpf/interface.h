@@ -144,6 +144,9 @@ enum cookie_bits {
 	 * library_plt_call: the stub's file offset in its library; got_call: the GOT slot's
 	 * virtual address in the executable. */
 	COOKIE_ROUTE_SHIFT = 32,
+	/* Every program but the legacy ones: which generation of the function's links this probe
+	 * belongs to (see current_link in utrace.bpf.c). Routes stay below it. */
+	COOKIE_GENERATION_BIT = 63,
 };
 
 #define COOKIE_ALSO_EXIT (1ull << COOKIE_ALSO_EXIT_BIT)
@@ -151,6 +154,7 @@ enum cookie_bits {
 #define COOKIE_NO_RETURN_VALUE (1ull << COOKIE_NO_RETURN_VALUE_BIT)
 #define COOKIE_RETURN_PROBED (1ull << COOKIE_RETURN_PROBED_BIT)
 #define COOKIE_NOT_GO (1ull << COOKIE_NOT_GO_BIT)
+#define COOKIE_ROUTE_MASK ((1ull << (COOKIE_GENERATION_BIT - COOKIE_ROUTE_SHIFT)) - 1)
 
 /* Where a probe is, for the legacy programs, which get no cookie (compat.bpf.h): the inode of its
  * file and its offset there. */

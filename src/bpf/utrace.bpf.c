@@ -80,6 +80,27 @@ int target_exec(void *ctx)
 	return 0;
 }
 
+/* --budget: per function id, the generation of its links that records its calls (0 or 1). The
+ * recorder replaces a set of links by one without the functions it detaches: while both are
+ * attached, each kept function's probe runs twice, and only the link of the generation named
+ * here records (the other's session entries ask for no return). Resized by the loader to the
+ * functions planned at start (1 without --budget); ids past it are never replaced. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} link_generations SEC(".maps");
+
+/* Whether the probe whose cookie is `cookie` belongs to the links that record its function. */
+static __always_inline bool current_link(__u64 cookie)
+{
+	__u32 function = (__u32)cookie;
+	__u32 *generation = bpf_map_lookup_elem(&link_generations, &function);
+
+	return !generation || *generation == (cookie >> COOKIE_GENERATION_BIT);
+}
+
 /* --follow: the processes the target forked, and those they forked (tgid → 1). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -217,7 +238,7 @@ static __always_inline int entered(struct pt_regs *ctx, const bool legacy)
 	/* Legacy programs look their cookie up: not for processes that are not traced. */
 	if (legacy && !runs_traced_program(bpf_get_current_pid_tgid() >> 32))
 		return 0;
-	if (!probe_cookie(ctx, &cookie, legacy))
+	if (!probe_cookie(ctx, &cookie, legacy) || !current_link(cookie))
 		return 0;
 	if (legacy && (cookie & COOKIE_RETURN_PROBED)) {
 		chained = !bpf_probe_read_user(&ret, sizeof(ret), (void *)slot) &&
@@ -389,7 +410,7 @@ enum landed_route {
 static __always_inline int landed_call_session(struct pt_regs *ctx, const enum landed_route route)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u64 where = cookie >> COOKIE_ROUTE_SHIFT;
+	__u64 where = (cookie >> COOKIE_ROUTE_SHIFT) & COOKIE_ROUTE_MASK;
 	__u64 sp = PT_REGS_SP(ctx);
 	__u64 ret;
 	bool through_route;
@@ -403,7 +424,7 @@ static __always_inline int landed_call_session(struct pt_regs *ctx, const enum l
 	 * the release of the links (see AttachedProbes::detach). Before the target's exec, the
 	 * process runs utrace's own code, whose libraries may sit elsewhere. */
 	if ((bpf_get_current_pid_tgid() >> 32) != settings.tgid || !recording ||
-	    (settings.wait_for_exec && !exec_seen))
+	    (settings.wait_for_exec && !exec_seen) || !current_link(cookie))
 		return 1;
 	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)sp))
 		return 1;
@@ -447,7 +468,7 @@ static __always_inline int left_at_site(struct pt_regs *ctx, const bool legacy)
 
 	if (legacy && !runs_traced_program(bpf_get_current_pid_tgid() >> 32))
 		return 0;
-	if (!probe_cookie(ctx, &cookie, legacy))
+	if (!probe_cookie(ctx, &cookie, legacy) || !current_link(cookie))
 		return 0;
 	if (cookie & COOKIE_AFTER_RETURN)
 		slot -= 8;
@@ -486,7 +507,7 @@ int function_call(struct pt_regs *ctx)
 		shadow_left(sp - 8, false);
 		return record_values(ctx, (__u32)cookie | EVENT_EXIT, sp - 8, true, false);
 	}
-	if (!recording)
+	if (!recording || !current_link(cookie))
 		return 1;
 	/* At the entry (or a site before any stack change) sp points at the return address. */
 	shadow_entered(sp, false);

@@ -120,15 +120,15 @@ pub(super) enum Step {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Payloads {
     All,
-    /// Those of either kind.
-    Two(ChunkKind, ChunkKind),
+    /// Those of any of these kinds.
+    Some(&'static [ChunkKind]),
 }
 
 impl Payloads {
     fn includes(self, kind: ChunkKind) -> bool {
         match self {
             Payloads::All => true,
-            Payloads::Two(one, other) => one == kind || other == kind,
+            Payloads::Some(kinds) => kinds.contains(&kind),
         }
     }
 }

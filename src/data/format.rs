@@ -35,6 +35,8 @@
 //! | 6    | user stacks    | bincode 2 of [`UserStacks`]: the functions whose entries carry |
 //! |      |                | a stack id and each stack's symbolized frames (`record --stack`, |
 //! |      |                | written at the end, before the statistics)                       |
+//! | 7    | detached       | bincode 2 of a list of [`Detachment`]s: functions whose probes  |
+//! |      | functions      | `record --budget` took off during the recording, written then    |
 //!
 //! Order: metadata, function table, any number of events and more-functions chunks, statistics
 //! when the recording ended cleanly. A more-functions chunk comes before the events that use its
@@ -50,6 +52,7 @@
 //! [`Metadata`]: super::Metadata
 //! [`Statistics`]: super::Statistics
 //! [`UserStacks`]: crate::user_stack::UserStacks
+//! [`Detachment`]: crate::table::Detachment
 //!
 mod events;
 
@@ -99,6 +102,7 @@ pub enum ChunkKind {
     Statistics,
     MoreFunctions,
     UserStacks,
+    Detachments,
     /// A kind this version does not know: skipped.
     Unknown(u32),
 }
@@ -112,6 +116,7 @@ impl ChunkKind {
             4 => ChunkKind::Statistics,
             5 => ChunkKind::MoreFunctions,
             6 => ChunkKind::UserStacks,
+            7 => ChunkKind::Detachments,
             other => ChunkKind::Unknown(other),
         }
     }
@@ -124,6 +129,7 @@ impl ChunkKind {
             ChunkKind::Statistics => 4,
             ChunkKind::MoreFunctions => 5,
             ChunkKind::UserStacks => 6,
+            ChunkKind::Detachments => 7,
             ChunkKind::Unknown(code) => code,
         }
     }
@@ -137,6 +143,7 @@ impl ChunkKind {
             ChunkKind::Statistics => "statistics",
             ChunkKind::MoreFunctions => "more functions",
             ChunkKind::UserStacks => "user stacks",
+            ChunkKind::Detachments => "detached functions",
             ChunkKind::Unknown(_) => "unknown",
         }
     }

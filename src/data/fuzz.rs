@@ -43,6 +43,7 @@ pub(crate) fn recording(functions: usize, blocks: &[Vec<Event>], statistics: boo
                 user_stack: false,
                 argument_names: Vec::new(),
                 source: None,
+                detached: None,
             })
             .collect(),
         ..Default::default()

@@ -15,7 +15,7 @@ use super::chunks::{read_full, Chunks, DamagedChunk, Fault, OnDamage, Payloads, 
 use super::format::{self, ChunkHeader, ChunkKind, EventDecoder, FILE_HEADER_LEN};
 use super::{DataError, Metadata, Statistics};
 use crate::event::Event;
-use crate::table::FunctionTable;
+use crate::table::{Detachment, FunctionTable};
 use crate::user_stack::UserStacks;
 
 const BUFFER_CAPACITY: usize = 256 * 1024;
@@ -265,7 +265,10 @@ impl<R: Read + Seek> DataReader<R> {
                     return Ok(None);
                 }
                 // Gathered when the file was opened.
-                ChunkKind::MoreFunctions | ChunkKind::UserStacks | ChunkKind::Unknown(_) => {}
+                ChunkKind::MoreFunctions
+                | ChunkKind::UserStacks
+                | ChunkKind::Detachments
+                | ChunkKind::Unknown(_) => {}
             }
         }
     }
@@ -386,10 +389,11 @@ fn gather_chunks<R: Read + Seek>(
     chunks.set_on_damage(OnDamage::Skip);
     loop {
         let damaged_before = chunks.damaged().len();
-        let step = chunks.next(Payloads::Two(
+        let step = chunks.next(Payloads::Some(&[
             ChunkKind::MoreFunctions,
             ChunkKind::UserStacks,
-        ));
+            ChunkKind::Detachments,
+        ]));
         let lost_one = chunks.damaged()[damaged_before..]
             .iter()
             .any(|chunk| matches!(chunk.kind, None | Some(ChunkKind::MoreFunctions)));
@@ -403,11 +407,26 @@ fn gather_chunks<R: Read + Seek>(
                     Err(_) => return,
                 },
                 ChunkKind::UserStacks => *user_stacks = format::decode(&chunks.payload).ok(),
+                ChunkKind::Detachments => {
+                    let detached: Vec<Detachment> =
+                        format::decode(&chunks.payload).unwrap_or_default();
+                    mark_detached(functions, &detached);
+                }
                 // Another recording's, with its file header damaged.
                 ChunkKind::Metadata | ChunkKind::FunctionTable => return,
                 _ => {}
             },
             _ => return,
+        }
+    }
+}
+
+/// Marks the functions `--budget` detached, as reports show them. A damaged list marks none:
+/// their counts still say what was recorded.
+fn mark_detached(functions: &mut FunctionTable, detached: &[Detachment]) {
+    for detachment in detached {
+        if let Some(function) = functions.functions.get_mut(detachment.function as usize) {
+            function.detached = Some(*detachment);
         }
     }
 }

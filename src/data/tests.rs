@@ -43,6 +43,7 @@ fn table(count: usize) -> FunctionTable {
                 user_stack: false,
                 argument_names: Vec::new(),
                 source: None,
+                detached: None,
             })
             .collect(),
         ..Default::default()
@@ -971,6 +972,34 @@ fn functions_planned_during_the_recording_are_known_from_the_start() {
     expected.extend(more);
     assert_eq!(reader.functions(), &expected);
     assert_eq!(reader.functions().functions.len(), 5);
+    let mut read = Vec::new();
+    while let Some(block) = reader.next_events().unwrap() {
+        read.extend_from_slice(block);
+    }
+    assert_eq!(read, [events(1, 100), events(2, 50)].concat());
+    assert!(!reader.cut_short());
+}
+
+#[test]
+fn functions_detached_during_the_recording_are_marked_from_the_start() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("detached.data");
+    let mut writer = DataWriter::create(&path, &metadata(), &table(3)).unwrap();
+    writer.write_events(&events(1, 100)).unwrap();
+    let detachment = crate::table::Detachment {
+        function: 1,
+        after_ns: 420_000_000,
+        calls_per_s: 1_200_000,
+    };
+    writer.write_detachments(&[detachment]).unwrap();
+    writer.write_events(&events(2, 50)).unwrap();
+    writer.finish(&Statistics::default()).unwrap();
+
+    let mut reader = DataReader::open(&path).unwrap();
+    let detached: Vec<_> = (reader.functions().functions.iter())
+        .map(|function| function.detached)
+        .collect();
+    assert_eq!(detached, [None, Some(detachment), None]);
     let mut read = Vec::new();
     while let Some(block) = reader.next_events().unwrap() {
         read.extend_from_slice(block);

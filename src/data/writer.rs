@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::format::{self, ChunkHeader, ChunkKind, EventEncoder, EVENTS_PER_CHUNK, MAX_CHUNK_LEN};
 use super::{DataError, Metadata, Statistics};
 use crate::event::Event;
-use crate::table::FunctionTable;
+use crate::table::{Detachment, FunctionTable};
 use crate::user_stack::UserStacks;
 
 const BUFFER_CAPACITY: usize = 256 * 1024;
@@ -97,6 +97,13 @@ impl DataWriter {
     pub fn write_more_functions(&mut self, more: &FunctionTable) -> Result<(), DataError> {
         let payload = encode_table(&self.path, more)?;
         let header = ChunkHeader::for_payload(ChunkKind::MoreFunctions, &payload);
+        self.write(|out| write_chunk(out, header, &payload))
+    }
+
+    /// Appends functions `--budget` detached during the recording.
+    pub fn write_detachments(&mut self, detached: &[Detachment]) -> Result<(), DataError> {
+        let payload = encode(&self.path, "detached functions", &detached)?;
+        let header = ChunkHeader::for_payload(ChunkKind::Detachments, &payload);
         self.write(|out| write_chunk(out, header, &payload))
     }
 

@@ -115,6 +115,13 @@ impl Glob {
         &self.text
     }
 
+    /// Whether it names one name exactly (no wildcard, no class).
+    pub fn is_literal(&self) -> bool {
+        self.tokens
+            .iter()
+            .all(|token| matches!(token, Token::Literal(_)))
+    }
+
     /// Whether the whole of `name` matches.
     pub fn matches(&self, name: &str) -> bool {
         // The classic greedy matcher: on a mismatch, go back to the last `*` and let it take

@@ -335,6 +335,7 @@ fn add_function(plan: &mut ProbePlan, name: String, module: u32, kind: FunctionK
         user_stack: false,
         argument_names: Vec::new(),
         source: None,
+        detached: None,
     });
     // Never probed as user code: no exit site.
     plan.exits.push(ExitProbe::Sites(Vec::new()));

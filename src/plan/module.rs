@@ -167,6 +167,7 @@ impl ProbePlan {
                 user_stack,
                 argument_names: Vec::new(),
                 source,
+                detached: None,
             },
         ));
         self.exits.extend(module.exits);

@@ -11,6 +11,7 @@ use std::time::Instant;
 use libbpf_rs::{Link, MapCore, MapFlags, ProgramMut, UprobeMultiOpts, UprobeOpts};
 
 use super::error::ProbeError;
+use super::generations::Generations;
 use super::interface::{landing_cookie, COOKIE_AFTER_RETURN, COOKIE_ALSO_EXIT};
 use super::interface::{skel::types, COOKIE_NOT_GO, COOKIE_NO_RETURN_VALUE, COOKIE_RETURN_PROBED};
 use super::{AttachMode, AttachedProbes, LoadedProbes, Programs};
@@ -78,7 +79,15 @@ impl<'obj> LoadedProbes<'obj> {
             let module = module_index as u32;
             self.set_value_specs(table, module)?;
             let go = self.go_functions.as_ref();
-            let plan = ModuleProbes::new(table, exits, sites, landings, module, sessions, go);
+            let generations = self.generations.borrow();
+            let plan = ModuleProbes::new(
+                table,
+                exits,
+                sites,
+                landings,
+                (module, sessions, go),
+                &generations,
+            );
             let progs = self.programs();
             // Sessions make return probes: they are released with the return links.
             attached.return_links.extend(self.attach_sites(
@@ -186,14 +195,21 @@ impl<'obj> LoadedProbes<'obj> {
             let mut executable_stubs = Vec::new();
             let mut library_stubs = Vec::new();
             let mut executable_got = Vec::new();
-            for call in calls {
+            let generations = self.generations.borrow();
+            for call in calls
+                .iter()
+                .filter(|c| !generations.is_detached(c.function))
+            {
                 let (calls, route) = match call.route {
                     Route::ExecutableStub(stub) => (&mut executable_stubs, stub),
                     Route::LibraryStub { stub, .. } => (&mut library_stubs, stub),
                     Route::ExecutableGot(slot) => (&mut executable_got, slot),
                 };
-                calls.push((call.offset as usize, landing_cookie(call.function, route)));
+                let cookie = landing_cookie(call.function, route);
+                let generation = generations.cookie_bit(call.function);
+                calls.push((call.offset as usize, cookie | generation));
             }
+            drop(generations);
             for (program, calls) in [
                 (&progs.plt_call, executable_stubs),
                 (&progs.library_plt_call, library_stubs),
@@ -222,9 +238,15 @@ impl<'obj> LoadedProbes<'obj> {
                 name: &name,
                 pid,
             };
+            let generations = self.generations.borrow();
             let sites = (jumps.iter())
-                .map(|jump| (jump.offset as usize, u64::from(jump.function)))
+                .filter(|jump| !generations.is_detached(jump.function))
+                .map(|jump| {
+                    let generation = generations.cookie_bit(jump.function);
+                    (jump.offset as usize, u64::from(jump.function) | generation)
+                })
                 .collect();
+            drop(generations);
             let program = &self.skel.progs.function_call;
             let links =
                 self.attach_sites(program, target, sites, Hook::Session, "PLT tail jump")?;
@@ -465,15 +487,17 @@ struct ModuleProbes {
 }
 
 impl ModuleProbes {
+    /// The probes of `module`'s functions, but those detached, each with its generation; `how`
+    /// is the module, whether the kernel has sessions, and a Go program's Go functions.
     fn new(
         table: &FunctionTable,
         exits: &[ExitProbe],
         sites: &ExitSites,
         landings: &Landings,
-        module: u32,
-        sessions: bool,
-        go_functions: Option<&HashSet<FunctionId>>,
+        how: (u32, bool, Option<&HashSet<FunctionId>>),
+        generations: &Generations,
     ) -> ModuleProbes {
+        let (module, sessions, go_functions) = how;
         let mut probes = ModuleProbes {
             calls: Vec::new(),
             entries: Vec::new(),
@@ -484,13 +508,15 @@ impl ModuleProbes {
             if function.module != module
                 || landings.contains(id as u32)
                 || !function.kind.is_probed_code()
+                || generations.is_detached(id as FunctionId)
             {
                 continue;
             }
+            let generation = generations.cookie_bit(id as FunctionId);
             let not_go = go_functions.is_some_and(|go| !go.contains(&(id as FunctionId)));
             let id = id as u64;
             let entry = function.offset as usize;
-            let cookie_of_function = id | if not_go { COOKIE_NOT_GO } else { 0 };
+            let cookie_of_function = id | generation | if not_go { COOKIE_NOT_GO } else { 0 };
             let mut cookie = cookie_of_function;
             let exit_cookie = match function.kind {
                 FunctionKind::Plt => cookie_of_function | COOKIE_AFTER_RETURN,

@@ -31,6 +31,8 @@ pub enum ProbeError {
         function: String,
         error: libbpf_rs::Error,
     },
+    #[error("cannot hand the recording of the functions to their new probes: {0}")]
+    LinkGenerations(libbpf_rs::Error),
     #[error("cannot open the map of where unread strings lie: {0}")]
     StringPlaces(libbpf_rs::Error),
     #[error("cannot tell the probes where the PLT stubs of {path} are: {error}")]

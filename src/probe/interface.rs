@@ -83,6 +83,9 @@ pub(super) const COOKIE_RETURN_PROBED: u64 = 1 << types::cookie_bits::COOKIE_RET
 /// its calls pair by thread, as r14 holds no goroutine's `g` there.
 pub(super) const COOKIE_NOT_GO: u64 = 1 << types::cookie_bits::COOKIE_NOT_GO_BIT.0;
 
+/// Set in the cookies of the links of a function's generation 1 (see generations.rs).
+pub(super) const COOKIE_GENERATION: u64 = 1 << types::cookie_bits::COOKIE_GENERATION_BIT.0;
+
 /// The cookie of a library call probed where it lands: the call's function id, and where its
 /// route is (a stub's or GOT slot's address, below 4 GiB: see [`crate::plan::Route`]) in the
 /// high bits.

@@ -49,6 +49,9 @@ pub struct ProbeConfig {
     pub user_stacks: bool,
     /// The kernel event and USDT programs needed (`-E`).
     pub events: super::EventPrograms,
+    /// Under `--budget`, the functions planned at start, whose links may be replaced (see
+    /// generations.rs); 0 otherwise.
+    pub replaceable_functions: u32,
 }
 
 /// How a thread waits while the recorder writes its stack (`pause_signal` in
@@ -97,6 +100,8 @@ pub struct LoadedProbes<'obj> {
     pub(super) strategy: &'static AttachStrategy,
     /// See [`ProbeConfig::go_functions`].
     pub(super) go_functions: Option<HashSet<FunctionId>>,
+    /// The generation of the links each function gets next, and the functions left out.
+    pub(super) generations: std::cell::RefCell<super::generations::Generations>,
 }
 
 impl<'obj> LoadedProbes<'obj> {
@@ -165,6 +170,9 @@ impl<'obj> LoadedProbes<'obj> {
             skel,
             strategy,
             go_functions: config.go_functions.clone(),
+            generations: std::cell::RefCell::new(super::generations::Generations::new(
+                config.replaceable_functions,
+            )),
         })
     }
 
@@ -255,6 +263,12 @@ fn size_maps(
                 .set_max_entries(USER_STACKS_MAX)
                 .map_err(load_error)?;
         }
+    }
+    if config.replaceable_functions > 0 {
+        open.maps
+            .link_generations
+            .set_max_entries(config.replaceable_functions)
+            .map_err(load_error)?;
     }
     let maps = &mut open.maps;
     // Without -K, kernel_function_hit never looks at the depths.

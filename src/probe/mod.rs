@@ -18,6 +18,7 @@ mod attach;
 mod error;
 mod events;
 mod features;
+mod generations;
 mod globals;
 pub use globals::{replaced_return_addresses, GuardianMaps};
 mod interface;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use libbpf_rs::RingBuffer;
 
+use super::budget::BudgetKeeper;
 use super::follow::{ProcessChange, TracedProcesses};
 use super::opened_libraries::OpenedLibraries;
 use super::progress::Progress;
@@ -18,6 +19,7 @@ use super::session::{
 use super::signals::SignalWatch;
 use super::target::SignalAction;
 use crate::probe::{AttachedProbes, LoadedProbes};
+use crate::table::{Detachment, FunctionTable};
 
 /// How long the consumer sleeps when the probes have not woken it. Bounds the delay of events
 /// at low rates; at high rates the fill-level wake-up comes first.
@@ -25,6 +27,9 @@ const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// How often the drain is told a flush is due, so a killed recorder loses at most this much and
 /// live output is never held longer.
 const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+/// How long the probes `--budget` replaced stay attached: the calls they saw enter return to them
+/// meanwhile, and are timed.
+const OLD_PROBES_LINGER: Duration = Duration::from_millis(200);
 /// How long a command may run on after the first Ctrl-C passed to it before utrace says how to
 /// stop recording: one that ends on it ends sooner, and needs no word.
 const SIGNAL_HINT_AFTER: Duration = Duration::from_secs(1);
@@ -59,6 +64,10 @@ pub struct Tracing<'a, 'obj> {
     losses: LossWatch,
     /// After the first stop signal went to the command: when, and what to say if it runs on.
     signal_hint: Option<(Instant, String)>,
+    /// Weighs the probes' cost (`--budget`; once, for a running process).
+    budget: Option<BudgetKeeper>,
+    /// The modules planned at start: those whose probes `--budget` replaces.
+    program_modules: Vec<usize>,
 }
 
 /// Tells the drain of events lost since it was last told.
@@ -115,7 +124,8 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
         attached: AttachedProbes,
         traced: Option<TracedProcesses>,
     ) -> Self {
-        let program_modules = (0..session.table().modules.len()).collect();
+        let program_modules: Vec<usize> = (0..session.table().modules.len()).collect();
+        let budget = session.budget_keeper(options);
         Tracing {
             session,
             options,
@@ -123,7 +133,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             ring,
             inbox,
             attached,
-            libraries: OpenedLibraries::new(program_modules),
+            libraries: OpenedLibraries::new(program_modules.clone()),
             followed_probes: Vec::new(),
             releases: Vec::new(),
             traced,
@@ -133,6 +143,8 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             target_end: None,
             losses: LossWatch::default(),
             signal_hint: None,
+            budget,
+            program_modules,
         }
     }
 
@@ -161,6 +173,7 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             if self.drain_events(drain, due).is_err() || self.dispatch_notes(drain).is_err() {
                 break Stop::DrainFailed;
             }
+            self.keep_budget(drain);
             self.losses.tell(self.loaded, drain);
             if self.held && self.let_go_when_served(drain).is_err() {
                 break Stop::DrainFailed;
@@ -180,7 +193,54 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
 
     /// Hands the events gathered so far to the drain.
     fn drain_events(&mut self, drain: &mut dyn Drain, due: bool) -> Result<(), DrainFull> {
-        drain_events(self.inbox, drain, due, &mut self.events)
+        if let Some(budget) = &mut self.budget {
+            budget.observe_pending(&self.inbox.events.borrow());
+        }
+        let drained = drain_events(self.inbox, drain, due, &mut self.events);
+        if let Some(budget) = &mut self.budget {
+            budget.left_pending(self.inbox.events.borrow().len());
+        }
+        drained
+    }
+
+    /// Detaches the functions whose probes take the program past its budget, if any: the
+    /// program's probes are attached anew without them, handed the recording, and the old ones
+    /// released on a thread of their own once the calls they saw enter have mostly returned.
+    fn keep_budget(&mut self, drain: &mut dyn Drain) {
+        let Some(budget) = &mut self.budget else {
+            return;
+        };
+        let detached = budget.due_detachments();
+        if budget.is_done() {
+            self.budget = None;
+        }
+        if detached.is_empty() {
+            return;
+        }
+        let functions: Vec<_> = detached.iter().map(|d| d.function).collect();
+        self.loaded.start_replacing(&functions);
+        let replaced = (self.session)
+            .attach_program(self.loaded, &self.program_modules)
+            .and_then(|probes| {
+                self.loaded.switch_generations()?;
+                Ok(probes)
+            });
+        let probes = match replaced {
+            Ok(probes) => probes,
+            Err(error) => {
+                // The old probes go on recording every function; nothing more is tried.
+                log::warn!("--budget: cannot detach functions: {error:#}");
+                self.budget = None;
+                return;
+            }
+        };
+        let old = std::mem::replace(&mut self.attached, probes);
+        self.releases.push(std::thread::spawn(move || {
+            std::thread::sleep(OLD_PROBES_LINGER);
+            AttachedProbes::detach(vec![old])
+        }));
+        say_detached(self.session.table(), &detached);
+        drain.functions_detached(&detached);
     }
 
     /// Acts on every note gathered so far, in the order they came.
@@ -375,4 +435,20 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
             losses: self.losses,
         }
     }
+}
+
+/// Says which functions `--budget` detached, with their call rates.
+fn say_detached(table: &FunctionTable, detached: &[Detachment]) {
+    let named: Vec<String> = (detached.iter())
+        .filter_map(|d| {
+            let function = table.function(d.function)?;
+            Some(format!("{} ({} calls/s)", function.name, d.calls_per_s))
+        })
+        .collect();
+    let after = detached.first().map_or(0.0, |d| d.after_ns as f64 / 1e9);
+    log::info!(
+        "--budget: detached {} after {after:.2} s: {}",
+        crate::diagnostics::plural(detached.len() as u64, "function", "functions"),
+        named.join(", ")
+    );
 }

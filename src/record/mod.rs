@@ -1,5 +1,6 @@
 //! Recording: start the target, load and attach BPF, drain the ring buffer into `utrace.data`.
 
+pub mod budget;
 pub mod calibrate;
 mod call_events;
 mod dispatch;
@@ -36,7 +37,7 @@ use crate::filter::{FilterSpec, FilteredSink};
 pub use crate::probe::ring_buffer_size;
 use crate::probe_cost::ProbeCosts;
 use crate::replay::Replayer;
-use crate::table::FunctionTable;
+use crate::table::{Detachment, FunctionTable};
 use call_events::CallEvents;
 pub use process::{split_command, ChildSetup, ExitStatus};
 pub use session::{Drain, Session, SessionMode, Stop, TraceOptions};
@@ -107,6 +108,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     .context("cannot create the data file (-o FILE chooses another)")?;
     give_to_sudo_user(&options.output);
     let writer = WriterThread::start(writer);
+    session.set_probe_costs(calibration.costs.clone());
 
     // With depth, time or thread filters, only the calls they show are written (see call_events.rs).
     let shown = RefCell::new(Vec::new());
@@ -299,6 +301,11 @@ impl Drain for RecordDrain<'_> {
             filtered.add_functions(self.filter.function_mask(more));
         }
         self.writer.send_more_functions(more.clone())
+    }
+
+    fn functions_detached(&mut self, detached: &[Detachment]) {
+        // A writer that failed says so at the end, as for the events.
+        let _ = self.writer.send_detachments(detached.to_vec());
     }
 }
 

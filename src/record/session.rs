@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use libbpf_rs::RingBufferBuilder;
 
+use super::budget::BudgetKeeper;
 use super::dispatch::{drain_events, Tracing, TracingEnd};
 use super::follow::{ProcessChange, TracedProcesses};
 use super::guardian::{Duties, Guardian};
@@ -64,6 +65,8 @@ pub struct TraceOptions {
     pub events: EventRequests,
     /// Read each traced function's source line from DWARF (`--srcline`).
     pub source_lines: SourceLines,
+    /// The slowdown the program may have, functions detached to keep it (`--budget`).
+    pub budget: Option<super::budget::Slowdown>,
 }
 
 /// Which command runs the session: what it shows besides the events, and what it follows.
@@ -116,6 +119,8 @@ pub struct Session {
     /// A running process (`-p`) with an unwinder and uretprobes, held with ptrace so that the
     /// shadow stack may pause its threads.
     seizer: Option<Seizer>,
+    /// What the probes cost, when measured: `--budget` weighs them.
+    probe_costs: Option<crate::probe_cost::ProbeCosts>,
 }
 
 /// Where a session's events and newly planned functions go.
@@ -134,6 +139,9 @@ pub trait Drain {
     /// live mode marks the place in its tree. The file's statistics count them anyway.
     fn events_lost(&mut self, _count: u64) {}
 
+    /// `--budget` took these functions' probes off (the drain decides what to keep of it).
+    fn functions_detached(&mut self, _detached: &[crate::table::Detachment]) {}
+
     /// Whether it has taken all it was allowed to (`record --max-size`): the recording stops
     /// there, as when `--duration` passes.
     fn is_full(&self) -> bool {
@@ -151,6 +159,12 @@ impl Session {
     pub fn prepare(options: &TraceOptions) -> Result<Session> {
         probe::forward_libbpf_messages();
         let kernel_attach = probe::check_kernel_functions(&options.events.kernel_functions)?;
+        if options.budget.is_some() && !probe::strategy().sessions {
+            anyhow::bail!(
+                "--budget needs uprobe sessions (Linux 6.13) on uprobe_multi links, which this \
+                 kernel lacks"
+            );
+        }
         // Fork (for -c) before any thread exists: the child only waits and execs.
         let Prepared { target, program } = Target::prepare(&options.target, &options.child_setup)?;
         // After the fork: the command keeps the limit it was given.
@@ -191,7 +205,25 @@ impl Session {
             planner,
             stack_files,
             seizer,
+            probe_costs: None,
         })
+    }
+
+    /// Gives the session what the probes cost, which `--budget` weighs.
+    pub fn set_probe_costs(&mut self, costs: Option<crate::probe_cost::ProbeCosts>) {
+        self.probe_costs = costs;
+    }
+
+    /// Under `--budget`, or for a running process, what weighs the probes' cost while the
+    /// program runs; `None` where their cost is unknown.
+    pub(super) fn budget_keeper(&self, options: &TraceOptions) -> Option<BudgetKeeper> {
+        let advise = matches!(self.target, Target::Running(_));
+        if options.budget.is_none() && !advise {
+            return None;
+        }
+        let pid = self.target.pid();
+        let costs = self.probe_costs.as_ref();
+        BudgetKeeper::new(options.budget, pid, self.table(), costs, &options.filter)
     }
 
     /// Under `--stack`, adds the files the process has mapped now to those its stacks' frames
@@ -308,6 +340,10 @@ impl Session {
                 string_size: values.any().then_some(values.string_size),
                 user_stacks: self.table().functions.iter().any(|f| f.user_stack),
                 events: EventPrograms::of(&plan.events, self.table())?,
+                replaceable_functions: match options.budget {
+                    Some(_) => self.table().functions.len() as u32,
+                    None => 0,
+                },
             },
         )?;
         // Outlives a killed recorder to give the stacks back and let stopped processes go (see
@@ -334,8 +370,7 @@ impl Session {
         }
         loaded.set_serving_stack_writes(unwind_shadow);
         let all_modules: Vec<usize> = (0..self.table().modules.len()).collect();
-        let mut attached = self.attach_modules(&loaded, &all_modules, pid)?;
-        attached.absorb(loaded.attach_landings(&self.planner.plan().landings, pid)?);
+        let attached = self.attach_program(&loaded, &all_modules)?;
         // Detached when the session ends, after the functions' probes.
         let _event_links = loaded.attach_events(&self.planner.plan().events, self.table(), pid)?;
         let traced = match options.follow {
@@ -549,6 +584,19 @@ impl Session {
                 self.planner.plan().files[module].path
             );
         }
+    }
+
+    /// Attaches the probes of the target's program: those of `modules`, the files planned at
+    /// start, and of its library calls where they land.
+    pub(super) fn attach_program(
+        &self,
+        loaded: &LoadedProbes,
+        modules: &[usize],
+    ) -> Result<AttachedProbes> {
+        let pid = self.target.pid();
+        let mut attached = self.attach_modules(loaded, modules, pid)?;
+        attached.absorb(loaded.attach_landings(&self.planner.plan().landings, pid)?);
+        Ok(attached)
     }
 
     /// Attaches the probes of `modules` (indices into the table), filtered to `pid`.

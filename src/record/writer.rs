@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::data::{DataError, DataWriter};
 use crate::event::Event;
-use crate::table::FunctionTable;
+use crate::table::{Detachment, FunctionTable};
 
 /// Events per batch the consumer allocates for; batches are recycled, so this is also roughly
 /// the largest chunk written.
@@ -23,6 +23,7 @@ const EVENT_BYTES_FIRST_GUESS: u64 = 8;
 enum Item {
     Events(Vec<Event>),
     MoreFunctions(FunctionTable),
+    Detachments(Vec<Detachment>),
 }
 
 /// A [`DataWriter`] running on its own thread.
@@ -67,6 +68,7 @@ impl WriterThread {
                             let _ = give_back.send(batch);
                         }
                         Item::MoreFunctions(more) => writer.write_more_functions(&more)?,
+                        Item::Detachments(detached) => writer.write_detachments(&detached)?,
                     }
                     progress
                         .bytes
@@ -115,6 +117,11 @@ impl WriterThread {
     /// Queues functions planned during the recording; false as for [`WriterThread::send`].
     pub fn send_more_functions(&self, more: FunctionTable) -> bool {
         self.batches.send(Item::MoreFunctions(more)).is_ok()
+    }
+
+    /// Queues functions `--budget` detached; false as for [`WriterThread::send`].
+    pub fn send_detachments(&self, detached: Vec<Detachment>) -> bool {
+        self.batches.send(Item::Detachments(detached)).is_ok()
     }
 
     /// Waits up to `limit` until every batch queued is written (and flushed to the OS, where a

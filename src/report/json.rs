@@ -8,8 +8,11 @@
 //!                 "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N,
 //!                 "p50_ns": N, "p90_ns": N, "p99_ns": N, "off_cpu_ns": N, "probe_share": 0.0,
 //!                 "entry_site": "emulated", "resolution_ns": N,
-//!                 "below_resolution": ["total_ns", "self_ns", "min_ns", "p50_ns"]}]}
+//!                 "below_resolution": ["total_ns", "self_ns", "min_ns", "p50_ns"],
+//!                 "detached": {"after_ns": N, "calls_per_s": N}}]}
 //! ```
+//! `detached` is there for a function whose probes `record --budget` took off, `after_ns` into
+//! the recording: its figures are up to then.
 //! `resolution_ns` is what the probe-cost correction resolves for one of the function's calls
 //! (left out under raw times and for kernel events other than kernel functions (`-k`): nothing
 //! is taken out); `below_resolution`
@@ -103,6 +106,16 @@ struct JsonFunction<'a> {
     /// The figures below what the correction resolves for them, by their names here.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     below_resolution: Vec<&'static str>,
+    /// When `record --budget` took the function's probes off, and its call rate then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detached: Option<JsonDetachment>,
+}
+
+/// A function `--budget` detached: its figures are up to `after_ns` into the recording.
+#[derive(Serialize)]
+struct JsonDetachment {
+    after_ns: u64,
+    calls_per_s: u64,
 }
 
 /// The names of the figures of a function below what the correction resolves for them: the
@@ -193,6 +206,10 @@ pub fn write_json(
                     &percentiles,
                     resolutions.of(row.id),
                 ),
+                detached: row.function.detached.map(|d| JsonDetachment {
+                    after_ns: d.after_ns,
+                    calls_per_s: d.calls_per_s,
+                }),
             }
         })
         .collect();

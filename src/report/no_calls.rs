@@ -164,6 +164,7 @@ mod tests {
                     user_stack: false,
                     argument_names: Vec::new(),
                     source: None,
+                    detached: None,
                 })
                 .collect(),
             ..Default::default()

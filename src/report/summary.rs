@@ -131,6 +131,9 @@ const SKEWED_CALLS: u64 = 20;
 /// How the summary marks a function whose average a few long calls carry.
 const SKEWED_MARK: &str = "~ ";
 
+/// How the summary marks the functions `--budget` detached during the recording.
+const DETACHED_MARK: &str = " [detached]";
+
 /// How the summary marks the kernel's functions and events (`-k`, `-E`).
 pub const KERNEL_MARK: &str = " [k]";
 
@@ -379,7 +382,7 @@ impl Summary {
     ) -> io::Result<()> {
         let covered_ns = write_whole(replay, out)?;
         let marks = self.write_table(table, covered_ns, layout, 0, out)?;
-        write_note(replay, self.probe_dominated(), marks, out)
+        write_note(table, replay, self.probe_dominated(), marks, out)
     }
 
     /// Writes the table; says whether any figure was shown as a bound, and how many rows are
@@ -492,7 +495,11 @@ impl Summary {
                 FunctionKind::Kernel => KERNEL_MARK,
                 _ => "",
             };
-            writeln!(out, "  {mark}{skew}{name}{kernel}{unknown}")?;
+            let detached = match row.function.detached {
+                Some(_) => DETACHED_MARK,
+                None => "",
+            };
+            writeln!(out, "  {mark}{skew}{name}{kernel}{detached}{unknown}")?;
         }
         Ok(TableMarks { bounds, skewed })
     }
@@ -555,9 +562,33 @@ struct TableMarks {
     skewed: u64,
 }
 
+/// What the functions `--budget` detached are, each with when and why.
+fn detached_note(table: &FunctionTable) -> Option<String> {
+    let detached: Vec<String> = (table.functions.iter())
+        .filter_map(|function| {
+            let detachment = function.detached?;
+            Some(format!(
+                "{} at {:.2} s ({} calls/s)",
+                function.name,
+                detachment.after_ns as f64 / 1e9,
+                detachment.calls_per_s
+            ))
+        })
+        .collect();
+    (!detached.is_empty()).then(|| {
+        format!(
+            "[detached] marks functions whose probes --budget took off during the recording, to \
+             keep the program within it: their counts and times are up to then, and their \
+             callers' self times include their calls after ({})",
+            detached.join(", ")
+        )
+    })
+}
+
 /// The notes under the table(s): the replay's, the clamped times, what the `*` of
 /// `probe_dominated` rows means, and what a bound is when `bounds` were shown.
 fn write_note(
+    table: &FunctionTable,
     replay: &ReplayStats,
     probe_dominated: u64,
     marks: TableMarks,
@@ -595,6 +626,7 @@ fn write_note(
             .to_owned()
     });
     let notes: Vec<String> = (replay_note(replay).into_iter())
+        .chain(detached_note(table))
         .chain(clamped)
         .chain(marked)
         .chain(skewed)
@@ -709,7 +741,7 @@ impl GroupedSummaries {
             marks.skewed += table_marks.skewed;
         }
         let marked = self.groups.iter().map(|(_, s)| s.probe_dominated()).sum();
-        write_note(replay, marked, marks, out)
+        write_note(table, replay, marked, marks, out)
     }
 }
 

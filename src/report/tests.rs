@@ -43,6 +43,7 @@ fn function(name: &str, module: u32) -> TracedFunction {
         user_stack: false,
         argument_names: Vec::new(),
         source: None,
+        detached: None,
     }
 }
 

@@ -735,6 +735,7 @@ pub fn written_table(names: &[&str]) -> utrace::table::FunctionTable {
                 user_stack: false,
                 argument_names: Vec::new(),
                 source: None,
+                detached: None,
             })
             .collect(),
         ..Default::default()

@@ -1,0 +1,368 @@
+//! `--budget`: keeps the traced program within a slowdown the user sets. Every call costs its
+//! probes (the calibration measured each probe class), so the probes' cost per second is each
+//! function's call rate (counted as the events are drained) times its calls' cost. Every
+//! [`STEP`], that cost is weighed against the program's own CPU time in the same span; past the
+//! budget, the functions whose probes cost the most for what they tell are detached (hot leaves
+//! first, then hot callers), just enough to come back within it. Functions `-f` names exactly
+//! are never detached.
+//!
+//! Without `--budget`, a recording of a running process (`-p`) gets the same measure once, and
+//! one line suggesting `--budget` where its probes slow it down more than [`ADVICE_ABOVE`].
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::event::Event;
+use crate::filter::FilterSpec;
+use crate::probe_cost::ProbeCosts;
+use crate::table::{Detachment, FunctionId, FunctionTable};
+
+/// How often the cost is weighed: long enough for rates that mean something, short enough that
+/// a live service is slowed for a moment only.
+const STEP: Duration = Duration::from_millis(250);
+/// Without `--budget`, the slowdown past which a `-p` recording suggests it.
+const ADVICE_ABOVE: f64 = 10.0;
+/// A program is weighed only where it ran at least a tenth of the time (on its CPU time: a
+/// program that waits for I/O meanwhile does not wait for its probes).
+const BUSY_SHARE: u64 = 10;
+/// The budget a bare `--budget` sets: one that suits a live service.
+pub const DEFAULT_BUDGET: &str = "2x";
+/// Calls open per thread that are followed, to tell leaves from callers: deeper ones are left
+/// alone (a recursion, or exits lost).
+const DEPTH_FOLLOWED: usize = 256;
+
+/// How much slower than untraced the program may run: a factor above 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Slowdown {
+    factor: f64,
+    /// As the user wrote it, for messages.
+    percent: bool,
+}
+
+impl Slowdown {
+    /// Parses `2x` (at most twice as slow) or `10%` (at most 10% slower).
+    pub fn parse(text: &str) -> Result<Slowdown, String> {
+        let text = text.trim();
+        let number = |digits: &str| digits.trim().parse::<f64>().ok().filter(|n| n.is_finite());
+        let parsed = match (text.strip_suffix('x'), text.strip_suffix('%')) {
+            (Some(factor), _) => number(factor).map(|factor| (factor, false)),
+            (_, Some(percent)) => number(percent).map(|p| (1.0 + p / 100.0, true)),
+            _ => None,
+        };
+        match parsed {
+            Some((factor, percent)) if factor > 1.0 => Ok(Slowdown { factor, percent }),
+            Some(_) => Err(format!(
+                "{text:?} leaves the probes no time: a budget is more than 1x (2x, 1.5x) or \
+                 0% (10%)"
+            )),
+            None => Err(format!(
+                "{text:?} is not a slowdown like 2x (at most twice as slow) or 10% (at most \
+                 10% slower)"
+            )),
+        }
+    }
+
+    pub fn factor(self) -> f64 {
+        self.factor
+    }
+}
+
+impl fmt::Display for Slowdown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.percent {
+            true => write!(f, "{}%", round_figure((self.factor - 1.0) * 100.0)),
+            false => write!(f, "{}x", round_figure(self.factor)),
+        }
+    }
+}
+
+/// `figure` with at most 2 decimals, none where they are 0.
+fn round_figure(figure: f64) -> String {
+    let text = format!("{figure:.2}");
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// Watches the cost of the probes while the program runs, and says which functions to detach.
+pub struct BudgetKeeper {
+    /// `None`: only measure once, to suggest `--budget`.
+    limit: Option<Slowdown>,
+    pid: u32,
+    started: Instant,
+    /// By function id (those planned at start, the only ones detached): what the probes of one
+    /// call cost, in ns; 0 for those never detached (named by `-f`, or not probed).
+    call_cost_ns: Vec<u64>,
+    /// Calls entered since the last step.
+    calls: Vec<u64>,
+    /// Whether a call of the function was seen calling another.
+    calls_others: Vec<bool>,
+    /// How deep its calls were since the last step, added up (1: outermost).
+    depths: Vec<u64>,
+    /// Per thread, the calls open, innermost last.
+    open: HashMap<u32, Vec<FunctionId>>,
+    detached: HashSet<FunctionId>,
+    /// When the last step was, and the program's CPU time then.
+    last: Option<(Instant, u64)>,
+    /// How many of the events pending for the drain were counted already.
+    observed: usize,
+}
+
+impl BudgetKeeper {
+    /// A keeper of `limit` for process `pid`, whose functions are those of `table`; `None`
+    /// where the probe costs are unknown (nothing to weigh).
+    pub fn new(
+        limit: Option<Slowdown>,
+        pid: u32,
+        table: &FunctionTable,
+        costs: Option<&ProbeCosts>,
+        filter: &FilterSpec,
+    ) -> Option<BudgetKeeper> {
+        let costs = costs?.by_function(table);
+        let named = filter.functions.iter().filter(|glob| glob.is_literal());
+        let call_cost_ns = (table.functions.iter().zip(costs))
+            .map(
+                |(function, cost)| match named.clone().any(|g| g.matches(&function.name)) {
+                    true => 0,
+                    false => cost.full_ns,
+                },
+            )
+            .collect::<Vec<_>>();
+        let count = call_cost_ns.len();
+        Some(BudgetKeeper {
+            limit,
+            pid,
+            started: Instant::now(),
+            call_cost_ns,
+            calls: vec![0; count],
+            calls_others: vec![false; count],
+            depths: vec![0; count],
+            open: HashMap::new(),
+            detached: HashSet::new(),
+            last: None,
+            observed: 0,
+        })
+    }
+
+    /// Counts the calls of the events pending for the drain that were not counted yet.
+    pub fn observe_pending(&mut self, pending: &[Event]) {
+        let new = pending.get(self.observed..).unwrap_or_default();
+        self.observe(new);
+        self.observed = pending.len();
+    }
+
+    /// The drain left `left` events pending (it takes them all or none).
+    pub fn left_pending(&mut self, left: usize) {
+        self.observed = self.observed.min(left);
+    }
+
+    /// Counts the calls of `events`, and which of them call others.
+    fn observe(&mut self, events: &[Event]) {
+        for event in events {
+            let id = event.function_id();
+            if id as usize >= self.calls.len() {
+                continue;
+            }
+            let open = self.open.entry(event.tid()).or_default();
+            if event.is_exit() {
+                if let Some(at) = open.iter().rposition(|&f| f == id) {
+                    open.truncate(at);
+                }
+                continue;
+            }
+            self.calls[id as usize] += 1;
+            self.depths[id as usize] += open.len() as u64 + 1;
+            if let Some(&caller) = open.last() {
+                self.calls_others[caller as usize] = true;
+            }
+            if open.len() < DEPTH_FOLLOWED {
+                open.push(id);
+            }
+        }
+    }
+
+    /// Whether the keeper has no more to do (its one suggestion made).
+    pub fn is_done(&self) -> bool {
+        self.limit.is_none() && self.calls.is_empty()
+    }
+
+    /// Every [`STEP`]: the functions to detach now to come back within the budget (none while
+    /// within it).
+    pub fn due_detachments(&mut self) -> Vec<Detachment> {
+        let now = Instant::now();
+        let Some(cpu_ns) = process_cpu_ns(self.pid) else {
+            return Vec::new();
+        };
+        let Some((last_at, last_cpu_ns)) = self.last else {
+            self.last = Some((now, cpu_ns));
+            self.calls.fill(0);
+            return Vec::new();
+        };
+        let span = now.duration_since(last_at);
+        if span < STEP {
+            return Vec::new();
+        }
+        self.last = Some((now, cpu_ns));
+        let cpu_ns = cpu_ns.saturating_sub(last_cpu_ns);
+        let costs = self.probe_costs();
+        let probes_ns: u64 = costs.iter().map(|&(_, cost)| cost).sum();
+        // Calibrated costs are medians: where they exceed the CPU time, most of it is still
+        // the probes'.
+        let own_ns = cpu_ns.saturating_sub(probes_ns).max(cpu_ns / 50).max(1);
+        let slowdown = (own_ns + probes_ns) as f64 / own_ns as f64;
+        // A program that mostly waits loses little time to its probes: nothing is detached,
+        // and nothing suggested, until it works.
+        if cpu_ns < span.as_nanos() as u64 / BUSY_SHARE {
+            self.calls.fill(0);
+            self.depths.fill(0);
+            return Vec::new();
+        }
+        let Some(limit) = self.limit else {
+            if slowdown > ADVICE_ABOVE {
+                log::info!(
+                    "tracing this process costs it ~{}x; --budget {DEFAULT_BUDGET} keeps it \
+                     near its speed",
+                    round_figure(slowdown.round())
+                );
+            }
+            self.calls.clear();
+            return Vec::new();
+        };
+        let allowed_ns = (own_ns as f64 * (limit.factor() - 1.0)) as u64;
+        log::debug!(
+            "--budget: {:.1} ms of CPU in {:.0} ms, the probes' ~{:.1} ms of it: ~{:.2}x \
+             (budget {limit})",
+            cpu_ns as f64 / 1e6,
+            span.as_secs_f64() * 1e3,
+            probes_ns as f64 / 1e6,
+            slowdown
+        );
+        let chosen = match probes_ns > allowed_ns {
+            true => self.choose(costs, probes_ns - allowed_ns),
+            false => Vec::new(),
+        };
+        let after_ns = now.duration_since(self.started).as_nanos() as u64;
+        let detachments = (chosen.into_iter())
+            .map(|function| Detachment {
+                function,
+                after_ns,
+                calls_per_s: (self.calls[function as usize] as f64 / span.as_secs_f64()) as u64,
+            })
+            .collect::<Vec<_>>();
+        self.detached.extend(detachments.iter().map(|d| d.function));
+        self.calls.fill(0);
+        self.depths.fill(0);
+        detachments
+    }
+
+    /// What each function's probes cost since the last step, in ns, for those that may be
+    /// detached.
+    fn probe_costs(&self) -> Vec<(FunctionId, u64)> {
+        (0u32..)
+            .zip(self.calls.iter().zip(&self.call_cost_ns))
+            .filter(|&(id, (&calls, &cost))| calls > 0 && cost > 0 && !self.detached.contains(&id))
+            .map(|(id, (&calls, &cost))| (id, calls * cost))
+            .collect()
+    }
+
+    /// The functions whose probes cost `excess_ns` together, chosen by what they tell for
+    /// their cost: leaves first, the costliest first (their calls tell the least: no path goes
+    /// through them), then callers, the deepest first (the shorter calls, as a rule: an outer
+    /// call's time and count say the most, and where exits go unseen its time is not known).
+    /// While the leaves alone save half of it, callers wait for the next step, whose measure no
+    /// longer has the leaves' probes in it: while probes take most of the time, the program's
+    /// own time is known too roughly to detach more than those first.
+    fn choose(&self, mut costs: Vec<(FunctionId, u64)>, excess_ns: u64) -> Vec<FunctionId> {
+        // Tenths of a level: calls of one depth on average tie.
+        let depth = |id: FunctionId| {
+            let id = id as usize;
+            self.depths[id] * 10 / self.calls[id].max(1)
+        };
+        costs.sort_by_key(|&(id, cost)| match self.calls_others[id as usize] {
+            false => (false, std::cmp::Reverse(0), std::cmp::Reverse(cost)),
+            true => (true, std::cmp::Reverse(depth(id)), std::cmp::Reverse(cost)),
+        });
+        let mut chosen = Vec::new();
+        let mut saved_ns = 0;
+        for (id, cost) in costs {
+            let is_caller = self.calls_others[id as usize];
+            if saved_ns >= excess_ns || (is_caller && saved_ns >= excess_ns / 2) {
+                break;
+            }
+            chosen.push(id);
+            saved_ns += cost;
+        }
+        chosen
+    }
+}
+
+/// The CPU time of every thread of process `pid` so far, in ns (`/proc/PID/task/*/schedstat`);
+/// `None` once it is gone.
+fn process_cpu_ns(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let total = (tasks.flatten())
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|line| line.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slowdowns_are_factors_or_percentages_above_nothing() {
+        assert_eq!(Slowdown::parse("2x").map(Slowdown::factor), Ok(2.0));
+        assert_eq!(Slowdown::parse("1.5x").map(Slowdown::factor), Ok(1.5));
+        assert_eq!(Slowdown::parse("10%").map(Slowdown::factor), Ok(1.1));
+        assert_eq!(Slowdown::parse("10%").unwrap().to_string(), "10%");
+        assert_eq!(Slowdown::parse("2x").unwrap().to_string(), "2x");
+        for bad in ["0", "abc", "1x", "0.5x", "0%", "-5%", "2", "x", "NaNx"] {
+            assert!(Slowdown::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn event(tid: u32, function: u32, exit: bool) -> Event {
+        Event {
+            timestamp_ns: 0,
+            tid,
+            function: function | if exit { Event::EXIT } else { 0 },
+            stack: 0,
+            pid: 0,
+        }
+    }
+
+    #[test]
+    fn the_costliest_leaves_go_first_and_no_more_than_needed() {
+        let mut keeper = BudgetKeeper {
+            limit: Some(Slowdown::parse("2x").unwrap()),
+            pid: 0,
+            started: Instant::now(),
+            call_cost_ns: vec![1000, 1000, 1000, 0],
+            calls: vec![0; 4],
+            calls_others: vec![false; 4],
+            depths: vec![0; 4],
+            open: HashMap::new(),
+            detached: HashSet::new(),
+            last: None,
+            observed: 0,
+        };
+        // 0 calls 1 twice and 2 once, on thread 7; 3 (named by -f) is a leaf too.
+        let events = [(0, false), (1, false), (1, true), (1, false), (1, true)]
+            .into_iter()
+            .chain([(2, false), (2, true), (3, false), (3, true), (0, true)])
+            .map(|(f, exit)| event(7, f, exit))
+            .collect::<Vec<_>>();
+        keeper.observe(&events);
+        assert_eq!(keeper.calls, vec![1, 2, 1, 1]);
+        assert_eq!(keeper.calls_others, vec![true, false, false, false]);
+        let costs = keeper.probe_costs();
+        assert_eq!(costs, vec![(0, 1000), (1, 2000), (2, 1000)]);
+        assert_eq!(keeper.choose(costs.clone(), 1500), vec![1]);
+        assert_eq!(keeper.choose(costs.clone(), 2500), vec![1, 2]);
+        // The caller waits for a step without the leaves' probes while they save half...
+        assert_eq!(keeper.choose(costs.clone(), 6000), vec![1, 2]);
+        // ... and goes in the same step where they save less.
+        assert_eq!(keeper.choose(costs, 7000), vec![1, 2, 0]);
+    }
+}
