@@ -117,6 +117,9 @@ pub fn live(options: LiveOptions) -> Result<RecordOutcome> {
     // The target's own problem comes first: it says more than a missing permission.
     let mut session = prepared?;
     let calibration = calibration?;
+    if let Some(calibration) = &calibration {
+        calibration.say_noise();
+    }
     let table = session.table().clone();
     let mut replayer = Replayer::for_table(&table);
     let measured = calibration.as_ref().and_then(|c| c.costs.as_ref());

@@ -122,6 +122,16 @@ pub struct Calibration {
     _probes: Option<AttachedProbes>,
 }
 
+impl Calibration {
+    /// Says, once the recording is sure to go ahead, when the costs were measured on a machine
+    /// too busy for them to be precise: a recording refused for a bad target needs no such word.
+    pub fn say_noise(&self) {
+        if let Some(noise) = self.costs.as_ref().and_then(ProbeCosts::noise) {
+            log::warn!("{noise}");
+        }
+    }
+}
+
 /// Starts measuring the probe costs for a recording on a thread of its own; under `-k`
 /// (`kernel_functions`), the kernel functions' too.
 pub fn start(
@@ -148,9 +158,6 @@ pub fn joined(
 fn probe_costs(kernel: Option<KernelAttach>) -> Result<Calibration, ProbeError> {
     match calibrate(kernel) {
         Ok((costs, took, probes)) => {
-            if let Some(noise) = costs.noise() {
-                log::warn!("{noise}");
-            }
             if log::log_enabled!(log::Level::Debug) {
                 log::debug!(
                     "probe costs measured in {:.1} ms:",
@@ -305,6 +312,7 @@ fn getppid_plan(class: ProbeClass) -> Result<(FunctionTable, PlannedEvents), Cal
             user_stack: false,
             argument_names: Vec::new(),
             source: None,
+            detached: None,
         }],
         ..Default::default()
     };
@@ -355,6 +363,7 @@ fn calibration_plan() -> Result<(PathBuf, FunctionTable, Vec<ExitProbe>), Calibr
             user_stack: false,
             argument_names: Vec::new(),
             source: None,
+            detached: None,
         });
         module = Some(file);
     }

@@ -94,6 +94,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     // The target's own problem comes first: it says more than a missing permission.
     let mut session = prepared?;
     let calibration = calibration?;
+    calibration.say_noise();
     // Created before anything is loaded or attached: an output that cannot be written stops
     // utrace while a started command is still held, before it has run at all.
     let writer = DataWriter::create(
