@@ -219,6 +219,10 @@ struct settings {
 	/* Without -E offcpu: the function id of `linux:preempted`, whose calls are the intervals a
 	 * traced thread spent preempted, off the CPU but runnable (kernel_events.bpf.h); 0: none. */
 	__u32 preempted_function;
+	/* --budget: the links of the functions planned at start may be replaced, and
+	 * link_generations says which records each function (utrace.bpf.c). Without it, every
+	 * probe records, and the check is left out when the programs are verified. */
+	__u64 replaceable_links;
 };
 
 /* Kernel events and USDT probes (-E, kernel_events.bpf.h). */

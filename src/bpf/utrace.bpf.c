@@ -96,8 +96,11 @@ struct {
 static __always_inline bool current_link(__u64 cookie)
 {
 	__u32 function = (__u32)cookie;
-	__u32 *generation = bpf_map_lookup_elem(&link_generations, &function);
+	__u32 *generation;
 
+	if (!settings.replaceable_links)
+		return true;
+	generation = bpf_map_lookup_elem(&link_generations, &function);
 	return !generation || *generation == (cookie >> COOKIE_GENERATION_BIT);
 }
 

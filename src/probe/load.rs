@@ -351,6 +351,7 @@ fn settings(config: &ProbeConfig) -> types::settings {
         pause_signal: config.pause.signal() as u32,
         kernel_depth: config.events.kernel_depth,
         preempted_function: config.events.preemption.unwrap_or(0),
+        replaceable_links: u64::from(config.replaceable_functions > 0),
     }
 }
 
