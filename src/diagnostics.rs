@@ -38,6 +38,19 @@ pub fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// The first `shown` of `items`, comma-separated, then how many more there are and `where_all`
+/// says where to see them: one line stays readable however many there are.
+pub fn first_of(items: &[String], shown: usize, where_all: &str) -> String {
+    match items.len() > shown {
+        true => format!(
+            "{}, and {} more ({where_all})",
+            items[..shown].join(", "),
+            items.len() - shown
+        ),
+        false => items.join(", "),
+    }
+}
+
 /// Sends diagnostics to stderr: warnings and what a user must know always, `-d` adds utrace's
 /// debugging lines, `-dd` libbpf's.
 pub fn init(debug: u8) {
@@ -50,4 +63,17 @@ pub fn init(debug: u8) {
     // Only fails if a logger is already set (a second call): the first one stays.
     let _ = log::set_logger(&LOGGER);
     log::set_max_level(level);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_long_list_names_its_first_items_and_counts_the_rest() {
+        let items: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        assert_eq!(super::first_of(&items, 3, "see -d"), "a, b, c");
+        assert_eq!(
+            super::first_of(&items, 2, "see -d"),
+            "a, b, and 1 more (see -d)"
+        );
+    }
 }

@@ -30,6 +30,8 @@ const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 /// How long the probes `--budget` replaced stay attached: the calls they saw enter return to them
 /// meanwhile, and are timed.
 const OLD_PROBES_LINGER: Duration = Duration::from_millis(200);
+/// How many functions detached at once the line that says so names (`-d`: all).
+const NAMED_AT_ONCE: usize = 8;
 /// How long a command may run on after the first Ctrl-C passed to it before utrace says how to
 /// stop recording: one that ends on it ends sooner, and needs no word.
 const SIGNAL_HINT_AFTER: Duration = Duration::from_secs(1);
@@ -437,7 +439,8 @@ impl<'a, 'obj> Tracing<'a, 'obj> {
     }
 }
 
-/// Says which functions `--budget` detached, with their call rates.
+/// Says which functions `--budget` detached, with their call rates: the first few, every one
+/// under `-d`.
 fn say_detached(table: &FunctionTable, detached: &[Detachment]) {
     let named: Vec<String> = (detached.iter())
         .filter_map(|d| {
@@ -446,9 +449,11 @@ fn say_detached(table: &FunctionTable, detached: &[Detachment]) {
         })
         .collect();
     let after = detached.first().map_or(0.0, |d| d.after_ns as f64 / 1e9);
-    log::info!(
-        "--budget: detached {} after {after:.2} s: {}",
-        crate::diagnostics::plural(detached.len() as u64, "function", "functions"),
-        named.join(", ")
-    );
+    let count = crate::diagnostics::plural(detached.len() as u64, "function", "functions");
+    let shown = match log::log_enabled!(log::Level::Debug) {
+        true => named.len(),
+        false => NAMED_AT_ONCE,
+    };
+    let named = crate::diagnostics::first_of(&named, shown, "-d names each");
+    log::info!("--budget: detached {count} after {after:.2} s: {named}");
 }

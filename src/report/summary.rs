@@ -41,6 +41,7 @@
 //! Rows are sorted by a [`SortKey`], largest first; `--per-thread` makes one table per thread
 //! ([`GroupedSummaries`]).
 
+use std::cmp::Reverse;
 use std::fmt::{self, Write as _};
 use std::io::{self, Write};
 use std::str::FromStr;
@@ -48,7 +49,7 @@ use std::str::FromStr;
 use thiserror::Error;
 
 use super::distribution::Distributions;
-use crate::diagnostics::plural;
+use crate::diagnostics::{first_of, plural};
 use crate::fast_hash::FastHashMap;
 use crate::probe_cost::Resolutions;
 use crate::replay::{CallSink, FinishedCall, ReplayStats};
@@ -133,6 +134,8 @@ const SKEWED_MARK: &str = "~ ";
 
 /// How the summary marks the functions `--budget` detached during the recording.
 const DETACHED_MARK: &str = " [detached]";
+/// How many of them the note under the table names, the first detached first.
+const DETACHED_NAMED: usize = 8;
 
 /// How the summary marks the kernel's functions and events (`-k`, `-E`).
 pub const KERNEL_MARK: &str = " [k]";
@@ -564,7 +567,15 @@ struct TableMarks {
 
 /// What the functions `--budget` detached are, each with when and why.
 fn detached_note(table: &FunctionTable) -> Option<String> {
-    let detached: Vec<String> = (table.functions.iter())
+    let mut detached: Vec<&TracedFunction> = (table.functions.iter())
+        .filter(|function| function.detached.is_some())
+        .collect();
+    detached.sort_by_key(|function| {
+        function
+            .detached
+            .map(|d| (d.after_ns, Reverse(d.calls_per_s)))
+    });
+    let detached: Vec<String> = (detached.into_iter())
         .filter_map(|function| {
             let detachment = function.detached?;
             Some(format!(
@@ -580,7 +591,7 @@ fn detached_note(table: &FunctionTable) -> Option<String> {
             "[detached] marks functions whose probes --budget took off during the recording, to \
              keep the program within it: their counts and times are up to then, and their \
              callers' self times include their calls after ({})",
-            detached.join(", ")
+            first_of(&detached, DETACHED_NAMED, "json has each")
         )
     })
 }
