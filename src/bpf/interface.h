@@ -206,13 +206,6 @@ struct settings {
 	/* -E offcpu: the function id of `linux:schedule`, whose calls are a traced thread's time off
 	 * the CPU (kernel_events.bpf.h). */
 	__u32 off_cpu_function;
-	/* The signal that pauses a thread while the recorder writes its stack (shadow.bpf.h):
-	 * SIGSTOP for a command utrace started, whose parent it is; SIGURG for a process it holds
-	 * with ptrace (-p), where the pause is a signal-delivery-stop that the tracer suppresses
-	 * and the real parent never sees. Default action ignore: if the recorder dies while a
-	 * thread sits in the stop, the kernel detaches it and delivers the signal, which then
-	 * vanishes (a SIGSTOP would stop the process for good). */
-	__u32 pause_signal;
 	/* -K: the deepest kernel function recorded, 1 for those a system call reaches first among
 	 * the traced ones (kernel_functions.bpf.h); 0: every depth. */
 	__u32 kernel_depth;
@@ -222,7 +215,7 @@ struct settings {
 	/* --budget: the links of the functions planned at start may be replaced, and
 	 * link_generations says which records each function (utrace.bpf.c). Without it, every
 	 * probe records, and the check is left out when the programs are verified. */
-	__u64 replaceable_links;
+	__u32 replaceable_links;
 };
 
 /* Kernel events and USDT probes (-E, kernel_events.bpf.h). */

@@ -14,9 +14,12 @@
  *
  * The writes themselves are the recorder's: a kernel locked down for integrity (the default of
  * many distributions) refuses bpf_probe_write_user. The program sends the list of writes through
- * the `stack_writes` ring buffer and pauses the thread (a signal taken before it runs another
- * instruction: SIGSTOP under -c, which stops every thread; under -p, where the recorder holds the
- * threads with ptrace, SIGURG, a stop of that thread alone that only the tracer sees); the
+ * the `stack_writes` ring buffer and pauses the thread with a SIGSTOP, taken before it runs
+ * another instruction: under -c it stops every thread; under -p, where the recorder holds the
+ * threads with ptrace, it is a signal-delivery-stop of that thread alone that only the tracer
+ * sees and suppresses. SIGSTOP cannot be blocked or ignored: if the recorder dies with a thread
+ * in that stop, the kernel detaches the thread and delivers the signal, which stops the process
+ * for the guardian rather than letting the thread unwind through frames nobody restored. The
  * recorder writes them with process_vm_writev and lets it go on.
  *
  * Included by utrace.bpf.c after its globals. Off (and pruned by the verifier) unless the loader
@@ -231,28 +234,11 @@ static __always_inline void add_stack_write(struct stack_write_request *request,
 	request->count++;
 }
 
-/* The signal that pauses the current thread: `settings.pause_signal`, unless the thread blocks
- * it (a blocked SIGURG would not stop it before the unwinder runs); SIGSTOP cannot be blocked,
- * and under ptrace it too is a signal-delivery-stop the tracer suppresses. */
-static __always_inline __u32 pause_signal(const bool legacy)
-{
-	__u32 signal = settings.pause_signal;
-	__u64 blocked;
-
-	if (legacy)
-		blocked = BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), blocked.sig[0]);
-	else
-		blocked = bpf_get_current_task_btf()->blocked.sig[0];
-	if (signal == 19 /* SIGSTOP */ || !(blocked & (1ull << (signal - 1))))
-		return signal;
-	return 19;
-}
-
 /* Sends `request`, through the room reserved for it in `space`, and pauses the thread until the
- * recorder has written it; releases the room of an empty one. Either signal is taken when the
+ * recorder has written it; releases the room of an empty one. The stop is taken when the
  * thread returns to user space, after this program: the request is in the ring buffer before
  * anyone can see the pause.
- * Under -c (SIGSTOP, the whole group stops) the order matters: the recorder lets the process go
+ * Under -c (the whole group stops) the order matters: the recorder lets the process go
  * on once it has served as many requests as were counted, so the count goes up before the stop
  * is sent, and the stop before the recorder can see the request (a continue sent before the stop
  * would leave the process stopped). Sent to the thread, not the process: a process-wide SIGSTOP
@@ -260,8 +246,7 @@ static __always_inline __u32 pause_signal(const bool legacy)
  * waking this thread, which then runs on into the unwinder until the other thread's stop reaches
  * it. Under ptrace (-p) only this thread pauses: the tracer serves its stop with the request of
  * the same thread id (src/record/seizer.rs). */
-static __always_inline void send_stack_writes(struct stack_write_request *request, void *space,
-					      const bool legacy)
+static __always_inline void send_stack_writes(struct stack_write_request *request, void *space)
 {
 	if (request->count == 0) {
 		bpf_ringbuf_discard(space, 0);
@@ -269,7 +254,7 @@ static __always_inline void send_stack_writes(struct stack_write_request *reques
 	}
 	bpf_probe_read_kernel(space, sizeof(*request), request);
 	__sync_fetch_and_add(&stack_write_requests, 1);
-	bpf_send_signal_thread(pause_signal(legacy));
+	bpf_send_signal_thread(19 /* SIGSTOP */);
 	bpf_ringbuf_submit(space, BPF_RB_FORCE_WAKEUP);
 }
 
@@ -339,7 +324,7 @@ static __always_inline void shadow_rearm(struct shadow_stack *stack, __u64 slot,
 	note_unwound(landing_sp);
 	walk.trampoline = trampoline_address(legacy);
 	repeat(SHADOW_DEPTH, SHADOW_DEPTH, rearm_frame, &walk, legacy);
-	send_stack_writes(walk.request, space, legacy);
+	send_stack_writes(walk.request, space);
 }
 
 /* Whether the return address at `slot` is the trampoline: a call tail-called by a traced
@@ -436,7 +421,7 @@ static __always_inline int unwinder_entry(struct pt_regs *ctx, const bool legacy
 	if (!walk.request || !space)
 		return 0;
 	repeat(SHADOW_DEPTH, SHADOW_DEPTH, restore_frame, &walk, legacy);
-	send_stack_writes(walk.request, space, legacy);
+	send_stack_writes(walk.request, space);
 	if (walk.stack->unwind_slot < slot)
 		walk.stack->unwind_slot = slot;
 	return 0;

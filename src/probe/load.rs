@@ -35,8 +35,6 @@ pub struct ProbeConfig {
     /// Keep a shadow stack of the return addresses uretprobes replace, for the unwinder (the
     /// program maps one).
     pub unwind_shadow: bool,
-    /// How a thread is paused while the recorder writes its stack for the shadow stack.
-    pub pause: StackPause,
     /// How exits pair with entries: by goroutine in a Go program.
     pub pairing: Pairing,
     /// In a Go program, the functions whose calls pair by goroutine, its Go code; the others
@@ -52,30 +50,6 @@ pub struct ProbeConfig {
     /// Under `--budget`, the functions planned at start, whose links may be replaced (see
     /// generations.rs); 0 otherwise.
     pub replaceable_functions: u32,
-}
-
-/// How a thread waits while the recorder writes its stack (`pause_signal` in
-/// src/bpf/interface.h).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum StackPause {
-    /// SIGSTOP: the whole process stops until the recorder sends SIGCONT. Only for a command
-    /// utrace started: its parent, utrace, is the only one to see the stop.
-    #[default]
-    GroupStop,
-    /// SIGURG to a thread the recorder holds with ptrace: a signal-delivery-stop of that thread
-    /// alone, which only the tracer sees and suppresses. Ignored by default, so it vanishes
-    /// when the recorder dies with a thread in the stop.
-    TracedThread,
-}
-
-impl StackPause {
-    /// The signal the BPF programs send.
-    pub fn signal(self) -> libc::c_int {
-        match self {
-            StackPause::GroupStop => libc::SIGSTOP,
-            StackPause::TracedThread => libc::SIGURG,
-        }
-    }
 }
 
 /// How many functions may capture values: the map's entries are allocated as they are added.
@@ -348,10 +322,9 @@ fn settings(config: &ProbeConfig) -> types::settings {
                 true => 1 << types::event_bits::KERNEL_EVENT_STACK_BIT.0,
                 false => 0,
             },
-        pause_signal: config.pause.signal() as u32,
         kernel_depth: config.events.kernel_depth,
         preempted_function: config.events.preemption.unwrap_or(0),
-        replaceable_links: u64::from(config.replaceable_functions > 0),
+        replaceable_links: u32::from(config.replaceable_functions > 0),
     }
 }
 

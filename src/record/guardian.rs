@@ -38,7 +38,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapHandle, RingBufferBuilder};
 
-use super::stack_writes::{restore_at_detach, trampoline_address, wait_until_every_thread_stops};
+use super::stack_writes::{
+    restore_at_detach, trampoline_address, wait_until_every_thread_stops, Stopped,
+};
 use crate::probe::{self, replaced_return_addresses, HeldLinks, Releasing, Said};
 
 /// How long the guardian waits for the target's threads to stop before it gives up writing.
@@ -309,6 +311,12 @@ fn rescue(
     if given_back.is_some() && !(gone && releasing.wait(RELEASE_WAIT)) {
         log::warn!("the recorder's probes were not gone after {RELEASE_WAIT:?}: letting pid {target} go on");
     }
+    // A thread the recorder's tracer held in its stack's pause, let go by the kernel at the
+    // recorder's exit, still has to take that SIGSTOP: let go before it has, the process would
+    // stop again, for good.
+    if given_back.is_some() && gone {
+        wait_until_every_thread_stops(target, Stopped::SignalStop, STOP_WAIT);
+    }
     let mut let_go = 0;
     if let Some(followed) = followed {
         for key in followed.keys() {
@@ -345,7 +353,7 @@ fn give_stacks_back(target: u32, shadow_stacks: &MapHandle) -> Option<usize> {
     // Where the kernel has bpf_send_signal_task, the BPF program stopped it already.
     // SAFETY: kill has no memory effects.
     unsafe { libc::kill(target as libc::pid_t, libc::SIGSTOP) };
-    if !wait_until_every_thread_stops(target, STOP_WAIT) {
+    if !wait_until_every_thread_stops(target, Stopped::AnyStop, STOP_WAIT) {
         return None;
     }
     let Some(trampoline) = trampoline_address(target) else {

@@ -1,8 +1,8 @@
 //! `-p` on a process with an unwinder: the recorder holds every thread with ptrace, so that the
 //! shadow stack (src/bpf/shadow.bpf.h) can pause a thread while its stack is written, as it stops
-//! a command utrace started. The pause is a signal-delivery-stop of SIGURG (SIGSTOP for a thread
-//! that blocks SIGURG): only the tracer sees it, and suppresses the signal once the writes are
-//! made; the program's real parent never sees a stop. Only the paused thread waits. Each pause
+//! a command utrace started. The pause is a signal-delivery-stop of SIGSTOP: only the tracer sees
+//! it, and suppresses the signal once the writes are made; the program's real parent never sees a
+//! stop. Only the paused thread waits. Each pause
 //! served is kept ([`ServedPause`]) for the recorder, which writes it as a call of
 //! `[utrace: stack repair]`: utrace's time, not the program's.
 //!
@@ -11,15 +11,16 @@
 //! threads talk to it through a channel and wake it from `waitpid` with [`WAKE_SIGNAL`].
 //!
 //! No `PTRACE_O_EXITKILL`: the program must outlive the recorder. If the recorder dies, the
-//! kernel detaches every thread; one paused for its stack gets its SIGURG delivered, which is
-//! ignored by default (a SIGSTOP would have stopped it for good).
+//! kernel detaches every thread; one paused for its stack gets its SIGSTOP delivered, which stops
+//! the process before that thread unwinds through frames nobody restored, until the guardian
+//! (src/record/guardian.rs) has given them their return addresses back and lets it go on.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use libbpf_rs::{MapHandle, RingBuffer, RingBufferBuilder};
 
@@ -484,14 +485,61 @@ impl Tracer {
     }
 
     /// Writes the requests of threads now held whose pause came after the interrupt (a trap is
-    /// taken before a signal): each thread stopped right after sending its own. Its SIGURG is
-    /// delivered after the detach, and ignored.
+    /// taken before a signal): each thread stopped right after sending its own, which is still
+    /// pending.
     fn serve_held(&mut self) {
         self.collect_requests();
-        for (tid, request) in self.pending.drain() {
+        for (tid, request) in std::mem::take(&mut self.pending) {
             if let Err(error) = request.apply() {
                 log::warn!("cannot write the stack of thread {tid}: {error}");
             }
+            self.take_pending_pause(tid);
+        }
+    }
+
+    /// Lets held thread `tid`, whose pause's SIGSTOP is pending, take it into a
+    /// signal-delivery-stop, where the detach drops it: taken after the detach, it would stop the
+    /// process for good. The program's own signals dequeued before it are passed on. A thread
+    /// that has not stopped within [`PAUSE_TAKE_WAIT`] is interrupted, so it is held again.
+    fn take_pending_pause(&mut self, tid: libc::pid_t) {
+        if !stop_pending(tid) {
+            return;
+        }
+        let mut interrupted = false;
+        let deadline = Instant::now() + PAUSE_TAKE_WAIT;
+        let _ = ptrace(libc::PTRACE_CONT, tid, 0);
+        loop {
+            let flags = match interrupted {
+                true => libc::__WALL,
+                false => libc::__WALL | libc::WNOHANG,
+            };
+            let mut status = 0;
+            // SAFETY: waitpid writes the status into the local variable.
+            let reported = unsafe { libc::waitpid(tid, &raw mut status, flags) };
+            if reported < 0 {
+                match io::Error::last_os_error().raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    _ => return self.ended(tid),
+                }
+            }
+            if reported == 0 {
+                if Instant::now() >= deadline {
+                    let _ = ptrace(libc::PTRACE_INTERRUPT, tid, 0);
+                    interrupted = true;
+                } else {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                continue;
+            }
+            if !libc::WIFSTOPPED(status) {
+                return self.ended(tid);
+            }
+            let signal = libc::WSTOPSIG(status);
+            if status >> 16 == 0 && signal != libc::SIGSTOP {
+                self.resume(tid, signal);
+                continue;
+            }
+            return;
         }
     }
 
@@ -504,6 +552,22 @@ impl Tracer {
         }
         self.threads.clear();
     }
+}
+
+/// How long a held thread may take to reach the stop of its pending pause (see
+/// `Tracer::take_pending_pause`): at once, unless something else took its SIGSTOP.
+const PAUSE_TAKE_WAIT: Duration = Duration::from_millis(100);
+
+/// Whether thread `tid` has a SIGSTOP pending, sent to it alone (`SigPnd` in its status).
+fn stop_pending(tid: libc::pid_t) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigPnd:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (libc::SIGSTOP - 1)) != 0)
 }
 
 /// A stop of a group stop (`PTRACE_EVENT_STOP` with a stopping signal) rather than of an

@@ -29,8 +29,8 @@ use crate::plan::{ExitPolicy, Extension, LibraryPatterns, Loaded, PltLibraries};
 use crate::plan::{
     PlanOptions, Planner, ProbePlan, ProcessOrigin, Program, TracedFile, WatchSites,
 };
+use crate::probe::KernelAttach;
 use crate::probe::{self, AttachedProbes, EventPrograms, LoadedProbes, ObjectStorage, ProbeConfig};
-use crate::probe::{KernelAttach, StackPause};
 use crate::table::FunctionTable;
 use crate::user_stack::UserStacks;
 
@@ -305,13 +305,9 @@ impl Session {
         };
         let unwinders = plan.unwinder_sites.clone();
         let values = self.planner.value_requests();
-        // The recorder writes the stack while the thread waits: a command it started is stopped
-        // (its parent, utrace, alone sees it); a process it attached to is paused only when it
-        // holds its threads with ptrace (its real parent would see a stop).
-        let pause = match self.seizer {
-            Some(_) => StackPause::TracedThread,
-            None => StackPause::GroupStop,
-        };
+        // The recorder writes the stack while the thread waits stopped: a command it started
+        // stops whole (its parent, utrace, alone sees it); a process it attached to only where
+        // it holds the threads with ptrace, whose tracer alone sees the stop (not the real parent).
         let unwind_shadow = (started_here || self.seizer.is_some()) && !unwinders.is_empty();
         if debug_enabled() {
             say_unwinders(&unwinders, unwind_shadow);
@@ -333,7 +329,6 @@ impl Session {
                 follow: options.follow,
                 executable_code_vaddr: plan.executable_code_vaddr,
                 unwind_shadow,
-                pause,
                 pairing: plan.pairing,
                 go_functions: matches!(plan.pairing, crate::plan::Pairing::Goroutine { .. })
                     .then(|| plan.go_functions.clone()),

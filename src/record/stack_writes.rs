@@ -146,13 +146,23 @@ fn read_word(pid: u32, address: u64) -> io::Result<u64> {
     }
 }
 
-/// Waits until every thread of process `pid` is stopped (by a signal or by ptrace), for at most
-/// `limit`: the threads whose stacks are written must not run meanwhile. False when the process
-/// is gone or a thread still runs at the end.
-pub fn wait_until_every_thread_stops(pid: u32, limit: Duration) -> bool {
+/// Which stops [`wait_until_every_thread_stops`] waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// A stop by a signal or by ptrace.
+    AnyStop,
+    /// A stop by a signal, no thread left in a ptrace stop: once its tracer has gone, a thread
+    /// still in one (`t`) has yet to run and take the signal it stopped for.
+    SignalStop,
+}
+
+/// Waits until every thread of process `pid` is stopped the `wanted` way, for at most `limit`:
+/// the threads whose stacks are written must not run meanwhile. False when the process is gone
+/// or a thread still runs at the end.
+pub fn wait_until_every_thread_stops(pid: u32, wanted: Stopped, limit: Duration) -> bool {
     let started = Instant::now();
     loop {
-        match every_thread_stopped(pid) {
+        match every_thread_stopped(pid, wanted) {
             Some(true) => return true,
             None => return false,
             Some(false) if started.elapsed() >= limit => return false,
@@ -161,8 +171,9 @@ pub fn wait_until_every_thread_stops(pid: u32, limit: Duration) -> bool {
     }
 }
 
-/// Whether every live thread of `pid` is stopped; `None` when the process is gone.
-fn every_thread_stopped(pid: u32) -> Option<bool> {
+/// Whether every live thread of `pid` is stopped the `wanted` way; `None` when the process is
+/// gone.
+fn every_thread_stopped(pid: u32, wanted: Stopped) -> Option<bool> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let mut any = false;
     for task in tasks.flatten() {
@@ -174,7 +185,8 @@ fn every_thread_stopped(pid: u32) -> Option<bool> {
             .rsplit_once(')')
             .and_then(|(_, rest)| rest.trim_start().chars().next());
         match state {
-            Some('T' | 't') => any = true,
+            Some('T') => any = true,
+            Some('t') if wanted == Stopped::AnyStop => any = true,
             Some('Z' | 'X') | None => {}
             Some(_) => return Some(false),
         }

@@ -10,6 +10,7 @@ use super::proc_maps::executable_files;
 use super::process::{resolve_program, ChildSetup, ExitStatus, HeldChild};
 use super::running::RunningProcess;
 use super::signals::Received;
+use super::stack_writes::Stopped;
 use crate::elf::loader::mapped_load_order;
 use crate::plan::{Program, TracedFile};
 
@@ -145,6 +146,7 @@ impl Target {
                 child.signal(libc::SIGSTOP);
                 Some(super::stack_writes::wait_until_every_thread_stops(
                     child.pid(),
+                    Stopped::AnyStop,
                     DETACH_STOP_WAIT,
                 ))
             }
