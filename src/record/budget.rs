@@ -6,8 +6,9 @@
 //! first, then hot callers), just enough to come back within it. Functions `-f` names exactly
 //! are never detached.
 //!
-//! Without `--budget`, a recording of a running process (`-p`) gets the same measure once, and
-//! one line suggesting `--budget` where its probes slow it down more than [`ADVICE_ABOVE`].
+//! Without `--budget`, a recording of a running process (`-p`) gets the same measure for its
+//! first [`ADVICE_STEPS`] busy steps, and one line suggesting `--budget` where its probes slow it
+//! down more than [`ADVICE_ABOVE`].
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -23,6 +24,9 @@ use crate::table::{Detachment, FunctionId, FunctionTable};
 const STEP: Duration = Duration::from_millis(250);
 /// Without `--budget`, the slowdown past which a `-p` recording suggests it.
 const ADVICE_ABOVE: f64 = 10.0;
+/// Without `--budget`, how many busy steps are weighed before giving up on a suggestion: one
+/// step's measure may fall short (a drain that lags behind a busy machine counts fewer calls).
+const ADVICE_STEPS: u32 = 4;
 /// A program is weighed only where it ran at least a tenth of the time (on its CPU time: a
 /// program that waits for I/O meanwhile does not wait for its probes).
 const BUSY_SHARE: u64 = 10;
@@ -105,6 +109,8 @@ pub struct BudgetKeeper {
     last: Option<(Instant, u64)>,
     /// How many of the events pending for the drain were counted already.
     observed: usize,
+    /// Without `--budget`, the busy steps still to weigh.
+    advice_steps_left: u32,
 }
 
 impl BudgetKeeper {
@@ -140,6 +146,7 @@ impl BudgetKeeper {
             detached: HashSet::new(),
             last: None,
             observed: 0,
+            advice_steps_left: ADVICE_STEPS,
         })
     }
 
@@ -189,19 +196,21 @@ impl BudgetKeeper {
     /// within it).
     pub fn due_detachments(&mut self) -> Vec<Detachment> {
         let now = Instant::now();
+        // Called at every drain: /proc is read only once a step is due.
+        if self
+            .last
+            .is_some_and(|(at, _)| now.duration_since(at) < STEP)
+        {
+            return Vec::new();
+        }
         let Some(cpu_ns) = process_cpu_ns(self.pid) else {
             return Vec::new();
         };
-        let Some((last_at, last_cpu_ns)) = self.last else {
-            self.last = Some((now, cpu_ns));
-            self.calls.fill(0);
+        let Some((last_at, last_cpu_ns)) = self.last.replace((now, cpu_ns)) else {
+            self.reset_counts();
             return Vec::new();
         };
         let span = now.duration_since(last_at);
-        if span < STEP {
-            return Vec::new();
-        }
-        self.last = Some((now, cpu_ns));
         let cpu_ns = cpu_ns.saturating_sub(last_cpu_ns);
         let costs = self.probe_costs();
         let probes_ns: u64 = costs.iter().map(|&(_, cost)| cost).sum();
@@ -212,19 +221,23 @@ impl BudgetKeeper {
         // A program that mostly waits loses little time to its probes: nothing is detached,
         // and nothing suggested, until it works.
         if cpu_ns < span.as_nanos() as u64 / BUSY_SHARE {
-            self.calls.fill(0);
-            self.depths.fill(0);
+            self.reset_counts();
             return Vec::new();
         }
         let Some(limit) = self.limit else {
+            self.advice_steps_left -= 1;
             if slowdown > ADVICE_ABOVE {
                 log::info!(
                     "tracing this process costs it ~{}x; --budget {DEFAULT_BUDGET} keeps it \
                      near its speed",
                     round_figure(slowdown.round())
                 );
+                self.advice_steps_left = 0;
             }
-            self.calls.clear();
+            match self.advice_steps_left {
+                0 => self.calls.clear(),
+                _ => self.reset_counts(),
+            }
             return Vec::new();
         };
         let allowed_ns = (own_ns as f64 * (limit.factor() - 1.0)) as u64;
@@ -249,9 +262,14 @@ impl BudgetKeeper {
             })
             .collect::<Vec<_>>();
         self.detached.extend(detachments.iter().map(|d| d.function));
+        self.reset_counts();
+        detachments
+    }
+
+    /// Starts the counts of the next step.
+    fn reset_counts(&mut self) {
         self.calls.fill(0);
         self.depths.fill(0);
-        detachments
     }
 
     /// What each function's probes cost since the last step, in ns, for those that may be
@@ -346,6 +364,7 @@ mod tests {
             detached: HashSet::new(),
             last: None,
             observed: 0,
+            advice_steps_left: ADVICE_STEPS,
         };
         // 0 calls 1 twice and 2 once, on thread 7; 3 (named by -f) is a leaf too.
         let events = [(0, false), (1, false), (1, true), (1, false), (1, true)]
