@@ -97,3 +97,47 @@ fn coroutines_ping_ponging_many_times_count_exactly() {
         }
     }
 }
+
+/// A program that may switch stacks gets no uretprobe, so a function is timed only where every
+/// exit is found on its instructions (test/jumps.c): a switch's jump through its table stays in
+/// the function, and a tail call through a pointer is the caller's exit, its callee a sibling.
+/// Before both were told apart, `classify` and `apply` were counted with unknown times.
+#[test]
+fn switches_and_tail_calls_through_pointers_are_timed_without_uretprobes() {
+    if !bpf_available("switches_and_tail_calls_through_pointers_are_timed_without_uretprobes") {
+        return;
+    }
+    let program = compile("jumps.c", "jumps", &["-foptimize-sibling-calls"]);
+    let recording = record_unchanged(&program, &["1000"], &[]);
+    let stderr = String::from_utf8_lossy(&recording.output.stderr);
+    assert!(
+        stderr.contains("the program switches stacks (swapcontext)"),
+        "{stderr}"
+    );
+    let own = own_counts(&recording.output.stdout);
+    assert_eq!(own.get("classify"), Some(&1000));
+    assert_counts_match(&own, &recording.traced_counts());
+    let json = recording.json();
+    for name in ["classify", "apply", "twice", "thrice", "main"] {
+        assert_eq!(unknown_time_of(&json, name), 0, "{name}");
+    }
+    let tree = recording.report(&["--format=replay"]);
+    let calls: Vec<&str> = tree
+        .lines()
+        .filter_map(|line| line.split_once('|').map(|(_, call)| call))
+        .collect();
+    let first = calls.iter().position(|call| *call == "   classify();");
+    let first = first.unwrap_or_else(|| panic!("no classify() in\n{tree}"));
+    assert_eq!(
+        calls[first..first + 6],
+        [
+            "   classify();",
+            "   apply();",
+            "   twice();",
+            "   classify();",
+            "   apply();",
+            "   thrice();"
+        ],
+        "{tree}"
+    );
+}

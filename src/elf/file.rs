@@ -11,7 +11,7 @@ use super::frames::EhFrameSection;
 use super::mapped::{FileBytes, MappedFile};
 use super::plt::{self, PltStub, SlotTarget};
 use super::prototypes::{self, DwarfError, Prototype};
-use super::segments::ExecutableSegments;
+use super::segments::LoadSegments;
 use super::source_lines;
 use super::symbols::{self, Symbol};
 use super::versions::SymbolVersions;
@@ -54,7 +54,10 @@ pub struct ElfFile {
     pub(super) entry: u64,
     /// `ET_DYN`: a position-independent executable, or a shared library.
     pub(super) position_independent: bool,
-    pub(super) segments: ExecutableSegments,
+    /// The executable segments.
+    pub(super) segments: LoadSegments,
+    /// Every loaded segment: where the tables of `switch` jumps are read (src/elf/returns.rs).
+    loaded: LoadSegments,
     /// The function symbols of `.symtab` and `.dynsym`.
     pub(super) symbols: Vec<Symbol>,
     /// The GOT slots that relocations fill with a function's address, by virtual address.
@@ -108,7 +111,8 @@ impl ElfFile {
         let eh_frame = EhFrameSection::of(&elf);
         let entry = elf.entry;
         let position_independent = elf.header.e_type == ET_DYN;
-        let segments = ExecutableSegments::new(&elf.program_headers);
+        let segments = LoadSegments::executable(&elf.program_headers);
+        let loaded = LoadSegments::all(&elf.program_headers);
         let go_buildinfo = super::go::has_buildinfo_section(&elf);
         let usdt_notes = super::usdt::notes(&elf, &bytes);
         let debug_links = DebugLinks::of(&elf, &bytes);
@@ -123,6 +127,7 @@ impl ElfFile {
             entry,
             position_independent,
             segments,
+            loaded,
             symbols,
             got_slots,
             stubs,
@@ -394,6 +399,14 @@ impl ElfFile {
     /// outside the executable segments.
     pub(super) fn code_at_address(&self, address: u64, size: u64) -> &[u8] {
         self.segments
+            .file_offset(address)
+            .map_or(&[][..], |offset| self.code_at(offset, size))
+    }
+
+    /// The bytes at virtual address `address`, `size` of them as far as the file has them, code
+    /// or data; none outside the loaded segments.
+    pub(super) fn loaded_at_address(&self, address: u64, size: u64) -> &[u8] {
+        self.loaded
             .file_offset(address)
             .map_or(&[][..], |offset| self.code_at(offset, size))
     }

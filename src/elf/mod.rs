@@ -301,7 +301,8 @@ impl ElfFile {
             defined.iter().map(|f| (f.address, f.size)).collect();
         code_symbols.extend(&cold);
         code_symbols.extend(self.code_without_symbols(&code_symbols));
-        let code = |address: u64, size: u64| self.code_at_address(address, size);
+        // Data too: a switch's jump is checked on its table (see `returns::exit_sites`).
+        let code = |address: u64, size: u64| self.loaded_at_address(address, size);
         let index = returns::CodeIndex::new(starts, cold.into_iter().collect(), code);
         let stubs = functions
             .iter()

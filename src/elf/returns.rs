@@ -9,8 +9,9 @@
 //! and each direct `jmp` to the start of a function (a tail call: the caller's frame is gone
 //! once it jumps, so the jump is its exit and the callee appears as its sibling). A function
 //! whose exits cannot all be found this way keeps a uretprobe ([`NoExitSites`] says why): a jump
-//! through a register or memory can be a jump table or a tail call, and a conditional jump out of
-//! the function is a tail call only when taken.
+//! through a register or memory can be a tail call (unless it is a `switch`'s, through a table of
+//! offsets to the function's own code), and a conditional jump out of the function is a tail
+//! call only when taken.
 //!
 //! A function that makes no call and no tail jump keeps its uretprobe: no exception can start
 //! below its frame, and a uretprobe costs far less than a probe on `ret`, which the kernel
@@ -26,7 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
 
 /// Whether the function called `symbol` (as the file spells it, `@plt`/`@lib` naming aside)
 /// saves its own return address to resume there later: `setjmp` and its kin, `getcontext`,
@@ -144,12 +145,19 @@ pub fn exit_sites(
     let mut fragments = Vec::new();
     let mut calls = false;
     let mut tail_jumps = false;
+    let mut jumps = IndirectJumps::default();
     for instruction in decode((index.code)(address, size), address) {
         let instruction = instruction?;
         let at = instruction.ip();
+        jumps.follow(&instruction);
         match instruction.flow_control() {
             FlowControl::Return => exits.push(at),
             FlowControl::Call | FlowControl::IndirectCall => calls = true,
+            FlowControl::IndirectBranch if jumps.is_switch(index, &body) => {}
+            FlowControl::IndirectBranch if jumps.is_tail_call(index) => {
+                tail_jumps = true;
+                exits.push(at);
+            }
             FlowControl::IndirectBranch => {
                 return Err(NoExitSites::IndirectJump { address: at });
             }
@@ -190,6 +198,119 @@ pub fn exit_sites(
         return Err(NoExitSites::Leaf);
     }
     Ok(exits)
+}
+
+/// How many instructions before an indirect jump are looked at: where a switch's table entry is
+/// loaded (the compiler may put an unrelated one or two in between), or a tail call's frame
+/// given back.
+const SWITCH_SETUP: usize = 4;
+
+/// How many of a switch table's first entries must land in the function for its jump to be
+/// taken for a switch's.
+const SWITCH_ENTRIES_CHECKED: u64 = 2;
+
+/// What a function's code has shown so far of where its indirect jumps go. Two kinds are known:
+///
+/// - a `switch`'s jump through a table of 32-bit offsets from the table, as GCC and Clang make it
+///   in position-independent code; it stays in the function:
+///
+///   ```text
+///   lea    base, [rip + table]          (often hoisted to the function's start)
+///   movsxd target, dword ptr [base + index*4]
+///   add    target, base
+///   jmp    target
+///   ```
+///
+/// - a tail call through a pointer: a jump through memory with no index into a table
+///   (`jmp [rax + 0x20]`, `jmp [rip + slot]`), or through a register right after the function
+///   gave its frame back (`pop`, `add rsp`); it leaves the function.
+///
+/// Any other (a computed `goto`, a frameless function's jump through a register) may be either.
+#[derive(Default)]
+struct IndirectJumps {
+    /// The last instructions, newest last (the jump itself once it is reached).
+    recent: Vec<Instruction>,
+    /// The address each register was last set to with a `lea` relative to rip.
+    rip_addresses: Vec<(Register, u64)>,
+}
+
+impl IndirectJumps {
+    /// Takes the next instruction of the function, in address order.
+    fn follow(&mut self, instruction: &Instruction) {
+        if self.recent.len() > SWITCH_SETUP {
+            self.recent.remove(0);
+        }
+        self.recent.push(*instruction);
+        if instruction.mnemonic() == Mnemonic::Lea && instruction.is_ip_rel_memory_operand() {
+            let register = instruction.op0_register().full_register();
+            self.rip_addresses.retain(|&(r, _)| r != register);
+            self.rip_addresses
+                .push((register, instruction.ip_rel_memory_address()));
+        }
+    }
+
+    /// Whether the last instruction followed, an indirect jump in the function whose code is
+    /// `body`, is a switch's: it lands in the function's own code, already decoded, so it is
+    /// no exit. The table's first entries, read from the file, must land there too, else the
+    /// jump is taken for one that may leave.
+    fn is_switch(&self, index: &CodeIndex, body: &std::ops::Range<u64>) -> bool {
+        let Some((jump, before)) = self.recent.split_last() else {
+            return false;
+        };
+        if jump.op0_kind() != OpKind::Register {
+            return false;
+        }
+        let target = jump.op0_register().full_register();
+        let mut earlier = before.iter().rev();
+        let Some(base) = earlier.find_map(|i| {
+            let adds = i.mnemonic() == Mnemonic::Add
+                && i.op0_kind() == OpKind::Register
+                && i.op1_kind() == OpKind::Register
+                && i.op0_register().full_register() == target;
+            adds.then(|| i.op1_register().full_register())
+        }) else {
+            return false;
+        };
+        let loads_entry = |i: &Instruction| {
+            i.mnemonic() == Mnemonic::Movsxd
+                && i.op0_register().full_register() == target
+                && i.op1_kind() == OpKind::Memory
+                && i.memory_base().full_register() == base
+                && i.memory_index_scale() == 4
+        };
+        if !earlier.any(loads_entry) {
+            return false;
+        }
+        let Some(&(_, table)) = self.rip_addresses.iter().find(|&&(r, _)| r == base) else {
+            return false;
+        };
+        (0..SWITCH_ENTRIES_CHECKED).all(|n| {
+            let entry = table.wrapping_add(n * 4);
+            <[u8; 4]>::try_from((index.code)(entry, 4)).is_ok_and(|offset| {
+                let offset = i64::from(i32::from_le_bytes(offset));
+                body.contains(&table.wrapping_add_signed(offset))
+            })
+        })
+    }
+
+    /// Whether the last instruction followed, an indirect jump that is no switch's, is a tail
+    /// call through a pointer, which the kernel can probe as the function's exit.
+    fn is_tail_call(&self, index: &CodeIndex) -> bool {
+        let Some((jump, before)) = self.recent.split_last() else {
+            return false;
+        };
+        if !crate::elf::site::kernel_can_probe((index.code)(jump.ip(), jump.len() as u64)) {
+            return false;
+        }
+        match jump.op0_kind() {
+            OpKind::Memory => jump.memory_index() == Register::None,
+            OpKind::Register => before.iter().any(|i| {
+                i.mnemonic() == Mnemonic::Pop
+                    || (i.mnemonic() == Mnemonic::Add && i.op0_register() == Register::RSP)
+            }),
+            _ => false,
+        }
+    }
 }
 
 /// The exit sites of the PLT stubs at `stubs`: for each, the instruction after every direct
@@ -445,6 +566,83 @@ mod tests {
                 address: BASE,
                 target: BASE + 8
             })
+        );
+    }
+
+    /// A switch's jump through a table of offsets, at 14, whose table (at 20) is
+    /// `first_entry`, then the offset of 17.
+    fn switch(first_entry: i32) -> Vec<u8> {
+        let mut code = vec![
+            0x48, 0x8d, 0x0d, 0x0d, 0, 0, 0, // 0: lea 0xd(%rip),%rcx (the table at 20)
+            0x48, 0x63, 0x04, 0x81, // 7: movslq (%rcx,%rax,4),%rax
+            0x48, 0x01, 0xc8, // 11: add %rcx,%rax
+            0xff, 0xe0, // 14: jmp *%rax
+            0xc3, // 16: ret (case 0)
+            0x31, 0xc0, 0xc3, // 17: xor %eax,%eax; 19: ret (case 1)
+        ];
+        code.extend(first_entry.to_le_bytes());
+        code.extend((-3i32).to_le_bytes());
+        code
+    }
+
+    #[test]
+    fn a_switchs_jump_through_its_table_stays_in_the_function() {
+        let code = switch(-4);
+        let index = index(&code, &[BASE], &[]);
+        assert_eq!(
+            exit_sites(&index, BASE, 20, LeafExits::Instructions),
+            Ok(vec![BASE + 16, BASE + 19])
+        );
+        // A table whose entry lands outside is no switch's as far as is known.
+        let code = switch(100);
+        let index = super::tests::index(&code, &[BASE], &[]);
+        assert_eq!(
+            exit_sites(&index, BASE, 20, LeafExits::Instructions),
+            Err(NoExitSites::IndirectJump { address: BASE + 14 })
+        );
+    }
+
+    #[test]
+    fn a_switch_table_loaded_at_the_start_is_found() {
+        // 0: lea 0x11(%rip),%rcx (the table at 24); 7: push %rbx; 8: nop x 3;
+        // 11: movslq (%rcx,%rax,4),%rax; 15: add %rcx,%rax; 18: jmp *%rax;
+        // 20: pop %rbx; 21: ret (case 0); 22: pop %rbx; 23: ret (case 1)
+        let mut code = vec![
+            0x48, 0x8d, 0x0d, 0x11, 0, 0, 0, 0x53, 0x90, 0x90, 0x90, 0x48, 0x63, 0x04, 0x81, 0x48,
+            0x01, 0xc8, 0xff, 0xe0, 0x5b, 0xc3, 0x5b, 0xc3,
+        ];
+        code.extend((-4i32).to_le_bytes());
+        code.extend((-2i32).to_le_bytes());
+        let index = index(&code, &[BASE], &[]);
+        assert_eq!(
+            exit_sites(&index, BASE, 24, LeafExits::Instructions),
+            Ok(vec![BASE + 21, BASE + 23])
+        );
+    }
+
+    #[test]
+    fn a_jump_through_a_pointer_is_a_tail_call() {
+        // 0: call 5; 5: jmp *0x20(%rax)
+        let code = [0xe8, 0, 0, 0, 0, 0xff, 0x60, 0x20];
+        let index = index(&code, &[BASE], &[]);
+        assert_eq!(
+            exit_sites(&index, BASE, 8, LeafExits::Uretprobe),
+            Ok(vec![BASE + 5])
+        );
+        // 0: push %rbx; 1: call 6; 6: pop %rbx; 7: jmp *%rax: the frame given back first.
+        let code = [0x53, 0xe8, 0, 0, 0, 0, 0x5b, 0xff, 0xe0];
+        let index = super::tests::index(&code, &[BASE], &[]);
+        assert_eq!(
+            exit_sites(&index, BASE, 9, LeafExits::Uretprobe),
+            Ok(vec![BASE + 7])
+        );
+        // Through a table of pointers (an index): a computed goto or a switch, not known.
+        // 0: call 5; 5: jmp *(%rdx,%rax,8)
+        let code = [0xe8, 0, 0, 0, 0, 0xff, 0x24, 0xc2];
+        let index = super::tests::index(&code, &[BASE], &[]);
+        assert_eq!(
+            exit_sites(&index, BASE, 8, LeafExits::Uretprobe),
+            Err(NoExitSites::IndirectJump { address: BASE + 5 })
         );
     }
 

@@ -1,11 +1,12 @@
-//! Virtual addresses to file offsets, through the executable `PT_LOAD` segments.
+//! Virtual addresses to file offsets, through the `PT_LOAD` segments.
 
 use goblin::elf::program_header::{PF_X, PT_LOAD};
 use goblin::elf::ProgramHeader;
 
-/// The executable `PT_LOAD` segments of one ELF file: where its code sits in memory and in the
-/// file. Uprobes attach to file offsets, so neither PIE nor ASLR changes anything here.
-pub(super) struct ExecutableSegments {
+/// `PT_LOAD` segments of one ELF file (its executable ones, or all): where its code and data sit
+/// in memory and in the file. Uprobes attach to file offsets, so neither PIE nor ASLR changes
+/// anything here.
+pub(super) struct LoadSegments {
     segments: Vec<Segment>,
 }
 
@@ -16,18 +17,31 @@ struct Segment {
     offset: u64,
 }
 
-impl ExecutableSegments {
-    pub(super) fn new(program_headers: &[ProgramHeader]) -> Self {
+impl LoadSegments {
+    /// The executable segments: the code.
+    pub(super) fn executable(program_headers: &[ProgramHeader]) -> Self {
+        Self::matching(program_headers, |ph| ph.p_flags & PF_X != 0)
+    }
+
+    /// Every segment: code and data.
+    pub(super) fn all(program_headers: &[ProgramHeader]) -> Self {
+        Self::matching(program_headers, |_| true)
+    }
+
+    fn matching(
+        program_headers: &[ProgramHeader],
+        wanted: impl Fn(&ProgramHeader) -> bool,
+    ) -> Self {
         let segments = program_headers
             .iter()
-            .filter(|ph| ph.p_type == PT_LOAD && ph.p_flags & PF_X != 0)
+            .filter(|ph| ph.p_type == PT_LOAD && wanted(ph))
             .map(|ph| Segment {
                 vaddr: ph.p_vaddr,
                 filesz: ph.p_filesz,
                 offset: ph.p_offset,
             })
             .collect();
-        ExecutableSegments { segments }
+        LoadSegments { segments }
     }
 
     /// How many there are.
@@ -41,9 +55,8 @@ impl ExecutableSegments {
         self.segments.iter().map(|segment| segment.vaddr).min()
     }
 
-    /// The file offset of `address`: `address - p_vaddr + p_offset` of the executable segment
-    /// that contains it, or `None` when no executable segment does (or the file's numbers
-    /// overflow).
+    /// The file offset of `address`: `address - p_vaddr + p_offset` of the segment that
+    /// contains it, or `None` when none does (or the file's numbers overflow).
     pub(super) fn file_offset(&self, address: u64) -> Option<u64> {
         self.segments.iter().find_map(|segment| {
             let delta = address.checked_sub(segment.vaddr)?;
@@ -75,7 +88,7 @@ mod tests {
 
     #[test]
     fn maps_addresses_through_executable_segments_only() {
-        let segments = ExecutableSegments::new(&[
+        let segments = LoadSegments::executable(&[
             load(4, 0x400000, 0x1000, 0),                 // R: headers
             load(5, 0x401000, 0x2000, 0x1000),            // R+X: code
             load(6, 0x404000, 0x1000, 0x3000),            // RW: data
