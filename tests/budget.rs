@@ -6,6 +6,10 @@ mod common;
 
 use common::*;
 
+/// Held by each test that weighs a traced program's speed: two at once slow each other down,
+/// and the probe costs the recorder measures at its start with them.
+static WEIGHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The program's rounds in its last second: how fast it ran once the budget had taken effect.
 fn last_second_rate(stdout: &[u8]) -> u64 {
     let stdout = String::from_utf8_lossy(stdout);
@@ -33,6 +37,9 @@ fn a_hot_leaf_is_detached_to_keep_the_program_within_its_budget() {
     if !bpf_available("a_hot_leaf_is_detached_to_keep_the_program_within_its_budget") {
         return;
     }
+    let _alone = WEIGHING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let program = compile("budget.c", "budget", &[]);
     if kernel_lacks("uprobe sessions") {
         let refused = record(&program, &["1"], &["--budget", "2x"]).output;
@@ -110,6 +117,9 @@ fn a_running_process_that_tracing_slows_down_much_gets_a_suggestion() {
     if !bpf_available("a_running_process_that_tracing_slows_down_much_gets_a_suggestion") {
         return;
     }
+    let _alone = WEIGHING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let program = compile("budget.c", "budget", &[]);
     let mut running = std::process::Command::new(&program)
         .arg("5")

@@ -6,9 +6,9 @@
 //! first, then hot callers), just enough to come back within it. Functions `-f` names exactly
 //! are never detached.
 //!
-//! Without `--budget`, a recording of a running process (`-p`) gets the same measure for its
-//! first [`ADVICE_STEPS`] busy steps, and one line suggesting `--budget` where its probes slow it
-//! down more than [`ADVICE_ABOVE`].
+//! Without `--budget`, a recording of a running process (`-p`) gets the same measure over its
+//! first [`ADVICE_STEPS`] busy steps, added up, and one line suggesting `--budget` where its
+//! probes slow it down more than [`ADVICE_ABOVE`].
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -24,9 +24,9 @@ use crate::table::{Detachment, FunctionId, FunctionTable};
 const STEP: Duration = Duration::from_millis(250);
 /// Without `--budget`, the slowdown past which a `-p` recording suggests it.
 const ADVICE_ABOVE: f64 = 10.0;
-/// Without `--budget`, how many busy steps are weighed before giving up on a suggestion: one
-/// step's measure may fall short (a drain that lags behind a busy machine counts fewer calls).
-const ADVICE_STEPS: u32 = 4;
+/// Without `--budget`, how many busy steps are weighed, added up, before giving up on a
+/// suggestion.
+const ADVICE_STEPS: u32 = 8;
 /// A program is weighed only where it ran at least a tenth of the time (on its CPU time: a
 /// program that waits for I/O meanwhile does not wait for its probes).
 const BUSY_SHARE: u64 = 10;
@@ -111,6 +111,8 @@ pub struct BudgetKeeper {
     observed: usize,
     /// Without `--budget`, the busy steps still to weigh.
     advice_steps_left: u32,
+    /// Without `--budget`, the CPU time and the probes' cost of the busy steps weighed, in ns.
+    advice_weighed: (u64, u64),
 }
 
 impl BudgetKeeper {
@@ -147,6 +149,7 @@ impl BudgetKeeper {
             last: None,
             observed: 0,
             advice_steps_left: ADVICE_STEPS,
+            advice_weighed: (0, 0),
         })
     }
 
@@ -214,41 +217,27 @@ impl BudgetKeeper {
         let cpu_ns = cpu_ns.saturating_sub(last_cpu_ns);
         let costs = self.probe_costs();
         let probes_ns: u64 = costs.iter().map(|&(_, cost)| cost).sum();
-        // Calibrated costs are medians: where they exceed the CPU time, most of it is still
-        // the probes'.
-        let own_ns = cpu_ns.saturating_sub(probes_ns).max(cpu_ns / 50).max(1);
-        let slowdown = (own_ns + probes_ns) as f64 / own_ns as f64;
+        let (own_ns, slowdown) = weigh(cpu_ns, probes_ns);
         // A program that mostly waits loses little time to its probes: nothing is detached,
         // and nothing suggested, until it works.
         if cpu_ns < span.as_nanos() as u64 / BUSY_SHARE {
             self.reset_counts();
             return Vec::new();
         }
-        let Some(limit) = self.limit else {
-            self.advice_steps_left -= 1;
-            if slowdown > ADVICE_ABOVE {
-                log::info!(
-                    "tracing this process costs it ~{}x; --budget {DEFAULT_BUDGET} keeps it \
-                     near its speed",
-                    round_figure(slowdown.round())
-                );
-                self.advice_steps_left = 0;
-            }
-            match self.advice_steps_left {
-                0 => self.calls.clear(),
-                _ => self.reset_counts(),
-            }
-            return Vec::new();
-        };
-        let allowed_ns = (own_ns as f64 * (limit.factor() - 1.0)) as u64;
         log::debug!(
-            "--budget: {:.1} ms of CPU in {:.0} ms, the probes' ~{:.1} ms of it: ~{:.2}x \
-             (budget {limit})",
+            "--budget: {:.1} ms of CPU in {:.0} ms, the probes' ~{:.1} ms of it: ~{:.2}x ({})",
             cpu_ns as f64 / 1e6,
             span.as_secs_f64() * 1e3,
             probes_ns as f64 / 1e6,
-            slowdown
+            slowdown,
+            self.limit
+                .map_or("no budget".to_owned(), |limit| format!("budget {limit}"))
         );
+        let Some(limit) = self.limit else {
+            self.weigh_for_advice(cpu_ns, probes_ns);
+            return Vec::new();
+        };
+        let allowed_ns = (own_ns as f64 * (limit.factor() - 1.0)) as u64;
         let chosen = match probes_ns > allowed_ns {
             true => self.choose(costs, probes_ns - allowed_ns),
             false => Vec::new(),
@@ -264,6 +253,29 @@ impl BudgetKeeper {
         self.detached.extend(detachments.iter().map(|d| d.function));
         self.reset_counts();
         detachments
+    }
+
+    /// Without `--budget`: adds a busy step's CPU time and its probes' cost to those of the
+    /// steps before, and suggests `--budget` once they add up to more than [`ADVICE_ABOVE`].
+    /// Added up, the steps' figures agree: a drain that lags behind a busy machine counts a
+    /// step's calls in the next one.
+    fn weigh_for_advice(&mut self, cpu_ns: u64, probes_ns: u64) {
+        self.advice_weighed.0 += cpu_ns;
+        self.advice_weighed.1 += probes_ns;
+        self.advice_steps_left -= 1;
+        let (_, slowdown) = weigh(self.advice_weighed.0, self.advice_weighed.1);
+        if slowdown > ADVICE_ABOVE {
+            log::info!(
+                "tracing this process costs it ~{}x; --budget {DEFAULT_BUDGET} keeps it near \
+                 its speed",
+                round_figure(slowdown.round())
+            );
+            self.advice_steps_left = 0;
+        }
+        match self.advice_steps_left {
+            0 => self.calls.clear(),
+            _ => self.reset_counts(),
+        }
     }
 
     /// Starts the counts of the next step.
@@ -311,6 +323,14 @@ impl BudgetKeeper {
         }
         chosen
     }
+}
+
+/// The program's own share of `cpu_ns` of CPU time, whose probes cost `probes_ns`, and how much
+/// slower they make it. Calibrated costs are medians: where they exceed the CPU time, most of it
+/// is still the probes'.
+fn weigh(cpu_ns: u64, probes_ns: u64) -> (u64, f64) {
+    let own_ns = cpu_ns.saturating_sub(probes_ns).max(cpu_ns / 50).max(1);
+    (own_ns, (own_ns + probes_ns) as f64 / own_ns as f64)
 }
 
 /// The CPU time of every thread of process `pid` so far, in ns (`/proc/PID/task/*/schedstat`);
@@ -365,6 +385,7 @@ mod tests {
             last: None,
             observed: 0,
             advice_steps_left: ADVICE_STEPS,
+            advice_weighed: (0, 0),
         };
         // 0 calls 1 twice and 2 once, on thread 7; 3 (named by -f) is a leaf too.
         let events = [(0, false), (1, false), (1, true), (1, false), (1, true)]
