@@ -392,7 +392,7 @@ fn assert_output_as_untraced(
     stdout: &[String],
     untraced: &std::process::Output,
 ) -> String {
-    assert_eq!(status.code(), untraced.status.code());
+    assert_eq!(status.code(), untraced.status.code(), "{status}");
     let stdout = stdout.join("\n") + "\n";
     assert_eq!(stdout, String::from_utf8_lossy(&untraced.stdout));
     stdout

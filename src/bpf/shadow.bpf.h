@@ -406,9 +406,10 @@ static __always_inline int unwinder_entry(struct pt_regs *ctx, const bool legacy
 		return 0;
 	if (GONE(recorder_gone)) {
 		/* The recorder died: nobody serves a request. Its guardian gives the stacks back
-		 * while the process is stopped, and lets it go once the probes are gone; until then,
-		 * no unwinding through frames that may hold the trampoline. */
-		if (guardian_tgid && !GONE(guardian_gone))
+		 * while the process is stopped, then deletes them; until then, no unwinding through
+		 * frames that may hold the trampoline. */
+		walk.stack = shadow_of_thread(false);
+		if (guardian_tgid && !GONE(guardian_gone) && walk.stack && walk.stack->depth)
 			bpf_send_signal_thread(19 /* SIGSTOP */);
 		return 0;
 	}

@@ -49,24 +49,42 @@ const DISMISS: u8 = b'd';
 /// The kernel's limit of descriptors in one message (SCM_MAX_FD).
 const FDS_PER_MESSAGE: usize = 253;
 
+/// Which links a guardian keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kept {
+    /// Every link: `uprobe_multi` links, whose release the kernel may hold up.
+    Every,
+    /// The watches only (the unwinder's entry points, dlopen's return): one perf-event link per
+    /// probe site would be thousands of descriptors, and only a watch must outlive a killed
+    /// recorder, whose files close before the guardian has stopped the target. A thread that
+    /// throws meanwhile must still meet the unwinder's watch, which stops it (shadow.bpf.h).
+    Watches,
+}
+
+impl Kept {
+    fn includes(self, kind: LinkKind) -> bool {
+        self == Kept::Every || kind == LinkKind::Watch
+    }
+}
+
 /// Where the links made go.
 enum Keeper {
     /// No guardian yet: the links made so far (the probe costs' are measured first), given to
     /// it once it starts.
     NotYet(Vec<(LinkKind, RawFd)>),
-    /// The recorder's end of the guardian's socket.
-    Guardian(OwnedFd),
+    /// The recorder's end of the guardian's socket, and which links it keeps.
+    Guardian(OwnedFd, Kept),
     /// The guardian keeps no links (dismissed, or gone).
     Nobody,
 }
 
 static KEEPER: Mutex<Keeper> = Mutex::new(Keeper::NotYet(Vec::new()));
 
-/// From now on, every link made, and every one made before and not released yet, is kept by
-/// the guardian at the other end of `socket` too.
-pub fn keep_links_in(socket: OwnedFd) {
+/// From now on, every link of the kinds `kept` says that is made, and every one made before and
+/// not released yet, is kept by the guardian at the other end of `socket` too.
+pub fn keep_links_in(socket: OwnedFd, kept: Kept) {
     let mut keeper = lock_keeper();
-    let made_before = match std::mem::replace(&mut *keeper, Keeper::Guardian(socket)) {
+    let made_before = match std::mem::replace(&mut *keeper, Keeper::Guardian(socket, kept)) {
         Keeper::NotYet(links) => links,
         _ => Vec::new(),
     };
@@ -96,16 +114,19 @@ pub(super) fn keep(kind: LinkKind, links: &[Link]) {
     let mut keeper = lock_keeper();
     match &mut *keeper {
         Keeper::NotYet(made) => made.extend(fds.into_iter().map(|fd| (kind, fd))),
-        Keeper::Guardian(_) => send_kept(&mut keeper, kind, &fds),
+        Keeper::Guardian(..) => send_kept(&mut keeper, kind, &fds),
         Keeper::Nobody => {}
     }
 }
 
 /// Sends the guardian of `keeper` the links `fds` of `kind`.
 fn send_kept(keeper: &mut Keeper, kind: LinkKind, fds: &[RawFd]) {
-    let Keeper::Guardian(socket) = &*keeper else {
+    let Keeper::Guardian(socket, kept) = &*keeper else {
         return;
     };
+    if !kept.includes(kind) {
+        return;
+    }
     for chunk in fds.chunks(FDS_PER_MESSAGE) {
         let mut message = vec![KEEP, kind as u8];
         message.extend(chunk.iter().flat_map(|&fd| (fd as u32).to_ne_bytes()));
@@ -124,7 +145,7 @@ pub(super) fn forget(groups: &[Vec<Link>]) {
     let mut keeper = lock_keeper();
     let socket = match &mut *keeper {
         Keeper::NotYet(made) => return made.retain(|(_, fd)| !fds.contains(fd)),
-        Keeper::Guardian(socket) => socket.as_raw_fd(),
+        Keeper::Guardian(socket, _) => socket.as_raw_fd(),
         Keeper::Nobody => return,
     };
     for chunk in fds.chunks(FDS_PER_MESSAGE) {
@@ -233,6 +254,10 @@ impl HeldLinks {
     /// release up for as long as another tracer's program runs, but it takes the probes off at
     /// once).
     pub fn release(self, patience: Duration) -> Releasing {
+        let watches_only = self
+            .held
+            .iter()
+            .all(|&(_, kind, _)| kind == LinkKind::Watch);
         let mut groups: Vec<Vec<OwnedFd>> = KINDS.iter().map(|_| Vec::new()).collect();
         for (_, kind, fd) in self.held {
             groups[kind as usize].push(fd);
@@ -253,7 +278,11 @@ impl HeldLinks {
             }
             let _ = all_gone.send(());
         });
-        Releasing { all_released, all }
+        Releasing {
+            all_released,
+            all,
+            watches_only,
+        }
     }
 }
 
@@ -261,9 +290,16 @@ impl HeldLinks {
 pub struct Releasing {
     all_released: mpsc::Receiver<()>,
     all: JoinHandle<()>,
+    watches_only: bool,
 }
 
 impl Releasing {
+    /// Whether the links are watches only (or none): no function probe, so none that gives a
+    /// call the trampoline.
+    pub fn watches_only(&self) -> bool {
+        self.watches_only
+    }
+
     /// Waits up to `limit` for every link's release: whether it is done.
     pub fn wait(&self, limit: Duration) -> bool {
         self.all_released.recv_timeout(limit).is_ok()

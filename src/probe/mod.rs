@@ -36,7 +36,7 @@ pub use error::ProbeError;
 pub use events::{check_kernel_functions, preemption_recordable, EventLinks, EventPrograms};
 pub use features::{KernelFeatures, Support};
 pub use libbpf_log::forward_libbpf_messages;
-pub use link_keeper::{dismiss, keep_links_in, stop_keeping, HeldLinks, Releasing, Said};
+pub use link_keeper::{dismiss, keep_links_in, stop_keeping, HeldLinks, Kept, Releasing, Said};
 pub use load::{allow_many_probes, ring_buffer_size, LoadedProbes, ObjectStorage, ProbeConfig};
 pub use release::{release_handed_links, AttachedProbes};
 pub use strategy::ATTACH_MODE_VARIABLE;

@@ -12,7 +12,9 @@
 //! - the links, where they are `uprobe_multi` links: the guardian holds a second reference to
 //!   each (src/probe/link_keeper.rs), so that the killed recorder's exit, which another tracer's
 //!   return probes could hold up for as long as its program runs, closes none for the last
-//!   time; the guardian releases them after it.
+//!   time; the guardian releases them after it. Where they are perf-event links, it holds the
+//!   watches only: the unwinder's must still stop a thread that throws after the recorder's
+//!   files closed and before the guardian stopped the target.
 //!
 //! A recorder killed with SIGKILL runs no code of its own, so the work goes to `utrace guardian`,
 //! started with the recording and dismissed at its end. It holds the maps it needs open (by id)
@@ -74,9 +76,9 @@ pub struct Guardian {
 
 impl Guardian {
     /// Starts the guardian of `duties`; returns once the guardian holds its maps. With
-    /// `keeps_links`, it keeps a reference to every link made from now on (see
+    /// `keeps_links`, it keeps a reference to every link of those kinds made from now on (see
     /// src/probe/link_keeper.rs).
-    pub fn start(duties: &Duties, keeps_links: bool) -> io::Result<Guardian> {
+    pub fn start(duties: &Duties, keeps_links: Option<probe::Kept>) -> io::Result<Guardian> {
         use std::os::unix::process::CommandExt;
         let (ours, its) = socket_pair()?;
         let mut command = Command::new("/proc/self/exe");
@@ -105,8 +107,8 @@ impl Guardian {
             let _ = child.wait();
             return Err(error);
         }
-        if keeps_links {
-            probe::keep_links_in(ours.try_clone()?);
+        if let Some(kept) = keeps_links {
+            probe::keep_links_in(ours.try_clone()?, kept);
         }
         Ok(Guardian {
             liveness: Some(ours),
@@ -308,7 +310,11 @@ fn rescue(
     // none); else after the kernel's release of the recorder's.
     let gone = recorder.wait_gone(RELEASE_WAIT);
     let releasing = release();
-    if given_back.is_some() && !(gone && releasing.wait(RELEASE_WAIT)) {
+    // Function probes kept here go before the target does. Watches need not: the unwinder's
+    // stops no thread once the stacks are given back (their shadow stacks deleted), and their
+    // release can take seconds on kernels before 6.6.
+    let released = releasing.watches_only() || releasing.wait(RELEASE_WAIT);
+    if given_back.is_some() && !(gone && released) {
         log::warn!("the recorder's probes were not gone after {RELEASE_WAIT:?}: letting pid {target} go on");
     }
     // A thread the recorder's tracer held in its stack's pause, let go by the kernel at the
@@ -356,18 +362,22 @@ fn give_stacks_back(target: u32, shadow_stacks: &MapHandle) -> Option<usize> {
     if !wait_until_every_thread_stops(target, Stopped::AnyStop, STOP_WAIT) {
         return None;
     }
-    let Some(trampoline) = trampoline_address(target) else {
-        return Some(0);
-    };
-    let request = restore_at_detach(
-        target,
-        trampoline,
-        &replaced_return_addresses(shadow_stacks),
-    );
-    if let Err(error) = request.apply() {
-        log::warn!("cannot restore return addresses of pid {target}: {error}");
+    let written = trampoline_address(target).map_or(0, |trampoline| {
+        let request = restore_at_detach(
+            target,
+            trampoline,
+            &replaced_return_addresses(shadow_stacks),
+        );
+        if let Err(error) = request.apply() {
+            log::warn!("cannot restore return addresses of pid {target}: {error}");
+        }
+        request.writes.len()
+    });
+    // Nothing holds the trampoline now: the unwinder's watch stops no thread from here on.
+    for thread in shadow_stacks.keys() {
+        let _ = shadow_stacks.delete(&thread);
     }
-    Some(request.writes.len())
+    Some(written)
 }
 
 /// Lets `pid` go on if it is stopped (a SIGCONT to a process that runs changes nothing unless it

@@ -806,7 +806,9 @@ fn restore_return_addresses(pid: u32, loaded: &LoadedProbes) {
 /// frames (`unwind_shadow`), or, where the BPF programs cannot signal other processes, the
 /// processes the recorder may stop (a started command at its dlopens, followed processes at their
 /// forks and execs); and, with `uprobe_multi` links (whose release the kernel may hold up), a
-/// reference to every link, so that a killed recorder goes at once.
+/// reference to every link, so that a killed recorder goes at once; with perf-event links, a
+/// rescuer keeps the watches, so that a thread that throws before it has stopped the target
+/// still meets the unwinder's.
 fn guardian_duties(
     pid: u32,
     loaded: &LoadedProbes,
@@ -817,8 +819,11 @@ fn guardian_duties(
     let signals_from_guardian = probe::strategy().signals == probe::Signals::FromGuardian;
     let stops = stop_at_dlopen_dlclose || options.follow;
     let rescues = unwind_shadow || (signals_from_guardian && stops);
-    let keeps_links = probe::strategy().mode == probe::AttachMode::Multi;
-    if !rescues && !keeps_links {
+    let keeps_links = match probe::strategy().mode {
+        probe::AttachMode::Multi => Some(probe::Kept::Every),
+        probe::AttachMode::Single => rescues.then_some(probe::Kept::Watches),
+    };
+    if !rescues && keeps_links.is_none() {
         return None;
     }
     let Some(maps) = loaded.guardian_map_ids() else {
@@ -844,8 +849,8 @@ struct Guarding {
     /// It rescues the target: the BPF programs stop the target and write it a note when the
     /// recorder dies.
     rescues: bool,
-    /// It keeps a reference to every link (src/probe/link_keeper.rs).
-    keeps_links: bool,
+    /// Which links it keeps a reference to (src/probe/link_keeper.rs).
+    keeps_links: Option<probe::Kept>,
 }
 
 /// Starts the guardian of `guarding` and tells the BPF programs about it if it rescues the
