@@ -25,7 +25,7 @@
 //! call anything, or never return; if it leaves the function itself (a `ret` or a jump out), its
 //! exits would be the function's, and the function keeps a uretprobe instead.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
 
@@ -229,7 +229,7 @@ const SWITCH_ENTRIES_CHECKED: u64 = 2;
 #[derive(Default)]
 struct IndirectJumps {
     /// The last instructions, newest last (the jump itself once it is reached).
-    recent: Vec<Instruction>,
+    recent: VecDeque<Instruction>,
     /// The address each register was last set to with a `lea` relative to rip.
     rip_addresses: Vec<(Register, u64)>,
 }
@@ -238,9 +238,9 @@ impl IndirectJumps {
     /// Takes the next instruction of the function, in address order.
     fn follow(&mut self, instruction: &Instruction) {
         if self.recent.len() > SWITCH_SETUP {
-            self.recent.remove(0);
+            self.recent.pop_front();
         }
-        self.recent.push(*instruction);
+        self.recent.push_back(*instruction);
         if instruction.mnemonic() == Mnemonic::Lea && instruction.is_ip_rel_memory_operand() {
             let register = instruction.op0_register().full_register();
             self.rip_addresses.retain(|&(r, _)| r != register);
@@ -249,19 +249,27 @@ impl IndirectJumps {
         }
     }
 
+    /// The last instruction followed (the jump), and those before it, oldest first.
+    fn jump_and_before(
+        &self,
+    ) -> Option<(&Instruction, impl DoubleEndedIterator<Item = &Instruction>)> {
+        let jump = self.recent.back()?;
+        Some((jump, self.recent.range(..self.recent.len() - 1)))
+    }
+
     /// Whether the last instruction followed, an indirect jump in the function whose code is
     /// `body`, is a switch's: it lands in the function's own code, already decoded, so it is
     /// no exit. The table's first entries, read from the file, must land there too, else the
     /// jump is taken for one that may leave.
     fn is_switch(&self, index: &CodeIndex, body: &std::ops::Range<u64>) -> bool {
-        let Some((jump, before)) = self.recent.split_last() else {
+        let Some((jump, before)) = self.jump_and_before() else {
             return false;
         };
         if jump.op0_kind() != OpKind::Register {
             return false;
         }
         let target = jump.op0_register().full_register();
-        let mut earlier = before.iter().rev();
+        let mut earlier = before.rev();
         let Some(base) = earlier.find_map(|i| {
             let adds = i.mnemonic() == Mnemonic::Add
                 && i.op0_kind() == OpKind::Register
@@ -296,7 +304,7 @@ impl IndirectJumps {
     /// Whether the last instruction followed, an indirect jump that is no switch's, is a tail
     /// call through a pointer, which the kernel can probe as the function's exit.
     fn is_tail_call(&self, index: &CodeIndex) -> bool {
-        let Some((jump, before)) = self.recent.split_last() else {
+        let Some((jump, mut before)) = self.jump_and_before() else {
             return false;
         };
         if !crate::elf::site::kernel_can_probe((index.code)(jump.ip(), jump.len() as u64)) {
@@ -304,7 +312,7 @@ impl IndirectJumps {
         }
         match jump.op0_kind() {
             OpKind::Memory => jump.memory_index() == Register::None,
-            OpKind::Register => before.iter().any(|i| {
+            OpKind::Register => before.any(|i| {
                 i.mnemonic() == Mnemonic::Pop
                     || (i.mnemonic() == Mnemonic::Add && i.op0_register() == Register::RSP)
             }),

@@ -560,14 +560,19 @@ const PAUSE_TAKE_WAIT: Duration = Duration::from_millis(100);
 
 /// Whether thread `tid` has a SIGSTOP pending, sent to it alone (`SigPnd` in its status).
 fn stop_pending(tid: libc::pid_t) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("SigPnd:"))
-        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+    status_field(tid, "SigPnd")
+        .and_then(|mask| u64::from_str_radix(&mask, 16).ok())
         .is_some_and(|mask| mask & (1 << (libc::SIGSTOP - 1)) != 0)
+}
+
+/// The value of the line `name:` in thread `tid`'s `/proc` status, trimmed; `None` when it
+/// cannot be read.
+fn status_field(tid: libc::pid_t, name: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status.lines().find_map(|line| {
+        let value = line.strip_prefix(name)?.strip_prefix(':')?;
+        Some(value.trim().to_owned())
+    })
 }
 
 /// A stop of a group stop (`PTRACE_EVENT_STOP` with a stopping signal) rather than of an
@@ -637,11 +642,5 @@ fn thread_ids(pid: libc::pid_t) -> io::Result<Vec<libc::pid_t>> {
 
 /// The `TracerPid` of a thread (0: none); `None` when it cannot be read.
 fn tracer_of(tid: libc::pid_t) -> Option<libc::pid_t> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("TracerPid:"))?
-        .trim()
-        .parse()
-        .ok()
+    status_field(tid, "TracerPid")?.parse().ok()
 }

@@ -20,6 +20,7 @@ use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::MaybeDefault;
 
 use crate::elf::demangle;
+use crate::plan::KERNEL_MODULE;
 use crate::probe::{RawCaller, RawFrame, RawStack};
 use crate::table::FunctionTable;
 use crate::user_stack::{StackFrame, UserStack, UserStacks, KERNEL_FRAME_SUFFIX, TRUNCATED};
@@ -179,9 +180,6 @@ fn is_probe_machinery(name: &str) -> bool {
         .iter()
         .any(|prefix| name.starts_with(prefix))
 }
-
-/// The module kernel frames lie in.
-const KERNEL_MODULE: &str = "[kernel]";
 
 /// The files of `files` by (device, inode).
 fn files_by_inode(files: &[PathBuf]) -> HashMap<(u64, u64), PathBuf> {
