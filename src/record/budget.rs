@@ -1,7 +1,9 @@
 //! `--budget`: keeps the traced program within a slowdown the user sets. Every call costs its
 //! probes (the calibration measured each probe class), so the probes' cost per second is each
-//! function's call rate (counted as the events are drained) times its calls' cost. Every
-//! [`STEP`], that cost is weighed against the program's own CPU time in the same span; past the
+//! function's call rate times its calls' cost. Every [`STEP`], that cost is weighed against the
+//! program's own CPU time in the same span: the calls counted are those whose events are stamped
+//! within it, whenever the drain gets to them (a drain behind a busy program would otherwise
+//! count a backlog as one step's calls, and read a slowdown many times the true one); past the
 //! budget, the functions whose probes cost the most for what they tell are detached (hot leaves
 //! first, then hot callers), just enough to come back within it. Functions `-f` names exactly
 //! are never detached.
@@ -39,6 +41,11 @@ pub const DEFAULT_BUDGET: &str = "2x";
 /// Calls open per thread that are followed, to tell leaves from callers: deeper ones are left
 /// alone (a recursion, or exits lost).
 const DEPTH_FOLLOWED: usize = 256;
+/// A step is weighed once an event stamped this long after its end is drained (events of
+/// several CPUs reach the ring buffer a little out of order)...
+const STRAGGLERS_NS: u64 = 2_000_000;
+/// ... or once this long has passed after its end (a program that called nothing since).
+const LAST_EVENTS_WAIT: Duration = Duration::from_millis(500);
 
 /// How much slower than untraced the program may run: a factor above 1.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -109,8 +116,8 @@ pub struct BudgetKeeper {
     /// Per thread, the calls open, innermost last.
     open: HashMap<u32, Vec<FunctionId>>,
     detached: HashSet<FunctionId>,
-    /// When the last step was, and the program's CPU time then.
-    last: Option<(Instant, u64)>,
+    /// The step being counted, if one has started.
+    step: Option<Step>,
     /// How many of the events pending for the drain were counted already.
     observed: usize,
     /// Without `--budget`, the busy steps still to weigh.
@@ -150,7 +157,7 @@ impl BudgetKeeper {
             depths: vec![0; count],
             open: HashMap::new(),
             detached: HashSet::new(),
-            last: None,
+            step: None,
             observed: 0,
             advice_steps_left: ADVICE_STEPS,
             advice_weighed: (0, 0),
@@ -169,7 +176,7 @@ impl BudgetKeeper {
         self.observed = self.observed.min(left);
     }
 
-    /// Counts the calls of `events`, and which of them call others.
+    /// Counts the calls of `events` stamped within the step, and which of them call others.
     fn observe(&mut self, events: &[Event]) {
         for event in events {
             let id = event.function_id();
@@ -183,8 +190,11 @@ impl BudgetKeeper {
                 }
                 continue;
             }
-            self.calls[id as usize] += 1;
-            self.depths[id as usize] += open.len() as u64 + 1;
+            let counted = (self.step.as_mut()).is_some_and(|step| step.takes(event.timestamp_ns));
+            if counted {
+                self.calls[id as usize] += 1;
+                self.depths[id as usize] += open.len() as u64 + 1;
+            }
             if let Some(&caller) = open.last() {
                 self.calls_others[caller as usize] = true;
             }
@@ -199,33 +209,44 @@ impl BudgetKeeper {
         self.limit.is_none() && self.calls.is_empty()
     }
 
-    /// Every [`STEP`]: the functions to detach now to come back within the budget (none while
-    /// within it).
+    /// Once a [`STEP`]'s calls are all counted: the functions to detach now to come back within
+    /// the budget (none while within it).
     pub fn due_detachments(&mut self) -> Vec<Detachment> {
-        let now = Instant::now();
-        // Called at every drain: /proc is read only once a step is due.
-        if self
-            .last
-            .is_some_and(|(at, _)| now.duration_since(at) < STEP)
-        {
-            return Vec::new();
-        }
-        let Some(cpu_ns) = process_cpu_ns(self.pid) else {
-            return Vec::new();
-        };
-        let Some((last_at, last_cpu_ns)) = self.last.replace((now, cpu_ns)) else {
+        let pid = self.pid;
+        self.due_at(super::monotonic_now_ns(), || process_cpu_ns(pid))
+    }
+
+    /// [`due_detachments`](Self::due_detachments) at `now_ns` (the events' clock), the
+    /// program's CPU time read by `cpu_ns` where a step starts or ends.
+    fn due_at(&mut self, now_ns: u64, cpu_ns: impl Fn() -> Option<u64>) -> Vec<Detachment> {
+        // Called at every drain: /proc is read only where a step starts or ends.
+        let Some(step) = &mut self.step else {
+            self.step = cpu_ns().map(|cpu_ns| Step::starting(now_ns, cpu_ns));
             self.reset_counts();
             return Vec::new();
         };
-        let span = now.duration_since(last_at);
-        let cpu_ns = cpu_ns.saturating_sub(last_cpu_ns);
+        let Some((end_ns, end_cpu_ns)) = step.end else {
+            if now_ns.saturating_sub(step.start_ns) >= STEP.as_nanos() as u64 {
+                step.end = cpu_ns().map(|cpu_ns| (now_ns, cpu_ns));
+            }
+            return Vec::new();
+        };
+        let waited = Duration::from_nanos(now_ns.saturating_sub(end_ns));
+        if !step.counted && waited < LAST_EVENTS_WAIT {
+            return Vec::new();
+        }
+        // The next step starts at the next drain: after the probes are replaced, if they are.
+        let Some(step) = self.step.take() else {
+            return Vec::new();
+        };
+        let span = Duration::from_nanos(end_ns - step.start_ns);
+        let cpu_ns = end_cpu_ns.saturating_sub(step.start_cpu_ns);
         let costs = self.probe_costs();
         let probes_ns: u64 = costs.iter().map(|&(_, cost)| cost).sum();
         let (own_ns, slowdown) = weigh(cpu_ns, probes_ns);
         // A program that mostly waits loses little time to its probes: nothing is detached,
         // and nothing suggested, until it works.
         if cpu_ns < span.as_nanos() as u64 / BUSY_SHARE {
-            self.reset_counts();
             return Vec::new();
         }
         log::debug!(
@@ -246,7 +267,7 @@ impl BudgetKeeper {
             true => self.choose(costs, probes_ns - allowed_ns),
             false => Vec::new(),
         };
-        let after_ns = now.duration_since(self.started).as_nanos() as u64;
+        let after_ns = self.started.elapsed().as_nanos() as u64;
         let detachments = (chosen.into_iter())
             .map(|function| Detachment {
                 function,
@@ -255,7 +276,6 @@ impl BudgetKeeper {
             })
             .collect::<Vec<_>>();
         self.detached.extend(detachments.iter().map(|d| d.function));
-        self.reset_counts();
         detachments
     }
 
@@ -279,9 +299,8 @@ impl BudgetKeeper {
             );
             self.advice_steps_left = 0;
         }
-        match self.advice_steps_left {
-            0 => self.calls.clear(),
-            _ => self.reset_counts(),
+        if self.advice_steps_left == 0 {
+            self.calls.clear();
         }
     }
 
@@ -332,6 +351,39 @@ impl BudgetKeeper {
     }
 }
 
+/// A span of the events' clock whose calls are counted, and the program's CPU time at its
+/// start and end.
+struct Step {
+    start_ns: u64,
+    start_cpu_ns: u64,
+    /// Once the step's time is up: when it ended, and the CPU time then.
+    end: Option<(u64, u64)>,
+    /// Whether an event stamped well after its end was drained: its calls are all in.
+    counted: bool,
+}
+
+impl Step {
+    fn starting(start_ns: u64, start_cpu_ns: u64) -> Step {
+        Step {
+            start_ns,
+            start_cpu_ns,
+            end: None,
+            counted: false,
+        }
+    }
+
+    /// Whether a call entered at `timestamp_ns` is the step's; notes a late one.
+    fn takes(&mut self, timestamp_ns: u64) -> bool {
+        match self.end {
+            Some((end_ns, _)) if timestamp_ns >= end_ns => {
+                self.counted |= timestamp_ns >= end_ns + STRAGGLERS_NS;
+                false
+            }
+            _ => timestamp_ns >= self.start_ns,
+        }
+    }
+}
+
 /// The program's own share of `cpu_ns` of CPU time, whose probes cost `probes_ns`, and how much
 /// slower they make it. Calibrated costs are medians: where they exceed the CPU time, most of it
 /// is still the probes'.
@@ -377,23 +429,74 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_costliest_leaves_go_first_and_no_more_than_needed() {
-        let mut keeper = BudgetKeeper {
+    /// A keeper of a 2x budget for functions whose calls cost `call_cost_ns`.
+    fn keeper_of(call_cost_ns: Vec<u64>) -> BudgetKeeper {
+        let count = call_cost_ns.len();
+        BudgetKeeper {
             limit: Some(Slowdown::parse("2x").unwrap()),
             pid: 0,
             started: Instant::now(),
-            call_cost_ns: vec![1000, 1000, 1000, 0],
-            calls: vec![0; 4],
-            calls_others: vec![false; 4],
-            depths: vec![0; 4],
+            call_cost_ns,
+            calls: vec![0; count],
+            calls_others: vec![false; count],
+            depths: vec![0; count],
             open: HashMap::new(),
             detached: HashSet::new(),
-            last: None,
+            step: None,
             observed: 0,
             advice_steps_left: ADVICE_STEPS,
             advice_weighed: (0, 0),
-        };
+        }
+    }
+
+    /// A call of `function` on thread 7 entered and left at `timestamp_ns`.
+    fn call_at(function: u32, timestamp_ns: u64) -> [Event; 2] {
+        [false, true].map(|exit| Event {
+            timestamp_ns,
+            ..event(7, function, exit)
+        })
+    }
+
+    #[test]
+    fn a_step_weighs_the_calls_stamped_within_it_whenever_they_are_drained() {
+        const MS: u64 = 1_000_000;
+        let mut keeper = keeper_of(vec![40 * MS, 40 * MS]);
+        let no_read =
+            || -> Option<u64> { panic!("the CPU time is read at a step's start and end only") };
+        // The step starts at 1 s, the program's CPU time 0 then.
+        assert!(keeper.due_at(1000 * MS, || Some(0)).is_empty());
+        let drained = [
+            call_at(0, 999 * MS),
+            call_at(0, 1100 * MS),
+            call_at(1, 1200 * MS),
+        ];
+        keeper.observe(drained.as_flattened());
+        assert!(keeper.due_at(1100 * MS, no_read).is_empty());
+        // Its time is up at 1.25 s, 100 ms of CPU later.
+        assert!(keeper.due_at(1250 * MS, || Some(100 * MS)).is_empty());
+        // Its calls drained late count; one after its end does not, and leaves it waiting for
+        // the stragglers.
+        keeper.observe([call_at(1, 1240 * MS), call_at(1, 1251 * MS)].as_flattened());
+        assert!(keeper.due_at(1260 * MS, no_read).is_empty());
+        assert_eq!(keeper.calls, vec![1, 2]);
+        // Weighed once a call well after its end is drained: 120 ms of probes in 100 ms of CPU,
+        // the costliest leaf first, then the other to come back within 2x.
+        keeper.observe(&call_at(0, 1300 * MS));
+        let detached = keeper.due_at(1310 * MS, no_read);
+        let rates: Vec<_> = (detached.iter())
+            .map(|d| (d.function, d.calls_per_s))
+            .collect();
+        assert_eq!(rates, vec![(1, 8), (0, 4)]);
+        // The next step starts at the next drain, counting from there.
+        keeper.observe(&call_at(0, 1320 * MS));
+        assert!(keeper.due_at(1400 * MS, || Some(120 * MS)).is_empty());
+        assert_eq!(keeper.calls, vec![0, 0]);
+    }
+
+    #[test]
+    fn the_costliest_leaves_go_first_and_no_more_than_needed() {
+        let mut keeper = keeper_of(vec![1000, 1000, 1000, 0]);
+        keeper.step = Some(Step::starting(0, 0));
         // 0 calls 1 twice and 2 once, on thread 7; 3 (named by -f) is a leaf too.
         let events = [(0, false), (1, false), (1, true), (1, false), (1, true)]
             .into_iter()

@@ -94,7 +94,6 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
     // The target's own problem comes first: it says more than a missing permission.
     let mut session = prepared?;
     let calibration = calibration?;
-    calibration.say_noise();
     // Created before anything is loaded or attached: an output that cannot be written stops
     // utrace while a started command is still held, before it has run at all.
     let writer = DataWriter::create(
@@ -107,6 +106,8 @@ pub fn record(options: &RecordOptions) -> Result<RecordOutcome> {
         session.table(),
     )
     .context("cannot create the data file (-o FILE chooses another)")?;
+    // After: an output that cannot be written is the one line said.
+    calibration.say_noise();
     give_to_sudo_user(&options.output);
     let writer = WriterThread::start(writer);
     session.set_probe_costs(calibration.costs.clone());
