@@ -209,8 +209,11 @@ pub struct Replayer {
     /// By function id, whether its calls are time apart from the calls around them, taken out
     /// whole of them. Empty when durations are raw.
     apart: Vec<Apart>,
-    /// By function id, whether it switches stacks; a function beyond it does not.
-    switchers: Vec<bool>,
+    /// By function id, what the replayer knows of its code; a function beyond it is a plain
+    /// function of no module known.
+    code: Vec<FunctionCode>,
+    /// Modules of the tables added so far: the next table's are numbered on from there.
+    modules_seen: u32,
     /// `linux:preempted`, whose events are no calls: see [`Replayer::preempted`].
     preemption: Option<FunctionId>,
     stats: ReplayStats,
@@ -229,7 +232,8 @@ impl Replayer {
             events_seen: 0,
             costs: Vec::new(),
             apart: Vec::new(),
-            switchers: Vec::new(),
+            code: Vec::new(),
+            modules_seen: 0,
             preemption: None,
             stats: ReplayStats::default(),
         }
@@ -320,7 +324,7 @@ impl Replayer {
             }
         }
         if event.stack != 0 {
-            stack.note_switch(function, event, &self.switchers);
+            stack.note_switch(function, event, &self.code);
         }
         if event.is_exit() && event.stack == 0 {
             if !stack.is_active(function) {
@@ -353,7 +357,7 @@ impl Replayer {
             }
         } else {
             if event.stack != 0 {
-                let gone = stack.frames_called_over(function, event.stack);
+                let gone = stack.frames_called_over(function, event.stack, &self.code);
                 for _ in 0..gone {
                     stack.pop(FrameEnd::Unknown, sink, &mut ending);
                 }
@@ -390,12 +394,16 @@ impl Replayer {
         if let Some((id, _)) = functions.rfind(|(_, f)| f.is_preemption()) {
             self.preemption = Some((self.function_count + id) as FunctionId);
         }
-        self.switchers.resize(self.function_count, false);
-        (self.switchers).extend(
-            more.functions
-                .iter()
-                .map(|function| function.kind.is_probed_code() && switches_stacks(&function.name)),
-        );
+        let modules_seen = self.modules_seen;
+        self.code
+            .resize(self.function_count, FunctionCode::default());
+        self.code
+            .extend(more.functions.iter().map(|function| FunctionCode {
+                switches_stacks: function.kind.is_probed_code() && switches_stacks(&function.name),
+                plt_stub: function.kind == FunctionKind::Plt,
+                module: Some(modules_seen + function.module),
+            }));
+        self.modules_seen += more.modules.len() as u32;
         self.function_count += count;
         let size = self.function_count;
         for stack in &mut self.stacks {
@@ -653,12 +661,16 @@ impl CallStack {
     /// Before an event of `function` (`event`): if the frame on top is a call of a function
     /// that switches stacks and the event is not that call's return, the thread runs on another
     /// stack now.
-    fn note_switch(&mut self, function: FunctionId, event: &Event, switchers: &[bool]) {
+    fn note_switch(&mut self, function: FunctionId, event: &Event, code: &[FunctionCode]) {
         let (Some(top), Some(&open)) = (self.frames.last_mut(), self.path.last()) else {
             return;
         };
         let returns = event.is_exit() && open == function && top.slot == event.stack;
-        if !returns && switchers.get(open as usize) == Some(&true) {
+        if !returns
+            && code
+                .get(open as usize)
+                .is_some_and(|code| code.switches_stacks)
+        {
             top.switched = true;
         }
     }
@@ -668,10 +680,12 @@ impl CallStack {
     /// on top at the same slot is a caller that tail-called, even `function` itself (a self tail
     /// call, whose return comes right after the callee's: see [`CallStack::awaiting_exit`]);
     /// below frames that are gone, `function` again at the same slot is a new call after a
-    /// longjmp, and the old one is gone too.
+    /// longjmp, and the old one is gone too. A PLT stub at the same slot tail-calls only its
+    /// library's function: a function of the stub's own module entered there (the stub reached
+    /// by a tail jump, whose return went to a caller it never saw) means the stub has returned.
     /// A call that left the stack (see [`CallStack::note_switch`]) and the frames below it are
     /// on another stack: never gone for a call on this one.
-    fn frames_called_over(&self, function: FunctionId, slot: u32) -> usize {
+    fn frames_called_over(&self, function: FunctionId, slot: u32, code: &[FunctionCode]) -> usize {
         let deeper = self
             .frames
             .iter()
@@ -679,12 +693,14 @@ impl CallStack {
             .take_while(|frame| !frame.switched && height(slot, frame.slot) > 0)
             .count();
         let below = self.frames.len() - deeper;
-        let again = deeper > 0
-            && below > 0
-            && !self.frames[below - 1].switched
-            && height(slot, self.frames[below - 1].slot) == 0
-            && self.path[below - 1] == function;
-        deeper + usize::from(again)
+        let at_slot = below
+            .checked_sub(1)
+            .filter(|&i| !self.frames[i].switched && height(slot, self.frames[i].slot) == 0);
+        let gone_at_slot = at_slot.is_some_and(|i| {
+            let open = self.path[i];
+            (deeper > 0 && open == function) || stub_returned(code, open, function)
+        });
+        deeper + usize::from(gone_at_slot)
     }
 
     /// Opens a frame; `take_active` provides zeroed counters when the stack has none.
@@ -865,6 +881,27 @@ enum FrameEnd {
 /// 2 GiB, so the wrapping difference is exact.
 fn height(slot: u32, other: u32) -> i32 {
     slot.wrapping_sub(other) as i32
+}
+
+/// What the replayer knows of a function's code.
+#[derive(Clone, Copy, Debug, Default)]
+struct FunctionCode {
+    /// It switches stacks (`swapcontext@plt`, see src/elf/contexts.rs).
+    switches_stacks: bool,
+    /// It is a PLT stub.
+    plt_stub: bool,
+    /// Its module, numbered across the tables added.
+    module: Option<u32>,
+}
+
+/// Whether the PLT stub `open`, at the slot where `function` is entered, has returned: the stub
+/// jumps to its library's function only, so `function` of the stub's own module is no callee
+/// of it.
+fn stub_returned(code: &[FunctionCode], open: FunctionId, function: FunctionId) -> bool {
+    let (Some(stub), Some(entered)) = (code.get(open as usize), code.get(function as usize)) else {
+        return false;
+    };
+    stub.plt_stub && stub.module.is_some() && stub.module == entered.module
 }
 
 #[cfg(test)]
@@ -1828,6 +1865,51 @@ mod tests {
         replayer.push_all(&events, &mut sink);
         replayer.finish(10, &mut sink);
         assert_eq!(paths, vec![vec![MAIN, 1], vec![MAIN, 2], vec![MAIN]]);
+    }
+
+    #[test]
+    fn a_plt_stub_reached_by_a_tail_jump_is_gone_at_the_next_call_of_its_own_module() {
+        // cron calls zfree, which jumps to free@plt (its exit seen at the jump, the stub's never:
+        // it returns to cron); then cron calls stop at the same slot. Or the stub's jump lands
+        // in libc's free, traced, at the same slot: a callee of the stub.
+        let mut table =
+            FunctionTable::of_names(&["main", "cron", "zfree", "free@plt", "stop", "free"]);
+        let (cron, zfree, stub, stop, free) = (1, 2, 3, 4, 5);
+        table.functions[stub as usize].kind = FunctionKind::Plt;
+        table.functions[free as usize].module = table.push_module("/lib/libc.so.6".into());
+        let replay = |next: FunctionId| {
+            let events = [
+                entry_at(0, MAIN, 0x1000),
+                entry_at(1, cron, 0x0f00),
+                entry_at(2, zfree, 0x0e00),
+                exit_at(3, zfree, 0x0e00),
+                entry_at(4, stub, 0x0e00),
+                entry_at(5, next, 0x0e00),
+                exit_at(6, next, 0x0e00),
+                exit_at(7, cron, 0x0f00),
+                exit_at(8, MAIN, 0x1000),
+            ];
+            let mut calls = Vec::new();
+            let mut sink = |call: &FinishedCall, stack: &[FunctionId]| {
+                calls.push((stack.to_vec(), call.time_known));
+            };
+            let mut replayer = Replayer::for_table(&table);
+            replayer.push_all(&events, &mut sink);
+            replayer.finish(10, &mut sink);
+            calls
+        };
+        let before = [(vec![MAIN, cron, zfree], true)];
+        let after = [(vec![MAIN, cron], true), (vec![MAIN], true)];
+        let mut stop_after_stub = before.to_vec();
+        stop_after_stub.push((vec![MAIN, cron, stub], false));
+        stop_after_stub.push((vec![MAIN, cron, stop], true));
+        stop_after_stub.extend(after.clone());
+        assert_eq!(replay(stop), stop_after_stub);
+        let mut free_under_stub = before.to_vec();
+        free_under_stub.push((vec![MAIN, cron, stub, free], true));
+        free_under_stub.push((vec![MAIN, cron, stub], false));
+        free_under_stub.extend(after);
+        assert_eq!(replay(free), free_under_stub);
     }
 
     #[test]
