@@ -295,7 +295,8 @@ pub struct Releasing {
 
 impl Releasing {
     /// Whether the links are watches only (or none): no function probe, so none that gives a
-    /// call the trampoline.
+    /// traced function's call the trampoline (dlopen's return watch gives it to dlopen's
+    /// calls, which no exception unwinds through).
     pub fn watches_only(&self) -> bool {
         self.watches_only
     }

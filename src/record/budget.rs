@@ -237,12 +237,10 @@ impl BudgetKeeper {
         if !step.counted && waited < LAST_EVENTS_WAIT {
             return Vec::new();
         }
-        // The next step starts at the next drain: after the probes are replaced, if they are.
-        let Some(step) = self.step.take() else {
-            return Vec::new();
-        };
         let span = Duration::from_nanos(end_ns - step.start_ns);
         let cpu_ns = end_cpu_ns.saturating_sub(step.start_cpu_ns);
+        // The next step starts at the next drain: after the probes are replaced, if they are.
+        self.step = None;
         let costs = self.probe_costs();
         let probes_ns: u64 = costs.iter().map(|&(_, cost)| cost).sum();
         let (own_ns, slowdown) = weigh(cpu_ns, probes_ns);

@@ -313,8 +313,8 @@ fn rescue(
     // Function probes kept here go before the target does. Watches need not: the unwinder's
     // stops no thread once the stacks are given back (their shadow stacks deleted), and their
     // release can take seconds on kernels before 6.6.
-    let released = releasing.watches_only() || releasing.wait(RELEASE_WAIT);
-    if given_back.is_some() && !(gone && released) {
+    let released = || releasing.watches_only() || releasing.wait(RELEASE_WAIT);
+    if given_back.is_some() && !(gone && released()) {
         log::warn!("the recorder's probes were not gone after {RELEASE_WAIT:?}: letting pid {target} go on");
     }
     // A thread the recorder's tracer held in its stack's pause, let go by the kernel at the
