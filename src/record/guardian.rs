@@ -310,11 +310,12 @@ fn rescue(
     // none); else after the kernel's release of the recorder's.
     let gone = recorder.wait_gone(RELEASE_WAIT);
     let releasing = release();
-    // Function probes kept here go before the target does. Watches need not: the unwinder's
-    // stops no thread once the stacks are given back (their shadow stacks deleted), and their
-    // release can take seconds on kernels before 6.6.
-    let released = || releasing.watches_only() || releasing.wait(RELEASE_WAIT);
-    if given_back.is_some() && !(gone && released()) {
+    // Function probes kept here go before the target does, whether or not the recorder is gone
+    // (waiting for them gives a recorder slow to go that time too). Watches need not: the
+    // unwinder's stops no thread once the stacks are given back (their shadow stacks deleted),
+    // and their release can take seconds on kernels before 6.6.
+    let released = releasing.watches_only() || releasing.wait(RELEASE_WAIT);
+    if given_back.is_some() && !(gone && released) {
         log::warn!("the recorder's probes were not gone after {RELEASE_WAIT:?}: letting pid {target} go on");
     }
     // A thread the recorder's tracer held in its stack's pause, let go by the kernel at the
