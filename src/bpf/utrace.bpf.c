@@ -756,8 +756,9 @@ static __always_inline int exited(struct task_struct *task, const bool legacy)
 		if (!recording)
 			return 0;
 		recording = false;
-		serving_stack_writes = false;
+		/* Gone before not serving: an unwinder that finds no request served knows why. */
 		__sync_fetch_and_add(&recorder_gone, 1);
+		serving_stack_writes = false;
 		if (guardian_tgid && !GONE(guardian_gone)) {
 			/* The guardian gives the stacks back while the target is stopped, then lets it
 			 * go on: stopped now, before the links go, so no thread meets a trampoline

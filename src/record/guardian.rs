@@ -318,12 +318,6 @@ fn rescue(
     if given_back.is_some() && !(gone && released) {
         log::warn!("the recorder's probes were not gone after {RELEASE_WAIT:?}: letting pid {target} go on");
     }
-    // A thread the recorder's tracer held in its stack's pause, let go by the kernel at the
-    // recorder's exit, still has to take that SIGSTOP: let go before it has, the process would
-    // stop again, for good.
-    if given_back.is_some() && gone {
-        wait_until_every_thread_stops(target, Stopped::SignalStop, STOP_WAIT);
-    }
     let mut let_go = 0;
     if let Some(followed) = followed {
         for key in followed.keys() {
@@ -356,11 +350,19 @@ fn rescue(
 /// Stops `target`, waits until every thread is, and writes back the return addresses its frames
 /// lost to the trampoline: how many, or `None` if it did not stop (gone, or a thread in an
 /// uninterruptible sleep: writing into a running thread's stack could hit a slot reused since).
+///
+/// A stop by a signal, not by ptrace: a thread the dead recorder's tracer held (`-p`: its
+/// stack's pause, a return through the trampoline) runs on when the kernel lets it go at the
+/// recorder's exit, and calls, getting the trampoline again, before it takes the SIGSTOP. Seen
+/// on 6.12: restored while held, such a thread was let go with a frame holding the trampoline
+/// and its next exception ended the program. So the wait covers the recorder's exit too.
 fn give_stacks_back(target: u32, shadow_stacks: &MapHandle) -> Option<usize> {
     // Where the kernel has bpf_send_signal_task, the BPF program stopped it already.
     // SAFETY: kill has no memory effects.
     unsafe { libc::kill(target as libc::pid_t, libc::SIGSTOP) };
-    if !wait_until_every_thread_stops(target, Stopped::AnyStop, STOP_WAIT) {
+    if wait_until_every_thread_stops(target, Stopped::SignalStop, STOP_WAIT + RELEASE_WAIT)
+        != Some(true)
+    {
         return None;
     }
     let written = trampoline_address(target).map_or(0, |trampoline| {
