@@ -24,6 +24,11 @@ fn assert_unchanged_with_exact_counts(program: &Path, extra: &[&str]) -> Vec<Str
             &own_counts(&recording.output.stdout),
             &recording.traced_counts(),
         );
+        // A program that has ended has no thread left running at the detach.
+        assert!(
+            !stderr.contains("did not stop for the detach"),
+            "a false warning: {stderr}"
+        );
         stderrs.push(stderr);
     }
     stderrs

@@ -157,15 +157,15 @@ pub enum Stopped {
 }
 
 /// Waits until every thread of process `pid` is stopped the `wanted` way, for at most `limit`:
-/// the threads whose stacks are written must not run meanwhile. False when the process is gone
-/// or a thread still runs at the end.
-pub fn wait_until_every_thread_stops(pid: u32, wanted: Stopped, limit: Duration) -> bool {
+/// the threads whose stacks are written must not run meanwhile. Whether they are (false when a
+/// thread still runs at the end); `None` when the process is gone (exited, maybe not reaped).
+pub fn wait_until_every_thread_stops(pid: u32, wanted: Stopped, limit: Duration) -> Option<bool> {
     let started = Instant::now();
     loop {
         match every_thread_stopped(pid, wanted) {
-            Some(true) => return true,
-            None => return false,
-            Some(false) if started.elapsed() >= limit => return false,
+            Some(true) => return Some(true),
+            None => return None,
+            Some(false) if started.elapsed() >= limit => return Some(false),
             Some(false) => std::thread::sleep(Duration::from_micros(200)),
         }
     }

@@ -144,11 +144,13 @@ impl Target {
         match self {
             Target::Started(child) => {
                 child.signal(libc::SIGSTOP);
-                Some(super::stack_writes::wait_until_every_thread_stops(
+                // A command that has exited has no thread left running (nor a stack to write).
+                let stopped = super::stack_writes::wait_until_every_thread_stops(
                     child.pid(),
                     Stopped::AnyStop,
                     DETACH_STOP_WAIT,
-                ))
+                );
+                Some(stopped.unwrap_or(true))
             }
             Target::Running(_) => None,
         }
