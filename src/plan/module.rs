@@ -279,7 +279,7 @@ fn warn_unprobeable(unprobeable: &[&Unprobeable]) {
         names.push("…");
     }
     log::warn!(
-        "{} be probed (their first instruction is a trap, has a LOCK or segment prefix, or is \
+        "{} be probed (the first instruction is a trap, has a LOCK or segment prefix, or is \
          AVX-encoded, and no equivalent site follows): {}",
         plural(
             unprobeable.len() as u64,

@@ -417,7 +417,11 @@ fn say_planned(plan: &ProbePlan) {
     }
     for (index, file) in plan.files.iter().enumerate() {
         let count = plan.table.functions_in_module(index);
-        log::debug!("planned {count} functions in {}", file.path);
+        log::debug!(
+            "planned {} in {}",
+            crate::diagnostics::plural(count as u64, "function", "functions"),
+            file.path
+        );
     }
     if plan.exit_policy != ExitPolicy::Ret {
         return;
