@@ -82,7 +82,7 @@ fn a_go_program_is_traced_exactly_with_every_function() {
     // runtime.abort.abi0 starts with a trap: said, in words that agree with the count.
     let unprobeable = said
         .lines()
-        .find(|line| line.contains("be probed (their first instruction"))
+        .find(|line| line.contains("be probed (the first instruction"))
         .unwrap_or_else(|| panic!("{said}"));
     assert!(unprobeable.contains("runtime.abort"), "{unprobeable}");
     assert!(!unprobeable.contains("1 functions"), "{unprobeable}");
